@@ -1,0 +1,440 @@
+"""Provides the `pitstop` command: run | attach | ls | view | profile | tune | doctor | demo.
+
+Every PitstopError becomes one line on stderr (`pitstop: error: ...`) and a
+non-zero exit; a training script's own exit code is passed through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from pitstop import __version__
+from pitstop.errors import LaunchError, PitstopError, RecordError, TransportError, UsageError
+from pitstop.profiling.launch import SessionSettings, Target, launch, new_session_id
+from pitstop.profiling.record import default_record_root
+
+# Options (per command) that take a value, so the target's start can be found
+# without argparse reading the script's own options as ours.
+VALUE_OPTIONS = {
+    "run": {"--config", "--record", "--profile", "--trace-dir"},
+    "tune": {
+        "--budget", "--steps", "--out", "--journal", "--knobs", "--trial-timeout", "--warmup",
+        "--windows", "--seed", "--max-batch-size", "--max-workers",
+    },
+}
+
+
+def split_target(argv: Sequence[str], value_options: set[str]) -> tuple[list[str], Target | None]:
+    """Split `[OPTIONS] (SCRIPT ARGS... | -m MODULE ARGS... | -- COMMAND...)`."""
+    i = 0
+    own: list[str] = []
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            if i + 1 >= len(argv):
+                raise UsageError("nothing after '--': give a command, e.g. -- torchrun --nproc_per_node 2 train.py")
+            return own, Target(launcher=tuple(argv[i + 1 :]))
+        if arg == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name")
+            return own, Target(module=argv[i + 1], args=tuple(argv[i + 2 :]))
+        if arg.startswith("-"):
+            own.append(arg)
+            if arg in value_options and "=" not in arg:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"{arg} needs a value")
+                own.append(argv[i + 1])
+                i += 1
+            i += 1
+            continue
+        return own, Target(script=arg, args=tuple(argv[i + 1 :]))
+    return own, None
+
+
+def _profile_setting(text: str | None) -> dict[str, int | None] | None:
+    default = {"every": 500, "active": 5, "first": 50}
+    if text is None:
+        return default
+    if text == "off":
+        return None
+    if text == "demand":
+        return {"every": None, "active": 5, "first": 0}
+    try:
+        parts = [int(p) for p in text.split(":")]
+    except ValueError as err:
+        raise UsageError(f"--profile {text!r}: use off, demand, EVERY or EVERY:ACTIVE[:FIRST]") from err
+    every = parts[0]
+    active = parts[1] if len(parts) > 1 else 5
+    first = parts[2] if len(parts) > 2 else min(50, every)
+    if every <= 0 or active <= 0 or first < 0:
+        raise UsageError(f"--profile {text!r}: numbers must be positive")
+    return {"every": every, "active": active, "first": first}
+
+
+def _prepare_record(record: str | None, session: str) -> str:
+    """The record base for a session; fails early, in one line, if it cannot be written."""
+    if record:
+        path = Path(record).expanduser().resolve()
+        if path.suffix == ".jsonl":
+            if path.exists():
+                raise RecordError(f"record file exists: {path} (choose another --record; pitstop never overwrites)")
+            directory = path.parent
+        else:
+            if path.exists() and any(path.glob("*.jsonl")):
+                raise RecordError(f"record directory already holds records: {path} (choose another --record)")
+            directory = path
+    else:
+        directory = default_record_root() / session
+        path = directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".pitstop-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        hint = "" if record else " (set PITSTOP_RECORD_DIR or use --record)"
+        raise RecordError(f"cannot write records to {directory}: {err.strerror or err}{hint}") from err
+    return str(path)
+
+
+def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> SessionSettings:
+    config = None
+    if getattr(args, "config", None):
+        from pitstop.config import load_config
+
+        config = load_config(args.config).to_dict()
+    session = new_session_id(target.stem)
+    trace_dir = None
+    if getattr(args, "trace_dir", None):
+        trace = Path(args.trace_dir).expanduser().resolve()
+        try:
+            trace.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"cannot create --trace-dir {trace}: {err.strerror}") from err
+        trace_dir = str(trace)
+    return SessionSettings(
+        session=session,
+        record=_prepare_record(getattr(args, "record", None), session),
+        script=target.label,
+        mode=mode,
+        config=config,
+        profile=_profile_setting(getattr(args, "profile", None)),
+        trace_dir=trace_dir,
+    )
+
+
+def _use_tui(args: argparse.Namespace) -> bool:
+    return not getattr(args, "headless", False) and sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def cmd_run(args: argparse.Namespace, target: Target) -> int:
+    target.check()
+    settings = _settings(args, target)
+    if _use_tui(args):
+        return _run_tui(target, settings)
+    return _run_headless(target, settings)
+
+
+def _run_headless(target: Target, settings: SessionSettings) -> int:
+    from pitstop.headless import LiveStatus, exit_code_of, load_runs, summary_text
+
+    print(f"pitstop: running {target.describe()} (record: {settings.record})", file=sys.stderr, flush=True)
+    proc = launch(target, settings)
+    status = LiveStatus(settings.session, target.label, proc)
+    status.start()
+    code = exit_code_of(status.wait())
+    try:
+        runs, notes = load_runs(Path(settings.record))
+    except PitstopError as err:
+        print(f"pitstop: no summary: {err}", file=sys.stderr)
+        return code
+    print("\n" + summary_text(runs, notes), file=sys.stderr)
+    print(f"pitstop: record: {settings.record}", file=sys.stderr)
+    if code != 0:
+        print(f"pitstop: {target.label} exited with code {code}", file=sys.stderr)
+    return code
+
+
+def _run_tui(target: Target, settings: SessionSettings) -> int:
+    from pitstop.headless import exit_code_of, load_runs, summary_text
+    from pitstop.profiling.sources import SocketSource
+    from pitstop.tui import run_viewer
+
+    record = Path(settings.record)
+    log_dir = record.parent if record.suffix == ".jsonl" else record
+    log_path = log_dir / (f"{record.stem}.output.log" if record.suffix == ".jsonl" else "output.log")
+    log = open(log_path, "ab")
+    # Its own session, output to a file: closing the terminal or quitting the
+    # viewer leaves training running.
+    proc = launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
+    log.close()
+    source = SocketSource(
+        f"{target.label} (pid {proc.pid})", session=settings.session, until=lambda: proc.poll() is not None
+    )
+    hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
+    run_viewer(source, log_path=log_path, detach_hint=hint)
+    source.close()
+    if proc.poll() is None:
+        return 0
+    code = exit_code_of(proc.returncode)
+    try:
+        runs, notes = load_runs(record)
+        print(summary_text(runs, notes), file=sys.stderr)
+    except PitstopError as err:
+        print(f"pitstop: no summary: {err}", file=sys.stderr)
+    if code != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-15:]
+        print("\n".join(tail), file=sys.stderr)
+        print(f"pitstop: {target.label} exited with code {code} (full output: {log_path})", file=sys.stderr)
+    return code
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    demo_args = ["--steps", str(args.steps)]
+    if args.num_workers is not None:
+        demo_args += ["--num-workers", str(args.num_workers)]
+    target = Target(module="pitstop.demo.train", args=tuple(demo_args))
+    settings = _settings(args, target)
+    if _use_tui(args):
+        return _run_tui(target, settings)
+    return _run_headless(target, settings)
+
+
+def _format_age(started: float) -> str:
+    seconds = max(0, int(time.time() - started))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _peek(sock: Path, wait_s: float = 0.6) -> tuple[str, str]:
+    """Step and samples/s of a live agent, from the history it sends on connect."""
+    from pitstop.analysis import RunState, summarize
+    from pitstop.events import decode
+    from pitstop.profiling.transport import Client
+
+    run = RunState()
+    try:
+        client = Client(sock, timeout=1.0)
+    except TransportError:
+        return "-", "-"
+    deadline = time.monotonic() + wait_s
+    try:
+        for batch in client.lines(poll=0.1):
+            for line in batch:
+                try:
+                    event = decode(line)
+                except PitstopError:
+                    continue
+                if event is not None:
+                    run.add(event)
+            if time.monotonic() > deadline or (not batch and run.hello is not None):
+                break
+    finally:
+        client.close()
+    if run.last_step is None:
+        return "-", "-"
+    summary = summarize(run)
+    rate = summary.samples_per_s if summary.samples_per_s is not None else summary.steps_per_s
+    unit = "" if summary.samples_per_s is not None else " steps"
+    return str(run.last_step), (f"{rate:.1f}{unit}" if rate else "-")
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from pitstop.profiling.transport import list_agents
+
+    agents = list_agents()
+    if not agents:
+        print("no live pitstop runs (start one with: pitstop run train.py)")
+        return 0
+    rows = [("PID", "RANK", "SCRIPT", "STARTED", "STEP", "SAMPLES/S", "SESSION")]
+    for agent in agents:
+        step, rate = _peek(agent.socket)
+        rank = "-" if agent.rank is None else str(agent.rank)
+        rows.append((str(agent.pid), rank, agent.script, _format_age(agent.started) + " ago", step, rate, agent.session))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _choose_agent(pid: int | None) -> tuple[str, str]:
+    """(session, label) to attach to: a pid's whole job, or the only live run."""
+    from pitstop.profiling.transport import list_agents, socket_for_pid
+
+    agents = list_agents()
+    if pid is not None:
+        socket_for_pid(pid)  # the precise error: no such pid, no agent, stale socket
+        for agent in agents:
+            if agent.pid == pid:
+                return agent.session, f"{agent.script} (pid {pid})"
+        raise TransportError(f"pid {pid} has no readable pitstop agent info")
+    sessions: dict[str, list] = {}
+    for agent in agents:
+        sessions.setdefault(agent.session, []).append(agent)
+    if not sessions:
+        raise TransportError("no live pitstop runs to attach to (pitstop ls lists them)")
+    if len(sessions) == 1:
+        (session, members), = sessions.items()
+        return session, f"{members[0].script} (pid {members[0].pid})"
+    choices = [members[0] for members in sessions.values()]
+    if not sys.stdin.isatty():
+        listing = ", ".join(f"{a.pid} ({a.script})" for a in choices)
+        raise UsageError(f"several live runs: give a PID ({listing})")
+    for i, agent in enumerate(choices, 1):
+        print(f"  {i}) pid {agent.pid}  {agent.script}  started {_format_age(agent.started)} ago")
+    answer = input("attach to which run? [1] ").strip() or "1"
+    try:
+        agent = choices[int(answer) - 1]
+    except (ValueError, IndexError) as err:
+        raise UsageError(f"no run number {answer!r}") from err
+    return agent.session, f"{agent.script} (pid {agent.pid})"
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from pitstop.profiling.sources import SocketSource
+
+    session, label = _choose_agent(args.pid)
+    source = SocketSource(label, session=session)
+    if args.headless or not sys.stdout.isatty():
+        from pitstop.analysis import JobState, status_line
+
+        job = JobState()
+        last = 0.0
+        for batch in source.batches():
+            job.add(batch)
+            if time.monotonic() - last > 5:
+                last = time.monotonic()
+                for _, run in job.ranks():
+                    print(f"pitstop | {status_line(run)}", file=sys.stderr, flush=True)
+        return 0
+    from pitstop.tui import run_viewer
+
+    return run_viewer(source, detach_hint=f"training continues; reattach with: pitstop attach {args.pid or ''}".rstrip())
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from pitstop.headless import load_runs, summary_text
+
+    target = Path(args.record)
+    if args.summary or not sys.stdout.isatty():
+        runs, notes = load_runs(target)
+        print(summary_text(runs, notes))
+        return 0
+    from pitstop.profiling.sources import RecordSource
+    from pitstop.tui import run_viewer
+
+    load_runs(target)  # one-line errors (corrupt, newer schema) before the screen opens
+    return run_viewer(RecordSource(target))
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from pitstop.profiling.transport import request, socket_for_pid
+
+    reply = request(socket_for_pid(args.pid), "profile")
+    print(f"pid {args.pid}: {reply}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pitstop", description="A terminal profiler and tuning assistant for PyTorch training."
+    )
+    parser.add_argument("--version", action="version", version=f"pitstop {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a training script with pitstop watching",
+                         usage="pitstop run [options] (SCRIPT [ARGS...] | -m MODULE [ARGS...] | -- COMMAND...)")
+    run.add_argument("--headless", action="store_true", help="no TUI: status lines and a summary on stderr")
+    run.add_argument("--config", metavar="FILE", help="apply a tuned config (pitstop.toml)")
+    run.add_argument("--record", metavar="PATH", help="record file (.jsonl) or directory")
+    run.add_argument("--profile", metavar="SPEC", help="profiler windows: off, demand, EVERY[:ACTIVE[:FIRST]] (default 500:5:50)")
+    run.add_argument("--trace-dir", metavar="DIR", help="also write each window's Chrome trace here")
+
+    attach = sub.add_parser("attach", help="open the viewer on a live run")
+    attach.add_argument("pid", type=int, nargs="?", help="any process of the run (default: the only live run)")
+    attach.add_argument("--headless", action="store_true", help="print status lines instead of the TUI")
+
+    sub.add_parser("ls", help="list live runs")
+
+    view = sub.add_parser("view", help="replay a recorded run")
+    view.add_argument("record", help="a record file (.jsonl) or a session directory")
+    view.add_argument("--summary", action="store_true", help="print the summary instead of opening the viewer")
+
+    profile = sub.add_parser("profile", help="capture a profiler window in a live run now")
+    profile.add_argument("pid", type=int)
+
+    demo = sub.add_parser("demo", help="run the embedded demo workload under pitstop")
+    demo.add_argument("--headless", action="store_true")
+    demo.add_argument("--steps", type=int, default=300, help="training steps (default 300, about a minute on a CPU)")
+    demo.add_argument("--num-workers", type=int, default=None, help="DataLoader workers (default 0: the stall to find)")
+    demo.add_argument("--record", metavar="PATH")
+    demo.add_argument("--config", metavar="FILE")
+    demo.add_argument("--profile", metavar="SPEC")
+
+    tune = sub.add_parser("tune", help="find the fastest stable configuration and export it",
+                          usage="pitstop tune [options] (SCRIPT [ARGS...] | -m MODULE [ARGS...] | -- COMMAND...)")
+    try:
+        from pitstop.tuning.command import add_arguments as add_tune_arguments
+
+        add_tune_arguments(tune)
+    except ImportError:
+        pass
+
+    doctor = sub.add_parser("doctor", help="check this machine for training performance problems")
+    try:
+        from pitstop.doctor import add_arguments as add_doctor_arguments
+
+        add_doctor_arguments(doctor)
+    except ImportError:
+        pass
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    try:
+        if argv and argv[0] in VALUE_OPTIONS:
+            command = argv[0]
+            own, target = split_target(argv[1:], VALUE_OPTIONS[command])
+            args = parser.parse_args([command, *own])
+            if target is None:
+                if any(a in ("-h", "--help") for a in own):
+                    return 0
+                raise UsageError(f"{command}: give a script, -m MODULE, or -- COMMAND (see pitstop {command} --help)")
+            if command == "run":
+                return cmd_run(args, target)
+            from pitstop.tuning.command import run as run_tune
+
+            target.check()
+            return run_tune(args, target)
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        handlers = {
+            "attach": cmd_attach,
+            "ls": cmd_ls,
+            "view": cmd_view,
+            "profile": cmd_profile,
+            "demo": cmd_demo,
+        }
+        if args.command == "doctor":
+            from pitstop.doctor import run as run_doctor
+
+            return run_doctor(args)
+        return handlers[args.command](args)
+    except PitstopError as err:
+        print(f"pitstop: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("pitstop: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""Provides the event schema: plain dataclasses, a version, JSON-lines encode/decode.
+
+Standard library only: this module is imported by the in-process agent, by every
+viewer and by the tuner. The schema is documented for users in docs/events.md;
+keep the two in step. Compatibility rule: adding an optional field or a new
+event kind keeps SCHEMA_VERSION; renaming, removing or changing the meaning of
+a field bumps it. A reader skips kinds it does not know and ignores unknown
+fields, and refuses a stream whose `hello.schema` is newer than its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Union
+
+from pitstop.errors import SchemaError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Hello:
+    """First event of every stream: who is talking."""
+
+    kind: ClassVar[str] = "hello"
+    schema: int
+    pitstop_version: str
+    session: str  # shared by every process of one `pitstop run` (the job id)
+    pid: int
+    ppid: int
+    host: str
+    argv: list[str]  # the interpreter's original argv (sys.orig_argv)
+    cwd: str
+    started: float  # time.time() when the agent started
+    python: str
+    mode: str = "run"  # "run" | "trial"
+    rank: int | None = None  # RANK from the launcher, None when not distributed
+    local_rank: int | None = None
+    world_size: int | None = None
+    script: str = ""  # what the user ran, for display ("train.py", "-m pkg.mod")
+    record: str | None = None  # where this process records its events
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What torch and the machine offer, sent once torch is imported."""
+
+    kind: ClassVar[str] = "runtime"
+    t: float
+    torch_version: str
+    cuda_version: str | None  # None for a CPU build
+    device_type: str  # "cuda" | "cpu" | "mps"
+    device_names: list[str] = field(default_factory=list)
+    cudnn_version: int | None = None
+    cpu_count: int | None = None  # logical CPUs of the machine
+    usable_cpus: int | None = None  # CPUs this process may run on (affinity)
+    shm_bytes: int | None = None  # size of /dev/shm, None where there is none
+    unavailable: dict[str, str] = field(default_factory=dict)  # metric -> reason
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step, stamped on the training thread."""
+
+    kind: ClassVar[str] = "step"
+    t: float  # time.time() at the end of the step
+    step: int  # 0-based
+    wall: float  # seconds since the end of the previous step
+    data_wait: float  # seconds blocked in DataLoader iterators during the step
+    samples: int | None = None  # leading dimension of the batches fetched, None if unknown
+    source: str = "optimizer"  # "optimizer" | "backward" | "manual"
+    mem_allocated: int | None = None  # torch CUDA bytes; None off CUDA
+    mem_reserved: int | None = None
+    mem_peak: int | None = None  # max allocated since start
+    host_rss: int | None = None  # bytes
+
+    @property
+    def compute(self) -> float:
+        """Seconds of the step not spent waiting for data."""
+        return max(0.0, self.wall - self.data_wait)
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Loss values read lazily, in batches, so reading never syncs the GPU per step."""
+
+    kind: ClassVar[str] = "loss"
+    t: float
+    steps: list[int]
+    values: list[float | None]  # None encodes NaN/inf as JSON cannot (see `finite`)
+    nonfinite: list[int] = field(default_factory=list)  # steps whose loss was NaN or inf
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One NVML reading of one GPU; a None field is unavailable (reason in `unavailable`)."""
+
+    index: int
+    name: str
+    util: float | None = None  # percent
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    pcie_tx_kbs: float | None = None
+    pcie_rx_kbs: float | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Proc:
+    """CPU and memory of one process of the training process tree."""
+
+    pid: int
+    role: str  # "main" | "worker" (DataLoader) | "child"
+    cpu: float | None  # percent of one core
+    rss: int | None  # bytes
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A sampler-thread reading (1-2 Hz): GPUs, the process tree, the machine."""
+
+    kind: ClassVar[str] = "sample"
+    t: float
+    gpus: list[Gpu] = field(default_factory=list)
+    gpu_unavailable: str | None = None  # why there is no GPU reading at all
+    procs: list[Proc] = field(default_factory=list)
+    system_cpu: float | None = None  # percent of the whole machine
+    alloc_retries: int | None = None  # torch CUDA allocator retries since start
+    ooms: int | None = None  # torch CUDA OOMs since start
+
+
+@dataclass(frozen=True)
+class DataLoaderInfo:
+    """A DataLoader the script built, with what pitstop changed in it."""
+
+    kind: ClassVar[str] = "dataloader"
+    t: float
+    id: int
+    num_workers: int
+    batch_size: int | None
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None
+    dataset_len: int | None = None
+    batch_sampler: bool = False  # a custom batch_sampler: batch_size cannot be overridden
+    overrides: dict[str, Any] = field(default_factory=dict)  # knob -> value pitstop applied
+    skipped: dict[str, str] = field(default_factory=dict)  # knob -> why it did not apply
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Process-wide overrides from a tuned config (autocast, cudnn, channels-last)."""
+
+    kind: ClassVar[str] = "applied"
+    t: float
+    applied: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the agent learned about the script's model and loop (for advice and the tuner)."""
+
+    kind: ClassVar[str] = "model"
+    t: float
+    conv2d: int = 0  # Conv2d modules built
+    optimizers: int = 0  # distinct optimizers that stepped
+    grad_scaler: bool = False  # a torch.amp GradScaler was built
+    autocast: bool = False  # the script entered autocast itself
+    data_parallel: bool = False  # nn.DataParallel in use
+    ddp: bool = False  # DistributedDataParallel in use
+    channels_last_params: int = 0  # 4-D parameters in channels_last
+    cudnn_benchmark: bool | None = None  # torch.backends.cudnn.benchmark at first step
+
+
+@dataclass(frozen=True)
+class OpStat:
+    """One operator aggregated over a profiler window."""
+
+    name: str
+    calls: int
+    self_us: float  # self CPU time
+    total_us: float  # CPU time including children
+    device_self_us: float | None = None  # self CUDA time; None on CPU
+
+
+@dataclass(frozen=True)
+class KernelStat:
+    """One CUDA kernel aggregated over a profiler window."""
+
+    name: str
+    calls: int
+    total_us: float
+    mean_us: float
+
+
+@dataclass(frozen=True)
+class Copies:
+    """Host/device copies in a profiler window."""
+
+    h2d_bytes: int = 0
+    h2d_us: float = 0.0
+    h2d_count: int = 0
+    h2d_pageable: int = 0  # copies whose host side was pageable memory
+    d2h_bytes: int = 0
+    d2h_us: float = 0.0
+    d2h_count: int = 0
+    d2h_pageable: int = 0
+
+
+@dataclass(frozen=True)
+class ProfileWindow:
+    """Aggregated tables of one torch.profiler window (never a raw trace)."""
+
+    kind: ClassVar[str] = "profile"
+    t: float
+    step_start: int
+    step_end: int  # exclusive
+    device: str  # "cuda" | "cpu": where the time figures come from
+    trigger: str = "schedule"  # "schedule" | "demand"
+    duration_s: float = 0.0
+    ops: list[OpStat] = field(default_factory=list)  # top ops by self time
+    kernels: list[KernelStat] = field(default_factory=list)
+    kernels_unavailable: str | None = None
+    copies: Copies | None = None
+    syncs_per_step: dict[str, float] = field(default_factory=dict)  # op name -> calls per step
+    phases_ms: dict[str, float] = field(default_factory=dict)  # data/forward/backward/optimizer per step
+    collective_ms: float | None = None  # per step, NCCL/gloo
+    collective_overlap: float | None = None  # fraction of collective time overlapped with compute
+    trace_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the agent wants a person to know (a part switched off, a knob skipped)."""
+
+    kind: ClassVar[str] = "note"
+    t: float
+    level: str  # "info" | "warn" | "error"
+    source: str  # the agent part: "sampler", "profiler", "overrides", ...
+    message: str
+
+
+@dataclass(frozen=True)
+class End:
+    """Last event of a stream that ended cleanly."""
+
+    kind: ClassVar[str] = "end"
+    t: float
+    steps: int
+    dropped: int  # events dropped by the bounded queue
+    reason: str = "exit"  # "exit" | "trial-complete" | "signal"
+    exit_code: int | None = None
+
+
+Event = Union[
+    Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Note, End
+]
+
+EVENT_TYPES: dict[str, type] = {
+    cls.kind: cls
+    for cls in (Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Note, End)
+}
+
+# Fields that hold nested dataclasses, so decode can rebuild them.
+_NESTED: dict[tuple[str, str], tuple[type, bool]] = {
+    ("sample", "gpus"): (Gpu, True),
+    ("sample", "procs"): (Proc, True),
+    ("profile", "ops"): (OpStat, True),
+    ("profile", "kernels"): (KernelStat, True),
+    ("profile", "copies"): (Copies, False),
+}
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def _names(cls: type) -> frozenset[str]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = frozenset(f.name for f in dataclasses.fields(cls))
+        _FIELD_NAMES[cls] = names
+    return names
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    # Unknown fields are ignored so an older reader can read a newer minor addition.
+    known = _names(cls)
+    return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """The JSON object of one event, with its `kind`."""
+    # `kind` first: the socket server classifies lines by their prefix without decoding.
+    return {"kind": event.kind, **dataclasses.asdict(event)}
+
+
+def encode(event: Event) -> str:
+    """One JSON line (no trailing newline). Non-finite floats become null."""
+    try:
+        return json.dumps(to_dict(event), separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(to_dict(event)), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def from_dict(data: dict[str, Any]) -> Event | None:
+    """Rebuild an event; None for a kind this version does not know.
+
+    Raises SchemaError for a `hello` of a newer schema or a malformed object.
+    """
+    kind = data.get("kind")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        return None
+    if cls is Hello:
+        schema = data.get("schema")
+        if not isinstance(schema, int):
+            raise SchemaError("hello event has no integer 'schema'")
+        if schema > SCHEMA_VERSION:
+            raise SchemaError(
+                f"written by a newer pitstop (event schema {schema}, this pitstop reads up to "
+                f"{SCHEMA_VERSION}); upgrade pitstop to read it"
+            )
+    values = dict(data)
+    for (k, name), (sub, many) in _NESTED.items():
+        if k == kind and values.get(name) is not None:
+            raw = values[name]
+            values[name] = [_build(sub, item) for item in raw] if many else _build(sub, raw)
+    try:
+        return _build(cls, values)
+    except TypeError as err:
+        raise SchemaError(f"malformed {kind!r} event: {err}") from err
+
+
+def decode(line: str | bytes) -> Event | None:
+    """Decode one JSON line; None for an unknown kind. Raises SchemaError if malformed."""
+    try:
+        data = json.loads(line)
+    except ValueError as err:
+        raise SchemaError(f"not a JSON event line: {err}") from err
+    if not isinstance(data, dict):
+        raise SchemaError("event line is not a JSON object")
+    return from_dict(data)

@@ -1,0 +1,362 @@
+"""Provides the torch hooks: installed the moment the script finishes `import torch`.
+
+No code change in the user's script: a global optimizer-step post-hook marks
+steps; a timer around DataLoader iterators' `__next__` measures data wait and
+batch sizes; `Tensor.backward` is wrapped to catch the loss (and to count steps
+when no optimizer ever steps); a few constructors are wrapped to learn about
+the model (Conv2d, GradScaler, DataParallel, DDP) and to apply a tuned config.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import os
+import sys
+import time
+from typing import Any
+
+from pitstop.events import Model, Runtime
+
+_PERF = time.perf_counter
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    """Runs a callback right after `torch` finishes importing (a post-import hook)."""
+
+    def __init__(self, callback: Any) -> None:
+        self.callback = callback
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+        callback = self.callback
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            callback(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install_when_torch_imported(agent: Any) -> None:
+    if "torch" in sys.modules:
+        Hooks(agent).install(sys.modules["torch"])
+        return
+
+    def on_import(torch: Any) -> None:
+        try:
+            Hooks(agent).install(torch)
+        except Exception as err:
+            agent.note("error", "hooks", f"torch hooks not installed: {type(err).__name__}: {err}")
+
+    sys.meta_path.insert(0, _TorchWatcher(on_import))
+
+
+def _leading_dim(batch: Any, tensor_type: type) -> int | None:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    if isinstance(batch, tensor_type):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            found = _leading_dim(item, tensor_type)
+            if found is not None:
+                return found
+        return None
+    if isinstance(batch, dict):
+        for item in batch.values():
+            found = _leading_dim(item, tensor_type)
+            if found is not None:
+                return found
+    return None
+
+
+def _shm_bytes() -> int | None:
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+class Hooks:
+    """The patches one agent installs into torch."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.torch: Any = None
+        self.capture_loss = True
+        self.conv2d = 0
+        self.grad_scaler = False
+        self.autocast = False
+        self.data_parallel = False
+        self.ddp = False
+        self._model_reported = False
+        self.overrides: Any = None
+
+    def install(self, torch: Any) -> None:
+        agent = self.agent
+        # Submodules are not attributes of a just-imported torch until imported.
+        # (torch.optim even deletes its `optimizer` attribute): keep the module objects.
+        self.optimizer_mod = importlib.import_module("torch.optim.optimizer")
+        self.dataloader_mod = importlib.import_module("torch.utils.data.dataloader")
+        importlib.import_module("torch.nn.parallel")
+        self.torch = torch
+        agent.torch = torch
+        agent.hooks = self
+        self._emit_runtime()
+        from pitstop.profiling.overrides import Overrides
+
+        self.overrides = Overrides(agent, torch, agent.settings.config)
+        self.overrides.apply_global()
+        self._hook_optimizer()
+        self._hook_dataloader()
+        self._hook_backward()
+        self._hook_constructors()
+        self._start_windows()
+
+    def cuda_ready(self) -> bool:
+        """CUDA memory counters are read only once the script itself initialised CUDA."""
+        try:
+            return bool(self.torch.cuda.is_initialized())
+        except Exception:
+            return False
+
+    # ---- runtime ----------------------------------------------------------
+    def _emit_runtime(self) -> None:
+        torch = self.torch
+        unavailable: dict[str, str] = {}
+        cuda_version = getattr(torch.version, "cuda", None)
+        device_type = "cpu"
+        names: list[str] = []
+        if cuda_version is None:
+            unavailable["gpu"] = "CPU build of torch (no CUDA)"
+        else:
+            try:
+                # Device names come from NVML, not torch.cuda: asking torch would
+                # initialise CUDA in the script's process before the script does.
+                from pitstop.profiling import nvml
+
+                gpus, reason = nvml.read_gpus()
+                names = [g.name for g in gpus]
+                if torch.cuda.is_available():
+                    device_type = "cuda"
+                else:
+                    unavailable["gpu"] = reason or "torch.cuda.is_available() is False"
+            except Exception as err:
+                unavailable["gpu"] = f"GPU query failed: {err}"
+        cudnn = None
+        try:
+            cudnn = torch.backends.cudnn.version() if device_type == "cuda" else None
+        except Exception:
+            cudnn = None
+        try:
+            usable = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            usable = os.cpu_count()
+        self.agent.emit(
+            Runtime(
+                t=time.time(),
+                torch_version=str(torch.__version__),
+                cuda_version=cuda_version,
+                device_type=device_type,
+                device_names=names,
+                cudnn_version=cudnn,
+                cpu_count=os.cpu_count(),
+                usable_cpus=usable,
+                shm_bytes=_shm_bytes(),
+                unavailable=unavailable,
+            )
+        )
+        self.device_type = device_type
+
+    def report_model(self) -> None:
+        """What we learned about the model; sent at the first step and when it changes."""
+        torch = self.torch
+        try:
+            benchmark = bool(torch.backends.cudnn.benchmark)
+        except Exception:
+            benchmark = None
+        cl_params = self.overrides.channels_last_params if self.overrides is not None else 0
+        self.agent.emit(
+            Model(
+                t=time.time(),
+                conv2d=self.conv2d,
+                optimizers=len(self.agent.optimizers),
+                grad_scaler=self.grad_scaler,
+                autocast=self.autocast,
+                data_parallel=self.data_parallel,
+                ddp=self.ddp,
+                channels_last_params=cl_params,
+                cudnn_benchmark=benchmark,
+            )
+        )
+        self._model_reported = True
+
+    # ---- steps ------------------------------------------------------------
+    def _hook_optimizer(self) -> None:
+        agent = self.agent
+
+        def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if not agent.disabled:
+                agent.on_optimizer_step(optimizer)
+
+        self.optimizer_mod.register_optimizer_step_post_hook(post_hook)
+
+    def _hook_dataloader(self) -> None:
+        agent = self.agent
+        dataloader = self.dataloader_mod
+        base = dataloader._BaseDataLoaderIter
+        original_next = base.__next__
+        tensor_type = self.torch.Tensor
+        perf = _PERF
+
+        def __next__(it: Any) -> Any:
+            if agent.disabled:
+                return original_next(it)
+            started = perf()
+            batch = original_next(it)  # StopIteration passes through untimed: not a wait
+            waited = perf() - started
+            try:
+                samples = _leading_dim(batch, tensor_type)
+            except Exception:
+                samples = None
+            agent.on_data_wait(started, waited, samples)
+            return batch
+
+        base.__next__ = __next__
+        multi = dataloader._MultiProcessingDataLoaderIter
+        original_init = multi.__init__
+
+        def multi_init(it: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(it, *args, **kwargs)
+            try:
+                agent.worker_pids.update(w.pid for w in it._workers if w.pid)
+            except Exception:
+                pass
+
+        multi.__init__ = multi_init
+        overrides = self.overrides
+        loader_cls = dataloader.DataLoader
+        original_loader_init = loader_cls.__init__
+
+        def loader_init(loader: Any, *args: Any, **kwargs: Any) -> None:
+            if agent.disabled:
+                original_loader_init(loader, *args, **kwargs)
+                return
+            try:
+                new_args, new_kwargs, applied, skipped = overrides.dataloader_kwargs(
+                    original_loader_init, loader, args, kwargs
+                )
+            except Exception as err:  # our bug must not change the script's DataLoader
+                agent.note("warn", "overrides", f"DataLoader overrides off: {err}", once="loader-kwargs")
+                new_args, new_kwargs, applied, skipped = args, kwargs, {}, {}
+            original_loader_init(loader, *new_args, **new_kwargs)
+            try:
+                overrides.report_dataloader(loader, applied, skipped)
+            except Exception as err:
+                agent.note("warn", "overrides", f"DataLoader report failed: {err}", once="loader-report")
+
+        loader_cls.__init__ = loader_init
+
+    def _hook_backward(self) -> None:
+        agent = self.agent
+        tensor_cls = self.torch.Tensor
+        original = tensor_cls.backward
+        hooks = self
+
+        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(tensor, *args, **kwargs)
+            if not agent.disabled:
+                loss = None
+                if hooks.capture_loss:
+                    try:
+                        if tensor.numel() == 1:
+                            loss = tensor.detach()
+                    except Exception:
+                        loss = None
+                agent.on_backward(loss)
+            return result
+
+        backward.__doc__ = original.__doc__
+        tensor_cls.backward = backward
+
+    # ---- model facts ----------------------------------------------------------
+    def _wrap_init(self, cls: Any, on_init: Any) -> None:
+        original = cls.__init__
+
+        def init(obj: Any, *args: Any, **kwargs: Any) -> None:
+            original(obj, *args, **kwargs)
+            if not self.agent.disabled:
+                try:
+                    on_init(obj)
+                except Exception as err:
+                    self.agent.note("warn", "hooks", f"{cls.__name__} hook: {err}", once=f"init-{cls.__name__}")
+
+        cls.__init__ = init
+
+    def _hook_constructors(self) -> None:
+        torch = self.torch
+        nn = torch.nn
+
+        def on_conv(conv: Any) -> None:
+            self.conv2d += 1
+            self.overrides.on_conv2d(conv)
+
+        self._wrap_init(nn.Conv2d, on_conv)
+
+        def on_scaler(_: Any) -> None:
+            self.grad_scaler = True
+
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler is not None:
+            self._wrap_init(scaler, on_scaler)
+
+        def on_dp(_: Any) -> None:
+            self.data_parallel = True
+
+        self._wrap_init(nn.DataParallel, on_dp)
+
+        def on_ddp(_: Any) -> None:
+            self.ddp = True
+
+        self._wrap_init(nn.parallel.DistributedDataParallel, on_ddp)
+        autocast_cls = torch.autocast
+        original_enter = autocast_cls.__enter__
+        hooks = self
+
+        def enter(ctx: Any) -> Any:
+            if getattr(ctx, "_enabled", True):
+                hooks.autocast = True
+            return original_enter(ctx)
+
+        autocast_cls.__enter__ = enter
+
+    # ---- profiler windows -----------------------------------------------------
+    def _start_windows(self) -> None:
+        profile = self.agent.settings.profile
+        if not profile:
+            return
+        try:
+            from pitstop.profiling.windows import ProfilerWindows
+
+            agent = self.agent
+            self.agent.windows = ProfilerWindows(
+                every=profile.get("every"),
+                active=int(profile.get("active") or 5),
+                first=int(profile.get("first") or 0),
+                trace_dir=agent.settings.trace_dir,
+                device_type=self.device_type,
+                emit=agent.emit,
+                note=lambda level, message: agent.note(level, "profiler", message),
+            )
+        except Exception as err:
+            self.agent.note("warn", "profiler", f"profiler windows off: {err}")

@@ -1,0 +1,433 @@
+"""Provides the in-process agent: step clock, bounded event queue, writer, lifecycle.
+
+Started by the bootstrap in the main process of every rank. Until torch is
+imported it only holds its queue, writer thread and socket; `_hooks` installs
+the torch hooks when torch finishes importing. The hot path (`_boundary`,
+called once per step on the training thread) stamps times, reads cheap
+counters, and appends to a deque that drops the oldest on overflow; the
+writer thread does all encoding and I/O.
+
+Every part fails closed: an error is logged once as a Note and that part
+switches off; nothing raises into the training loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from pitstop import __version__
+from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
+from pitstop.profiling.launch import SESSION_ENV, SessionSettings
+from pitstop.profiling.record import RecordWriter, record_path_for
+
+QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
+WRITE_INTERVAL_S = 0.1  # writer thread period: viewers see a step within ~0.1 s
+LOSS_BATCH = 32  # losses read together, so a GPU loss costs one async copy per 32 steps
+LOSS_MAX_AGE_S = 2.0  # ...or every 2 s on slow loops
+
+_current: Agent | None = None
+
+
+def current() -> Agent | None:
+    """The agent of this process, if one started (and this is not a forked child)."""
+    return _current if _current is not None and not _current.disabled else None
+
+
+def _env_int(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+class Agent:
+    """Everything pitstop runs inside one training process."""
+
+    def __init__(self, settings: SessionSettings, reason: str = "") -> None:
+        self.settings = settings
+        self.disabled = False
+        self.pid = os.getpid()
+        self.rank = _env_int("RANK")
+        self._queue: deque[Event] = deque(maxlen=QUEUE_MAX)
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._noted: set[str] = set()
+        self._write_lock = threading.Lock()
+        # step clock (training thread only)
+        self.step_index = 0
+        self.t_last: float | None = None
+        self.acc_wait = 0.0
+        self.acc_samples = 0
+        self.samples_known = False
+        self.mode: str | None = None  # "optimizer" | "backward" | "manual" once decided
+        self.primary_opt: int | None = None
+        self.others_since_primary = 0
+        self.optimizers: set[int] = set()
+        self.backward_calls_without_opt = 0
+        self._first_backward = 0.0
+        self._pending_losses: dict[int, Any] = {}
+        self._loss_reads: list[tuple[list[int], Any, Any]] = []
+        self._last_loss_flush = time.monotonic()
+        self._rss_fd: int | None = None
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self.cuda_mem = False  # set by the hooks once CUDA is initialised by the script
+        self.torch: Any = None
+        self.windows: Any = None
+        self.hooks: Any = None
+        self.worker_pids: set[int] = set()
+        self.finished = False
+
+        self.record_path = record_path_for(settings.record, self.rank, self.pid)
+        self._writer = RecordWriter(self.record_path)
+        try:
+            self._rss_fd = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._rss_fd = None
+
+        script = settings.script or (sys.argv[0] if sys.argv else "")
+        self.hello = Hello(
+            schema=SCHEMA_VERSION,
+            pitstop_version=__version__,
+            session=settings.session,
+            pid=self.pid,
+            ppid=os.getppid(),
+            host=socket.gethostname(),
+            argv=list(getattr(sys, "orig_argv", sys.argv)),
+            cwd=os.getcwd(),
+            started=time.time(),
+            python=sys.version.split()[0],
+            mode=settings.mode,
+            rank=self.rank,
+            local_rank=_env_int("LOCAL_RANK"),
+            world_size=_env_int("WORLD_SIZE"),
+            script=script,
+            record=str(self.record_path),
+        )
+        self._writer.write(self.hello)
+        self.server: Any = None
+        if settings.socket:
+            try:
+                from pitstop.profiling.transport import AgentServer
+
+                self.server = AgentServer(
+                    self._on_command,
+                    {
+                        "pid": self.pid,
+                        "session": settings.session,
+                        "script": script,
+                        "started": self.hello.started,
+                        "rank": self.rank,
+                        "record": str(self.record_path),
+                        "cwd": self.hello.cwd,
+                    },
+                )
+                self.server.publish([encode(self.hello)])
+            except Exception as err:
+                self.note("warn", "socket", f"live viewers unavailable: {err}")
+        self._writer_thread = threading.Thread(target=self._write_loop, name="pitstop-writer", daemon=True)
+        self._writer_thread.start()
+        self.sampler: Any = None
+        try:
+            from pitstop.profiling.sampler import Sampler
+
+            self.sampler = Sampler(self)
+            self.sampler.start()
+        except Exception as err:
+            self.note("warn", "sampler", f"sampler off: {err}")
+        os.register_at_fork(after_in_child=self._after_fork_child)
+        atexit.register(self.shutdown)
+
+    # ---- emitting -------------------------------------------------------
+    def emit(self, event: Event) -> None:
+        """Queue an event; never blocks. A full queue drops its oldest event and counts it."""
+        if self.disabled:
+            return
+        queue = self._queue
+        if len(queue) == QUEUE_MAX:
+            self.dropped += 1
+        queue.append(event)
+
+    def note(self, level: str, source: str, message: str, once: str | None = None) -> None:
+        """Tell the person something (once per `once` key)."""
+        key = once or f"{source}:{message}"
+        if key in self._noted:
+            return
+        self._noted.add(key)
+        self.emit(Note(t=time.time(), level=level, source=source, message=message))
+
+    def _write_loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            next_t += WRITE_INTERVAL_S
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+            self._drain()
+
+    def _drain(self) -> None:
+        with self._write_lock:
+            lines = []
+            queue = self._queue
+            while queue:
+                try:
+                    lines.append(encode(queue.popleft()))
+                except IndexError:
+                    break
+                except Exception as err:  # an unencodable event is dropped, not fatal
+                    self.dropped += 1
+                    self.note("warn", "writer", f"event dropped: {err}", once="encode")
+            if not lines:
+                return
+            try:
+                self._writer.write_lines(lines)
+            except Exception as err:
+                if "writer-failed" not in self._noted:
+                    self._noted.add("writer-failed")
+                    sys.stderr.write(f"pitstop: recording stopped: {err}\n")
+            if self.server is not None:
+                self.server.publish(lines)
+
+    # ---- the step clock (training thread) ------------------------------
+    def on_data_wait(self, started: float, waited: float, samples: int | None) -> None:
+        if self.t_last is None:
+            self.t_last = started
+        self.acc_wait += waited
+        if samples is not None:
+            self.acc_samples += samples
+            self.samples_known = True
+
+    def on_optimizer_step(self, optimizer: Any) -> None:
+        if self.mode == "manual":
+            return
+        key = id(optimizer)
+        self.optimizers.add(key)
+        if self.primary_opt is None:
+            self.primary_opt = key
+        if key != self.primary_opt:
+            # Several optimizers per iteration (a GAN): one step per iteration, marked by
+            # the first optimizer. If it stops stepping (a later training phase) switch.
+            self.others_since_primary += 1
+            if self.others_since_primary <= 16:
+                return
+            self.primary_opt = key
+        self.others_since_primary = 0
+        self.mode = "optimizer"
+        self._boundary("optimizer")
+
+    def on_backward(self, loss: Any) -> None:
+        if loss is not None:
+            self._pending_losses[self.step_index] = loss
+        if self.mode in ("optimizer", "manual"):
+            return
+        # No optimizer has stepped: count backward calls, but only from the second
+        # one, so a script whose optimizer steps after its first backward is not
+        # counted twice at the start.
+        self.backward_calls_without_opt += 1
+        if self.mode == "backward":
+            self._boundary("backward")
+        elif self.backward_calls_without_opt == 1:
+            self._first_backward = time.perf_counter()
+        else:
+            # Second backward and still no optimizer: steps are backward calls. The
+            # first step runs from the first backward (what came before it was set-up).
+            self.mode = "backward"
+            self.t_last = self._first_backward
+            self._boundary("backward")
+
+    def manual_step(self, samples: int | None = None) -> None:
+        if self.disabled:
+            return
+        self.mode = "manual"
+        if samples is not None:
+            self.acc_samples += samples
+            self.samples_known = True
+        self._boundary("manual")
+
+    def _rss(self) -> int | None:
+        if self._rss_fd is None:
+            return None
+        try:
+            fields = os.pread(self._rss_fd, 128, 0).split()
+            return int(fields[1]) * self._page
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def _boundary(self, source: str) -> None:
+        if self.disabled or self.finished:
+            return
+        now = time.perf_counter()
+        if self.t_last is None:  # the first boundary only starts the clock
+            self.t_last = now
+            self.acc_wait = 0.0
+            self.acc_samples = 0
+            return
+        try:
+            alloc = reserved = peak = None
+            if self.cuda_mem:
+                cuda = self.torch.cuda
+                alloc = cuda.memory_allocated()
+                reserved = cuda.memory_reserved()
+                peak = cuda.max_memory_allocated()
+            elif self.hooks is not None and self.hooks.cuda_ready():
+                self.cuda_mem = True
+            self.emit(
+                Step(
+                    t=time.time(),
+                    step=self.step_index,
+                    wall=now - self.t_last,
+                    data_wait=self.acc_wait,
+                    samples=self.acc_samples if self.samples_known else None,
+                    source=source,
+                    mem_allocated=alloc,
+                    mem_reserved=reserved,
+                    mem_peak=peak,
+                    host_rss=self._rss(),
+                )
+            )
+        except Exception as err:
+            self.note("warn", "agent", f"step clock error: {err}", once="boundary")
+        if self.step_index == 0 and self.hooks is not None:
+            self.hooks.report_model()
+        self.step_index += 1
+        self.t_last = now
+        self.acc_wait = 0.0
+        self.acc_samples = 0
+        if self._pending_losses and (
+            len(self._pending_losses) >= LOSS_BATCH or time.monotonic() - self._last_loss_flush > LOSS_MAX_AGE_S
+        ):
+            self.flush_losses(block=False)
+        if self.windows is not None:
+            try:
+                self.windows.on_step(self.step_index - 1)
+            except Exception as err:
+                self.windows = None
+                self.note("warn", "profiler", f"profiler windows off: {err}")
+        trial = self.settings.trial_steps
+        if trial is not None and self.step_index >= trial:
+            self.finish_trial()
+
+    # ---- losses -----------------------------------------------------------
+    def flush_losses(self, block: bool) -> None:
+        """Read pending losses without a per-step sync: one async copy per batch."""
+        self._last_loss_flush = time.monotonic()
+        pending, self._pending_losses = self._pending_losses, {}
+        try:
+            if pending:
+                steps = sorted(pending)
+                tensors = [pending[s] for s in steps]
+                torch = self.torch
+                if tensors[0].device.type == "cuda":
+                    stacked = torch.stack([t.reshape(()).float() for t in tensors])
+                    host = stacked.to("cpu", non_blocking=True)
+                    done = torch.cuda.Event()
+                    done.record()
+                    self._loss_reads.append((steps, host, done))
+                else:
+                    self._loss_reads.append((steps, torch.stack([t.reshape(()).float() for t in tensors]), None))
+            still = []
+            for steps, host, done in self._loss_reads:
+                if done is not None and not block and not done.query():
+                    still.append((steps, host, done))
+                    continue
+                if done is not None:
+                    done.synchronize()
+                values = host.tolist()
+                finite = [v if v == v and v not in (float("inf"), float("-inf")) else None for v in values]
+                bad = [s for s, v in zip(steps, finite) if v is None]
+                self.emit(Loss(t=time.time(), steps=steps, values=finite, nonfinite=bad))
+            self._loss_reads = still
+        except Exception as err:
+            self._loss_reads = []
+            self.note("warn", "loss", f"loss reading off: {err}", once="loss")
+            if self.hooks is not None:
+                self.hooks.capture_loss = False
+
+    # ---- commands from viewers (socket thread) ------------------------------
+    def _on_command(self, cmd: str) -> str:
+        if cmd == "profile":
+            if self.windows is None:
+                return "profiler windows are off in this run (started with --profile off, or torch not imported yet)"
+            self.windows.request()
+            return f"profiling the next steps from step {self.step_index}"
+        if cmd == "stop":
+            os.kill(self.pid, signal.SIGINT)
+            return f"sent SIGINT to pid {self.pid}"
+        if cmd == "ping":
+            return "pong"
+        return f"unknown command {cmd!r} (known: profile, stop)"
+
+    # ---- lifecycle ---------------------------------------------------------
+    def finish_trial(self) -> None:
+        """Trial mode: the measured steps are done; end the process ourselves (exit 0)."""
+        self.finished = True
+        self.shutdown(reason="trial-complete", exit_code=0)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        try:
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                child.kill()
+        except Exception:
+            pass
+        os._exit(0)
+
+    def shutdown(self, reason: str = "exit", exit_code: int | None = None) -> None:
+        """Flush everything and close; idempotent; runs at exit."""
+        if self.disabled or self._stop.is_set():
+            return
+        try:
+            if self.windows is not None:
+                self.windows.close()
+        except Exception:
+            pass
+        if self.torch is not None:
+            self.flush_losses(block=True)
+        if self.sampler is not None:
+            self.sampler.stop()
+        self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code))
+        self._stop.set()
+        self._writer_thread.join(timeout=2.0)
+        self._drain()
+        try:
+            self._writer.close()
+        except Exception:
+            pass
+        if self.server is not None:
+            self.server.close()
+
+    def _after_fork_child(self) -> None:
+        # A forked child (a DataLoader worker) inherits our objects but not our
+        # threads: switch everything off there, touching no lock.
+        global _current
+        self.disabled = True
+        _current = None
+        if self.server is not None:
+            self.server.close_in_child()
+
+
+def start_from_env(reason: str = "") -> Agent | None:
+    """Called by the bootstrap once it decided this process gets the agent."""
+    global _current
+    if _current is not None:
+        return _current
+    settings = SessionSettings.from_env(os.environ[SESSION_ENV])
+    agent = Agent(settings, reason)
+    _current = agent
+    try:
+        from pitstop.profiling import _hooks
+
+        _hooks.install_when_torch_imported(agent)
+    except Exception as err:
+        agent.note("error", "hooks", f"torch hooks not installed: {err}")
+    return agent
+

@@ -1,0 +1,177 @@
+"""Provides how pitstop starts a training command with its agent injected.
+
+The child gets our bootstrap directory first on PYTHONPATH (its
+sitecustomize decides whether to start the agent) and one environment
+variable, PITSTOP_SESSION, carrying the session settings as JSON. Every
+process the command starts inherits both; the bootstrap's start decision
+keeps the agent out of launchers and workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from pitstop.errors import LaunchError
+
+SESSION_ENV = "PITSTOP_SESSION"
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the user asked to run: a script, a module, or any launcher command."""
+
+    script: str | None = None
+    module: str | None = None
+    launcher: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """Short name for headers and record names."""
+        if self.script:
+            return Path(self.script).name
+        if self.module:
+            return f"-m {self.module}"
+        for part in self.launcher:
+            if part.endswith(".py"):
+                return Path(part).name
+        return Path(self.launcher[0]).name if self.launcher else "?"
+
+    @property
+    def stem(self) -> str:
+        """File-name-safe short name."""
+        name = self.module or self.label
+        stem = Path(name).stem if name.endswith(".py") else name
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in stem.replace("-m ", ""))
+
+    def command(self, python: str | None = None) -> list[str]:
+        """The argv to execute."""
+        python = python or sys.executable
+        if self.script:
+            return [python, self.script, *self.args]
+        if self.module:
+            return [python, "-m", self.module, *self.args]
+        return [*self.launcher, *self.args]
+
+    def describe(self) -> str:
+        """The command as a person would type it (for reports and provenance)."""
+        return " ".join(self.command("python"))
+
+    def check(self, cwd: Path | None = None) -> None:
+        """Fail early, with one line, when the target cannot start at all."""
+        base = cwd or Path.cwd()
+        if self.script:
+            path = Path(self.script)
+            path = path if path.is_absolute() else base / path
+            if not path.exists():
+                raise LaunchError(f"no such script: {self.script}")
+            if path.is_dir():
+                raise LaunchError(f"{self.script} is a directory, not a script")
+            if not os.access(path, os.R_OK):
+                raise LaunchError(f"cannot read script: {self.script}")
+        elif self.module:
+            old = list(sys.path)
+            sys.path.insert(0, str(base))
+            try:
+                spec = importlib.util.find_spec(self.module)
+            except (ImportError, ValueError) as err:
+                raise LaunchError(f"module not found: {self.module} ({err})") from err
+            finally:
+                sys.path[:] = old
+            if spec is None:
+                raise LaunchError(f"module not found: {self.module}")
+        elif self.launcher:
+            if shutil.which(self.launcher[0]) is None and not Path(self.launcher[0]).exists():
+                raise LaunchError(f"launcher not found: {self.launcher[0]}")
+        else:
+            raise LaunchError("nothing to run: give a script, -m MODULE, or -- COMMAND")
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What the agent in every process of one session is told (JSON in PITSTOP_SESSION)."""
+
+    session: str
+    record: str  # a record base: a directory, or a `.jsonl` file name (see record.record_path_for)
+    script: str = ""
+    mode: str = "run"  # "run" | "trial"
+    socket: bool = True
+    config: dict[str, Any] | None = None  # pitstop.config.Config.to_dict()
+    trial_steps: int | None = None  # trial mode: end the process after this many steps
+    profile: dict[str, int | None] | None = field(
+        default_factory=lambda: {"every": 500, "active": 5, "first": 50}
+    )
+    trace_dir: str | None = None
+    started: float = field(default_factory=time.time)
+
+    def to_env(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_env(cls, text: str) -> SessionSettings:
+        data = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def new_session_id(stem: str) -> str:
+    """Sortable, unique, readable: 20261122-101502-train-3f9a."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}-{secrets.token_hex(2)}"
+
+
+def child_env(settings: SessionSettings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the launched command."""
+    env = dict(os.environ if base is None else base)
+    parts = [str(BOOTSTRAP_DIR)]
+    # The package must be importable in the child even when the child's Python
+    # differs (a torchrun from another venv): the bootstrap appends PITSTOP_PATH
+    # to sys.path only if `import pitstop` would otherwise fail.
+    env["PITSTOP_PATH"] = str(PACKAGE_PARENT)
+    if env.get("PYTHONPATH"):
+        parts.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env[SESSION_ENV] = settings.to_env()
+    env.pop("PITSTOP_OWNER_PID", None)  # a pitstop run inside a pitstop run starts afresh
+    return env
+
+
+def launch(
+    target: Target,
+    settings: SessionSettings,
+    *,
+    cwd: Path | None = None,
+    new_session: bool = False,
+    stdin: int | IO[Any] | None = None,
+    stdout: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start the target with the agent injected; `new_session` detaches it from our terminal."""
+    env = child_env(settings)
+    if extra_env:
+        env.update(extra_env)
+    try:
+        return subprocess.Popen(
+            target.command(),
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=new_session,
+        )
+    except OSError as err:
+        raise LaunchError(f"cannot start {target.describe()}: {err.strerror or err}") from err

@@ -1,0 +1,153 @@
+"""Provides how a tuned config is applied inside the training process, with no code change.
+
+DataLoader knobs are applied where the script builds its DataLoader (every
+DataLoader it builds); autocast, cudnn.benchmark and channels-last are applied
+process-wide when torch is imported. What applied and what did not (and why)
+goes into the stream as DataLoaderInfo and Applied events, so a record proves
+what a run really used.
+
+The config arrives as `pitstop.config.Config.to_dict()`; it was validated by
+the CLI or the tuner before launch, so this module only reads it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any
+
+from pitstop.events import Applied, DataLoaderInfo
+
+DATALOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
+
+
+class Overrides:
+    """One process's view of the config it must apply."""
+
+    def __init__(self, agent: Any, torch: Any, config: dict[str, Any] | None) -> None:
+        self.agent = agent
+        self.torch = torch
+        config = config or {}
+        self.loader = {k: v for k, v in (config.get("dataloader") or {}).items() if v is not None}
+        self.compute = {k: v for k, v in (config.get("compute") or {}).items() if v is not None}
+        self.channels_last = bool(self.compute.get("channels_last"))
+        self.channels_last_params = 0
+        self._loaders = 0
+        self._signature: inspect.Signature | None = None
+
+    # ---- process-wide knobs ----------------------------------------------------
+    def apply_global(self) -> None:
+        if not self.compute:
+            return
+        torch = self.torch
+        applied: dict[str, Any] = {}
+        skipped: dict[str, str] = {}
+        cuda = getattr(torch.version, "cuda", None) is not None and torch.cuda.is_available()
+        if "cudnn_benchmark" in self.compute:
+            value = bool(self.compute["cudnn_benchmark"])
+            if cuda:
+                torch.backends.cudnn.benchmark = value
+                applied["cudnn_benchmark"] = value
+            else:
+                skipped["cudnn_benchmark"] = "no CUDA device: cuDNN is not used"
+        amp = self.compute.get("amp")
+        if amp in ("bf16", "fp16"):
+            device = "cuda" if cuda else "cpu"
+            dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+            if device == "cuda" and amp == "bf16" and not torch.cuda.is_bf16_supported():
+                skipped["amp"] = "this GPU does not support bf16"
+            elif device == "cpu" and amp == "fp16":
+                skipped["amp"] = "fp16 autocast needs CUDA; use bf16 on the CPU"
+            else:
+                # Autocast for the main thread, for the whole run (what `with
+                # torch.autocast(...)` around the loop would do). The weight-cast
+                # cache is off: the cache lives until the outermost autocast exits,
+                # which never happens here, so it would serve stale weights after
+                # the optimizer updates them.
+                torch.set_autocast_enabled(device, True)
+                torch.set_autocast_dtype(device, dtype)
+                torch.set_autocast_cache_enabled(False)
+                applied["amp"] = f"{amp} on {device}"
+        elif amp == "off":
+            applied["amp"] = "off"
+        if self.channels_last:
+            applied["channels_last"] = "Conv2d weights as they are built"
+        self.agent.emit(Applied(t=time.time(), applied=applied, skipped=skipped))
+
+    def on_conv2d(self, conv: Any) -> None:
+        """Channels-last: Conv2d weights in NHWC. Convolutions then produce NHWC
+        outputs whatever their input's layout, so the rest of the model follows."""
+        if not self.channels_last:
+            return
+        weight = conv.weight
+        weight.data = weight.data.contiguous(memory_format=self.torch.channels_last)
+        self.channels_last_params += 1
+
+    # ---- DataLoader knobs ----------------------------------------------------
+    def dataloader_kwargs(
+        self, original_init: Any, loader: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any], dict[str, str]]:
+        """The DataLoader arguments with the config applied, and what applied or not."""
+        applied: dict[str, Any] = {}
+        skipped: dict[str, str] = {}
+        if not self.loader:
+            return args, kwargs, applied, skipped
+        try:
+            if self._signature is None:
+                self._signature = inspect.signature(original_init)
+            bound = self._signature.bind(loader, *args, **kwargs)
+        except (TypeError, ValueError) as err:
+            for knob in self.loader:
+                skipped[knob] = f"cannot read the DataLoader's arguments: {err}"
+            return args, kwargs, applied, skipped
+        values = dict(bound.arguments)
+        values.pop("self", None)
+        extra = values.pop("kwargs", None)  # a subclass signature with **kwargs
+        if extra:
+            values.update(extra)
+        want = dict(self.loader)
+        cuda = self.torch.cuda.is_available() if getattr(self.torch.version, "cuda", None) else False
+        if "batch_size" in want:
+            if values.get("batch_sampler") is not None:
+                skipped["batch_size"] = "the script passes its own batch_sampler"
+                want.pop("batch_size")
+            elif values.get("batch_size", 1) is None:
+                skipped["batch_size"] = "the DataLoader does not batch (batch_size=None)"
+                want.pop("batch_size")
+        if "pin_memory" in want and want["pin_memory"] and not cuda:
+            skipped["pin_memory"] = "no CUDA device: pinned memory would not be used"
+            want.pop("pin_memory")
+        workers = want.get("num_workers", values.get("num_workers", 0)) or 0
+        for knob in ("persistent_workers", "prefetch_factor"):
+            if knob in want and workers == 0 and knob not in values:
+                skipped[knob] = "needs num_workers > 0"
+                want.pop(knob)
+        for knob, value in want.items():
+            if values.get(knob) != value:
+                applied[knob] = value
+            values[knob] = value
+        return (), values, applied, skipped
+
+    def report_dataloader(self, loader: Any, applied: dict[str, Any], skipped: dict[str, str]) -> None:
+        self._loaders += 1
+        try:
+            length = len(loader.dataset)
+        except Exception:
+            length = None
+        sampler = getattr(loader, "batch_sampler", None)
+        custom = sampler is not None and type(sampler).__name__ != "BatchSampler"
+        self.agent.emit(
+            DataLoaderInfo(
+                t=time.time(),
+                id=self._loaders,
+                num_workers=int(loader.num_workers),
+                batch_size=loader.batch_size,
+                pin_memory=bool(loader.pin_memory),
+                persistent_workers=bool(loader.persistent_workers),
+                prefetch_factor=loader.prefetch_factor if loader.num_workers else None,
+                dataset_len=length,
+                batch_sampler=custom,
+                overrides=applied,
+                skipped=skipped,
+            )
+        )

@@ -1,0 +1,165 @@
+"""Provides the JSON-lines record: where records live, the writer, and a tolerant reader.
+
+A record is one file per training process (`rank0.jsonl`, `rank1.jsonl`, ...),
+grouped in a session directory. Readers accept a file, a session directory, or
+several files. A record cut by a killed run ends in a torn line: the reader
+stops at the last whole line and says so instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pitstop.errors import RecordError, SchemaError
+from pitstop.events import Event, Hello, decode, encode
+
+
+def default_record_root() -> Path:
+    """Where records go unless `--record` says otherwise (documented in the README)."""
+    env = os.environ.get("PITSTOP_RECORD_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "pitstop" / "runs"
+
+
+def record_path_for(base: str, rank: int | None, pid: int) -> Path:
+    """The file one process writes, given the session's record base.
+
+    `base` ending in `.jsonl` is a file name: rank 0 (or a lone process) writes
+    it, rank r writes `NAME.rank{r}.jsonl`. Otherwise `base` is a directory and
+    each process writes `rank{r}.jsonl` in it (`proc{pid}.jsonl` when no rank).
+    """
+    path = Path(base)
+    if path.suffix == ".jsonl":
+        if not rank:
+            return path
+        return path.with_name(f"{path.stem}.rank{rank}.jsonl")
+    name = f"rank{rank}.jsonl" if rank is not None else "rank0.jsonl"
+    candidate = path / name
+    if candidate.exists():  # a restarted rank, or a second non-rank process: never overwrite
+        candidate = path / f"{candidate.stem}-{pid}.jsonl"
+    return candidate
+
+
+class RecordWriter:
+    """Appends encoded events to one file; only the agent's writer thread calls it.
+
+    Unbuffered `os.write` on purpose: a process that forks while a buffered
+    file holds unwritten data would flush that data twice (once per process).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # O_EXCL: a record is never overwritten; the CLI checks first and fails with a clear line.
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+
+    def write_lines(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        data = ("\n".join(lines) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def write(self, event: Event) -> None:
+        self.write_lines([encode(event)])
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+@dataclass
+class ReadResult:
+    """What a reader found besides the events."""
+
+    torn: bool = False  # the last line was cut (a killed run)
+    skipped: int = 0  # lines of kinds this version does not know
+
+
+def iter_record(path: Path, result: ReadResult | None = None) -> Iterator[Event]:
+    """Events of one record file, in order. Raises RecordError/SchemaError with the path."""
+    result = result if result is not None else ReadResult()
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError as err:
+        raise RecordError(f"no record at {path}") from err
+    except IsADirectoryError as err:
+        raise RecordError(f"{path} is a directory, not a record file") from err
+    except OSError as err:
+        raise RecordError(f"cannot read record {path}: {err.strerror}") from err
+    with handle:
+        lineno = 0
+        first = True
+        for raw in handle:
+            lineno += 1
+            if not raw.strip():
+                continue
+            whole = raw.endswith(b"\n")
+            try:
+                event = decode(raw)
+            except SchemaError as err:
+                if not whole:  # a torn last line from a killed run: stop quietly
+                    result.torn = True
+                    return
+                if "newer pitstop" in str(err):
+                    raise SchemaError(f"{path}: {err}") from err
+                raise RecordError(f"{path}:{lineno}: corrupt record line ({err})") from err
+            if event is None:
+                result.skipped += 1
+                continue
+            if first and not isinstance(event, Hello):
+                raise RecordError(f"{path}: not a pitstop record (first event is not 'hello')")
+            first = False
+            yield event
+        if first:
+            raise RecordError(f"{path}: empty record (the run wrote nothing)")
+
+
+def record_files(target: Path) -> list[Path]:
+    """The record files a user means by `target`: a file, or every *.jsonl in a directory."""
+    if target.is_dir():
+        files = sorted(target.glob("*.jsonl"))
+        if not files:
+            raise RecordError(f"no record files (*.jsonl) in {target}")
+        return files
+    if not target.exists():
+        raise RecordError(f"no record at {target}")
+    return [target]
+
+
+def read_records(target: Path) -> list[list[Event]]:
+    """Every event of every file `target` names: one list per process."""
+    return [list(iter_record(p)) for p in record_files(target)]
+
+
+def follow_record(path: Path, stop: callable, poll_s: float = 0.2) -> Iterator[list[Event]]:  # type: ignore[valid-type]
+    """Batches of events appended to a growing record, until `stop()` is true and the file is drained."""
+    pending = b""
+    offset = 0
+    while True:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            chunk = b""
+        offset += len(chunk)
+        data = pending + chunk
+        lines = data.split(b"\n")
+        pending = lines.pop()
+        batch = [e for e in (decode(line) for line in lines if line.strip()) if e is not None]
+        if batch:
+            yield batch
+        elif stop():
+            return
+        else:
+            time.sleep(poll_s)

@@ -1,0 +1,144 @@
+"""Provides the sampler thread: NVML per visible GPU and psutil for the process tree, 1-2 Hz.
+
+Deadline-scheduled (`next_t += interval`) on a named daemon thread that stops
+on an Event. Every reading that cannot be taken says why, once; a part that
+keeps failing switches itself off and the rest goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from pitstop.events import Gpu, Proc, Sample
+
+INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: cheap (~1 ms a tick)
+
+
+def _visible(gpus: list[Gpu]) -> list[Gpu]:
+    """Only the GPUs this process may use (CUDA_VISIBLE_DEVICES by index)."""
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return gpus
+    wanted: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if part.isdigit():
+            wanted.append(int(part))
+        elif part:  # UUIDs or MIG names: keep all rather than guess
+            return gpus
+    by_index = {g.index: g for g in gpus}
+    return [by_index[i] for i in wanted if i in by_index]
+
+
+class Sampler:
+    """Periodic readings of the process tree and the GPUs."""
+
+    def __init__(self, agent: Any) -> None:
+        import psutil  # imported here: the bootstrap must not pay for it when no agent starts
+
+        self.agent = agent
+        self.psutil = psutil
+        self.me = psutil.Process()
+        self._procs: dict[int, Any] = {}
+        self._primed: set[int] = set()
+        self._stop = threading.Event()
+        self._nvml_off: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="pitstop-sampler", daemon=True)
+        psutil.cpu_percent(None)  # prime: the first system reading is relative to this call
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=2.0)
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            next_t += INTERVAL_S
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+            if self._stop.is_set() or self.agent.disabled:
+                return
+            try:
+                self.agent.emit(self.read())
+            except Exception as err:
+                self.agent.note("warn", "sampler", f"sampler stopped: {err}")
+                return
+
+    def _proc(self, pid: int) -> Any:
+        proc = self._procs.get(pid)
+        if proc is None:
+            proc = self.me if pid == self.me.pid else self.psutil.Process(pid)
+            proc.cpu_percent(None)  # prime; the first reading of a new process is 0 by definition
+            self._procs[pid] = proc
+        return proc
+
+    def read_procs(self) -> list[Proc]:
+        psutil = self.psutil
+        procs: list[Proc] = []
+        try:
+            children = self.me.children(recursive=True)
+        except psutil.Error:
+            children = []
+        seen = {self.me.pid}
+        for pid in [self.me.pid, *(c.pid for c in children)]:
+            seen.add(pid)
+            try:
+                proc = self._proc(pid)
+                fresh = pid not in self._primed
+                cpu = proc.cpu_percent(None)
+                rss = proc.memory_info().rss
+            except psutil.Error:
+                continue
+            if pid == self.me.pid:
+                role = "main"
+            elif pid in self.agent.worker_pids:
+                role = "worker"
+            else:
+                role = "child"
+            procs.append(Proc(pid=pid, role=role, cpu=None if fresh else cpu, rss=rss))
+            self._primed.add(pid)
+        for gone in set(self._procs) - seen:
+            self._procs.pop(gone, None)
+            self._primed.discard(gone)
+        return procs
+
+    def read_gpus(self) -> tuple[list[Gpu], str | None]:
+        if self._nvml_off is not None:
+            return [], self._nvml_off
+        try:
+            from pitstop.profiling import nvml
+
+            gpus, reason = nvml.read_gpus()
+        except Exception as err:
+            self._nvml_off = f"NVML reading failed: {err}"
+            return [], self._nvml_off
+        if reason and not gpus:
+            self._nvml_off = reason  # no driver / no GPU does not change during a run
+        return _visible(gpus), reason
+
+    def read(self) -> Sample:
+        gpus, reason = self.read_gpus()
+        retries = ooms = None
+        agent = self.agent
+        if agent.cuda_mem and agent.torch is not None:
+            try:
+                stats = agent.torch.cuda.memory_stats()
+                retries = int(stats.get("num_alloc_retries", 0))
+                ooms = int(stats.get("num_ooms", 0))
+            except Exception:
+                pass
+        return Sample(
+            t=time.time(),
+            gpus=gpus,
+            gpu_unavailable=reason if not gpus else None,
+            procs=self.read_procs(),
+            system_cpu=self.psutil.cpu_percent(None),
+            alloc_retries=retries,
+            ooms=ooms,
+        )

@@ -1,0 +1,415 @@
+"""Provides the per-process Unix socket: the agent's server and the viewers' client.
+
+Layout: one per-user directory (0700) holding `<pid>.sock` (0600) and
+`<pid>.json` (who is behind it). The server runs on one named daemon thread
+that does all socket I/O; the agent's writer thread hands it encoded lines
+through a queue, so a stalled or vanished client can never slow training: a
+client whose unsent backlog passes MAX_BACKLOG is dropped.
+
+Wire format: newline-delimited JSON both ways. Server to client: history
+(sticky events, then the recent ring) and then live events; replies to
+commands are lines of kind "reply" (events.decode skips them). Client to
+server: {"cmd": "profile"} or {"cmd": "stop"}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import selectors
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pitstop.errors import TransportError
+
+MAX_BACKLOG = 16 << 20  # bytes queued for one client before it is dropped (~60 s of a busy run)
+HISTORY_LINES = 20_000  # recent events replayed to a client on connect, besides sticky ones
+STICKY_KINDS = frozenset({"hello", "runtime", "model", "dataloader", "applied"})
+
+
+def runtime_dir(create: bool = True) -> Path:
+    """The per-user socket directory, created 0700 and checked to be ours."""
+    base = os.environ.get("PITSTOP_RUNTIME_DIR")
+    if base:
+        path = Path(base)
+    elif os.environ.get("XDG_RUNTIME_DIR") and os.path.isdir(os.environ["XDG_RUNTIME_DIR"]):
+        path = Path(os.environ["XDG_RUNTIME_DIR"]) / "pitstop"
+    else:
+        path = Path(tempfile.gettempdir()) / f"pitstop-{os.getuid()}"
+    if create:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.stat()
+        if st.st_uid != os.getuid():
+            raise TransportError(f"{path} belongs to another user; set PITSTOP_RUNTIME_DIR")
+        if st.st_mode & 0o077:
+            os.chmod(path, 0o700)
+    return path
+
+
+def _peer_uid(conn: socket.socket) -> int | None:
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):  # not Linux: the 0700 directory is the guard
+        return None
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+@dataclass
+class _Client:
+    conn: socket.socket
+    out: bytearray
+    inbuf: bytearray
+
+
+class AgentServer:
+    """Serves one process's event stream to any number of local viewers."""
+
+    def __init__(self, on_command: Callable[[str], str], info: dict[str, Any]) -> None:
+        self._on_command = on_command
+        self._incoming: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
+        self._history: deque[bytes] = deque(maxlen=HISTORY_LINES)
+        self._hello = b""
+        self._sticky: deque[bytes] = deque(maxlen=256)  # bounded: a DataLoader per epoch adds one each
+        self._clients: dict[int, _Client] = {}
+        self._stop = threading.Event()
+        directory = runtime_dir()
+        self.path = directory / f"{os.getpid()}.sock"
+        self.info_path = directory / f"{os.getpid()}.json"
+        for stale in (self.path, self.info_path):
+            stale.unlink(missing_ok=True)  # a dead process with our recycled pid
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # the socket file is born 0600
+        try:
+            self._listener.bind(str(self.path))
+        finally:
+            os.umask(old_umask)
+        self._listener.listen(8)
+        self._listener.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        tmp = self.info_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**info, "socket": str(self.path)}))
+        os.chmod(tmp, 0o600)
+        tmp.replace(self.info_path)
+        self._thread = threading.Thread(target=self._loop, name="pitstop-socket", daemon=True)
+        self._thread.start()
+
+    def publish(self, lines: list[str]) -> None:
+        """Hand encoded events to the server thread (never blocks)."""
+        if lines:
+            self._incoming.put(lines)
+            try:
+                self._wake_w.send(b"\0")
+            except OSError:  # the wake pipe is full: the server is awake anyway
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._incoming.put(None)
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass
+        self._thread.join(timeout=2.0)
+        self._cleanup()
+
+    def close_in_child(self) -> None:
+        """After fork: drop our copies of the fds without unlinking the parent's socket."""
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _cleanup(self) -> None:
+        for sock in (self._listener, self._wake_r, self._wake_w, *[c.conn for c in self._clients.values()]):
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._clients.clear()
+        for path in (self.path, self.info_path):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+    def _loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._listener, selectors.EVENT_READ, "accept")
+        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        while not self._stop.is_set():
+            try:
+                ready = sel.select(timeout=0.5)
+            except OSError:
+                return
+            for key, mask in ready:
+                if key.data == "accept":
+                    self._accept(sel)
+                elif key.data == "wake":
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except OSError:
+                        pass
+                else:
+                    client = self._clients.get(key.data)
+                    if client is None:
+                        continue
+                    if mask & selectors.EVENT_READ:
+                        self._read(sel, client)
+                    if mask & selectors.EVENT_WRITE and key.data in self._clients:
+                        self._flush(sel, client)
+            self._drain_incoming(sel)
+
+    def _drain_incoming(self, sel: selectors.BaseSelector) -> None:
+        while True:
+            try:
+                lines = self._incoming.get_nowait()
+            except queue.Empty:
+                return
+            if lines is None:
+                return
+            payload = bytearray()
+            for line in lines:
+                raw = line.encode() + b"\n"
+                payload += raw
+                kind = line[9:].split('"', 1)[0] if line.startswith('{"kind":"') else ""
+                if kind == "hello":
+                    self._hello = raw
+                elif kind in STICKY_KINDS:
+                    self._sticky.append(raw)
+                else:
+                    self._history.append(raw)
+            for fd, client in list(self._clients.items()):
+                client.out += payload
+                if len(client.out) > MAX_BACKLOG:
+                    self._drop(sel, fd)
+                else:
+                    self._flush(sel, client)
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        try:
+            conn, _ = self._listener.accept()
+        except OSError:
+            return
+        uid = _peer_uid(conn)
+        if uid is not None and uid != os.getuid():
+            conn.close()  # another user's viewer: refused
+            return
+        conn.setblocking(False)
+        client = _Client(conn, bytearray(self._hello + b"".join(self._sticky) + b"".join(self._history)), bytearray())
+        self._clients[conn.fileno()] = client
+        sel.register(conn, selectors.EVENT_READ | selectors.EVENT_WRITE, conn.fileno())
+
+    def _read(self, sel: selectors.BaseSelector, client: _Client) -> None:
+        fd = client.conn.fileno()
+        try:
+            data = client.conn.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(sel, fd)
+            return
+        client.inbuf += data
+        while b"\n" in client.inbuf:
+            line, _, rest = bytes(client.inbuf).partition(b"\n")
+            client.inbuf = bytearray(rest)
+            try:
+                cmd = str(json.loads(line).get("cmd", ""))
+            except (ValueError, AttributeError):
+                cmd = ""
+            try:
+                reply = self._on_command(cmd)
+            except Exception as err:  # a command must never kill the server thread
+                reply = f"error: {err}"
+            client.out += json.dumps({"kind": "reply", "cmd": cmd, "message": reply}).encode() + b"\n"
+        self._flush(sel, client)
+
+    def _flush(self, sel: selectors.BaseSelector, client: _Client) -> None:
+        fd = client.conn.fileno()
+        while client.out:
+            try:
+                sent = client.conn.send(client.out[:262144])
+            except BlockingIOError:
+                break
+            except OSError:
+                self._drop(sel, fd)
+                return
+            del client.out[:sent]
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.out else 0)
+        try:
+            sel.modify(client.conn, events, fd)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _drop(self, sel: selectors.BaseSelector, fd: int) -> None:
+        client = self._clients.pop(fd, None)
+        if client is None:
+            return
+        try:
+            sel.unregister(client.conn)
+        except (KeyError, ValueError):
+            pass
+        try:
+            client.conn.close()
+        except OSError:
+            pass
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """One live agent found in the runtime directory."""
+
+    pid: int
+    socket: Path
+    session: str
+    script: str
+    started: float
+    rank: int | None
+    record: str | None
+    cwd: str
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_agents(clean: bool = True) -> list[AgentInfo]:
+    """Live agents of this user, oldest first; stale entries (dead pid) are removed."""
+    directory = runtime_dir(create=False)
+    if not directory.is_dir():
+        return []
+    found = []
+    for meta in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(meta.read_text())
+            pid = int(data["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        sock = Path(data.get("socket", meta.with_suffix(".sock")))
+        if not _alive(pid) or not sock.exists():
+            if clean:
+                for stale in (meta, sock):
+                    try:
+                        stale.unlink(missing_ok=True)
+                    except OSError:
+                        pass
+            continue
+        found.append(
+            AgentInfo(
+                pid=pid,
+                socket=sock,
+                session=str(data.get("session", "")),
+                script=str(data.get("script", "")),
+                started=float(data.get("started", 0.0)),
+                rank=data.get("rank"),
+                record=data.get("record"),
+                cwd=str(data.get("cwd", "")),
+            )
+        )
+    return sorted(found, key=lambda a: (a.started, a.rank or 0, a.pid))
+
+
+def socket_for_pid(pid: int) -> Path:
+    """The socket of a pid, or a TransportError that says why there is none."""
+    directory = runtime_dir(create=False)
+    path = directory / f"{pid}.sock"
+    if not _alive(pid):
+        if path.exists():
+            path.unlink(missing_ok=True)
+            (directory / f"{pid}.json").unlink(missing_ok=True)
+            raise TransportError(f"stale socket for pid {pid}: the process is gone (removed {path})")
+        raise TransportError(f"no process with pid {pid}")
+    if not path.exists():
+        raise TransportError(f"pid {pid} has no pitstop agent (no socket in {directory}); was it started with pitstop run?")
+    return path
+
+
+class Client:
+    """A viewer's connection to one agent socket."""
+
+    def __init__(self, path: Path, timeout: float = 5.0) -> None:
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(str(path))
+        except FileNotFoundError as err:
+            raise TransportError(f"no agent socket at {path}") from err
+        except ConnectionRefusedError as err:
+            raise TransportError(f"stale socket {path}: nothing listens there (the run has ended)") from err
+        except PermissionError as err:
+            raise TransportError(f"socket {path} belongs to another user") from err
+        except OSError as err:
+            raise TransportError(f"cannot connect to {path}: {err.strerror or err}") from err
+        self._buf = b""
+        self._lock = threading.Lock()
+
+    def send_command(self, cmd: str) -> None:
+        with self._lock:
+            try:
+                self._sock.sendall(json.dumps({"cmd": cmd}).encode() + b"\n")
+            except OSError as err:
+                raise TransportError(f"the agent at {self.path} went away") from err
+
+    def lines(self, poll: float = 0.25) -> Iterator[list[bytes]]:
+        """Batches of raw lines as they arrive; an empty batch every `poll` s while idle; ends at EOF."""
+        self._sock.settimeout(poll)
+        while True:
+            try:
+                data = self._sock.recv(1 << 20)
+            except TimeoutError:
+                yield []
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                return
+            self._buf += data
+            *whole, self._buf = self._buf.split(b"\n")
+            yield [line for line in whole if line]
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+def request(path: Path, cmd: str, timeout: float = 5.0) -> str:
+    """Send one command and wait for its reply (for `pitstop profile PID`)."""
+    client = Client(path, timeout=timeout)
+    try:
+        client.send_command(cmd)
+        deadline = time.monotonic() + timeout
+        for batch in client.lines(poll=0.2):
+            for line in batch:
+                if b'"kind":"reply"' in line or b'"kind": "reply"' in line:
+                    data = json.loads(line)
+                    if data.get("cmd") == cmd:
+                        return str(data.get("message", ""))
+            if time.monotonic() > deadline:
+                raise TransportError(f"no reply from the agent at {path} within {timeout:.0f} s")
+        raise TransportError(f"the agent at {path} closed the connection")
+    finally:
+        client.close()
