@@ -1,0 +1,40 @@
+"""Provides derived figures and advice over pitstop events: pure functions shared by every front.
+
+Standard library and `pitstop.events` only (no torch, textual or rich): the TUI,
+the headless printer, `pitstop view` and the tuner all read runs through here.
+"""
+
+from __future__ import annotations
+
+from pitstop.analysis._context import Finding
+from pitstop.analysis._rules import RULE_IDS, findings, run_rules
+from pitstop.analysis._state import JobState, RunState, StreamBatch
+from pitstop.analysis._stats import median_and_spread, percentile
+from pitstop.analysis._summary import (
+    Summary,
+    fmt_bytes,
+    fmt_ms,
+    fmt_pct,
+    format_summary,
+    status_line,
+    summarize,
+)
+
+__all__ = [
+    "RULE_IDS",
+    "Finding",
+    "JobState",
+    "RunState",
+    "StreamBatch",
+    "Summary",
+    "findings",
+    "fmt_bytes",
+    "fmt_ms",
+    "fmt_pct",
+    "format_summary",
+    "median_and_spread",
+    "percentile",
+    "run_rules",
+    "status_line",
+    "summarize",
+]

@@ -1,0 +1,146 @@
+"""Provides Finding (one piece of advice) and Context (the measured figures every rule reads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pitstop.analysis._state import RunState
+from pitstop.analysis._stats import median_and_spread, percentile
+from pitstop.events import DataLoaderInfo, Sample, Step
+
+# Steps 0..2 pay for CUDA context set-up, cudnn autotuning, allocator growth and
+# worker start-up; leaving them out keeps advice about the steady state.
+WARMUP = 3
+# Timing rules wait for 10 measured steps: a p50 over fewer moves with one slow batch.
+MIN_STEPS = 10
+# GPU rules wait for 5 samples (2.5-5 s at 1-2 Hz) so one idle reading at an
+# epoch boundary does not make a finding.
+MIN_GPU_SAMPLES = 5
+
+SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One piece of advice with the evidence from this run that supports it."""
+
+    rule: str  # stable id, e.g. "data-wait"
+    title: str
+    severity: str  # "high" | "medium" | "low"
+    evidence: list[str] = field(default_factory=list)  # figures from THIS run
+    cause: str = ""
+    fix: str = ""  # code a user can paste
+    gain: str = ""  # expected gain, estimated from the evidence
+    knob: str | None = None  # the `pitstop tune` knob that confirms it
+
+
+@dataclass(frozen=True)
+class Context:
+    """Figures over the measured steps (warm-up dropped) that several rules share."""
+
+    run: RunState
+    steps: list[Step]
+    wall_sum: float
+    wait_sum: float
+    wall_p50: float | None
+    compute_p50: float | None
+    wait_p50: float | None
+    wall_spread: float | None  # IQR / median of wall
+    data_frac: float | None
+    gpu_samples: list[Sample]  # samples after the warm-up with at least one GPU util
+
+    @property
+    def n(self) -> int:
+        """Measured steps."""
+        return len(self.steps)
+
+    @property
+    def cuda(self) -> bool:
+        """True when the run's device is CUDA."""
+        return self.run.device_type == "cuda"
+
+    def gpu_util_mean(self) -> float | None:
+        """Mean over `gpu_samples` of the mean util over GPUs, percent."""
+        per = []
+        for s in self.gpu_samples:
+            utils = [g.util for g in s.gpus if g.util is not None]
+            per.append(sum(utils) / len(utils))
+        return sum(per) / len(per) if per else None
+
+    def loader(self) -> DataLoaderInfo | None:
+        """The DataLoader built last (the training loop's, as a rule), or None."""
+        loaders = list(self.run.dataloaders.values())
+        return max(loaders, key=lambda d: d.t) if loaders else None
+
+    def max_workers(self) -> int:
+        """Most num_workers of any DataLoader seen (0 when none)."""
+        return max((d.num_workers for d in self.run.dataloaders.values()), default=0)
+
+    def usable_cpus(self) -> int | None:
+        """CPUs the process may run on (affinity), else the machine's count, else None."""
+        rt = self.run.runtime
+        if rt is None:
+            return None
+        return rt.usable_cpus or rt.cpu_count or None
+
+
+def measure(run: RunState, warmup: int = WARMUP) -> Context:
+    """The shared figures of a run; empty when it has no measured step."""
+    steps = run.measured_steps(warmup)
+    wall_sum = sum(s.wall for s in steps)
+    wait_sum = sum(s.data_wait for s in steps)
+    wall_p50 = compute_p50 = wait_p50 = spread = None
+    if steps:
+        wall_p50, _, spread = median_and_spread(s.wall for s in steps)
+        compute_p50 = percentile((s.compute for s in steps), 50)
+        wait_p50 = percentile((s.data_wait for s in steps), 50)
+    # Samples taken before the first measured step started belong to the warm-up.
+    start = steps[0].t - steps[0].wall if steps else None
+    gpu_samples = [
+        s
+        for s in run.samples
+        if any(g.util is not None for g in s.gpus) and (start is None or s.t >= start)
+    ]
+    return Context(
+        run=run,
+        steps=steps,
+        wall_sum=wall_sum,
+        wait_sum=wait_sum,
+        wall_p50=wall_p50,
+        compute_p50=compute_p50,
+        wait_p50=wait_p50,
+        wall_spread=spread,
+        data_frac=wait_sum / wall_sum if steps and wall_sum > 0 else None,
+        gpu_samples=gpu_samples,
+    )
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds as "31.0 ms"."""
+    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+def gib(n: float | None) -> str:
+    """Bytes as "1.2 GiB" (or MiB below 1 GiB)."""
+    if n is None:
+        return "n/a"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GiB"
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+def truthy_override(run: RunState, *names: str) -> bool:
+    """True when a tuned config applied any knob whose name contains one of `names`.
+
+    A value like False, None, "off", "none", "no", "fp32" means the knob is
+    applied as off, which does not count.
+    """
+    applied = run.applied.applied if run.applied is not None else {}
+    for key, value in applied.items():
+        if any(name in key.lower() for name in names):
+            if isinstance(value, str) and value.strip().lower() in {"off", "none", "no", "fp32", "false", ""}:
+                continue
+            if value in (False, None, 0):
+                continue
+            return True
+    return False

@@ -1,0 +1,267 @@
+"""Provides the rules about the training loop itself: data stalls, host-bound steps, copies, syncs."""
+
+from __future__ import annotations
+
+import math
+
+from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding, ms
+
+# Above 20% of the step spent blocked on the DataLoader the loader, not the
+# model, sets the pace: a healthy loader with prefetching keeps this near 0-5%.
+DATA_WAIT_FRAC = 0.20
+# At half of the step waiting, the run is at best half as fast as it could be.
+DATA_WAIT_HIGH = 0.50
+# Mean NVML utilisation under 60% means the GPU sits idle 40% of the time;
+# a well fed GPU training step reads 85-100%.
+GPU_UTIL_LOW = 60.0
+GPU_UTIL_VERY_LOW = 30.0
+# Ops that make the host wait for the GPU. aten::item calls
+# aten::_local_scalar_dense, so the rate is the max over names, never the sum.
+SYNC_OPS = (
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+)
+# One sync per step is the classic `total += loss.item()`: it stops the CPU
+# from queueing the next step while the GPU still runs this one.
+SYNCS_PER_STEP = 1.0
+SYNCS_PER_STEP_HIGH = 5.0
+# Pageable copies costing over 5% of the step make the finding medium, else low.
+PAGEABLE_MEDIUM_FRAC = 0.05
+
+
+def data_wait(ctx: Context) -> Finding | None:
+    """The DataLoader cannot keep up: suggest workers, pinning, prefetching."""
+    if ctx.n < MIN_STEPS or ctx.data_frac is None or ctx.data_frac <= DATA_WAIT_FRAC:
+        return None
+    assert ctx.wall_p50 is not None and ctx.compute_p50 is not None and ctx.wait_p50 is not None
+    wall, compute, wait = ctx.wall_p50, ctx.compute_p50, ctx.wait_p50
+    evidence = [
+        f"data wait is {ctx.data_frac:.0%} of step time "
+        f"(p50 {ms(wait)} of {ms(wall)} over {ctx.n} steps)"
+    ]
+    dl = ctx.loader()
+    usable = ctx.usable_cpus()
+    workers = dl.num_workers if dl is not None else None
+    if dl is not None:
+        evidence.append(
+            f"DataLoader: num_workers={dl.num_workers}, pin_memory={dl.pin_memory}, "
+            f"persistent_workers={dl.persistent_workers}, prefetch_factor={dl.prefetch_factor}, "
+            f"batch_size={dl.batch_size}"
+        )
+    else:
+        evidence.append("no torch DataLoader seen: the wait is in another iterator")
+    if usable is not None:
+        evidence.append(f"{usable} usable CPU cores")
+    s = ctx.run
+    if s.cpu_workers_n and s.workers_max:
+        evidence.append(
+            f"{s.workers_max} workers use {s.cpu_workers_sum / s.cpu_workers_n:.0f}% CPU together"
+        )
+
+    # A batch takes `load` seconds in one worker. With W workers the loader
+    # hands over one batch per step when it is the bottleneck, so each worker
+    # needs W * wall per batch; with no workers the main process loads it
+    # during the wait. To keep up, W' workers need load / W' <= compute.
+    floor = max(compute, 1e-4)
+    load = wait if not workers else workers * wall
+    # 1e-9: 0.03 - 0.02 is 0.00999..., and a ratio of 2.0000000000000004 is 2 workers.
+    need = max(1, math.ceil(load / floor - 1e-9))
+    cap = max(1, usable - 1) if usable is not None else None  # one core for the main process
+    suggested = min(need, cap) if cap is not None else need
+    current = workers or 0
+    cpu_bound = suggested <= current  # no core left for another worker
+    if cpu_bound:
+        # Keep the workers there are, but never more than the free cores
+        # (workers-oversubscribed explains why).
+        suggested = min(current, cap) if cap is not None else current
+
+    cuda = ctx.cuda
+    args = ["dataset"]
+    if dl is not None and dl.batch_size is not None:
+        args.append(f"batch_size={dl.batch_size}")
+    args.append(f"num_workers={suggested}")
+    if cuda:
+        args.append("pin_memory=True")
+    args.append("persistent_workers=True")
+    args.append(f"prefetch_factor={max(4, (dl.prefetch_factor or 2) if dl else 2)}")
+    fix = "DataLoader(" + ", ".join(args) + ")"
+    if cuda:
+        fix += "\nx = x.to(device, non_blocking=True)  # overlaps the copy with compute"
+    if cpu_bound:
+        fix += (
+            "\n# every usable core already has a worker: make each sample cheaper"
+            "\n# (decode/resize once offline, lighter transforms, GPU augmentation)"
+        )
+        gain = (
+            f"up to {wall / floor:.1f}x if each batch gets cheaper to load (step would fall from "
+            f"{ms(wall)} to ~{ms(compute)} of compute); more workers cannot help with "
+            f"{usable} usable core(s)"
+        )
+    else:
+        new_wall = max(compute, load / suggested)
+        gain = (
+            f"up to {wall / new_wall:.1f}x if the loader keeps up (step would fall from "
+            f"{ms(wall)} to ~{ms(new_wall)}; compute alone is {ms(compute)})"
+        )
+        if cap is not None and need > cap:
+            gain += f" (the loader would need ~{need} workers; {cap} core(s) are free for them)"
+    cause = (
+        "the training loop waits for the next batch: the DataLoader produces batches "
+        "slower than the model consumes them"
+        + (" (num_workers=0 loads every batch in the main process)" if workers == 0 else "")
+    )
+    return Finding(
+        rule="data-wait",
+        title="The DataLoader cannot keep up",
+        severity="high" if ctx.data_frac >= DATA_WAIT_HIGH else "medium",
+        evidence=evidence,
+        cause=cause,
+        fix=fix,
+        gain=gain,
+        knob="num_workers",
+    )
+
+
+def low_gpu_util(ctx: Context) -> Finding | None:
+    """The GPU idles while the data is on time: the host cannot queue work fast enough."""
+    if not ctx.cuda or len(ctx.gpu_samples) < MIN_GPU_SAMPLES or ctx.n < MIN_STEPS:
+        return None
+    util = ctx.gpu_util_mean()
+    if util is None or util >= GPU_UTIL_LOW:
+        return None
+    if ctx.data_frac is None or ctx.data_frac > DATA_WAIT_FRAC:
+        return None  # a data stall explains the idle GPU; data-wait says so
+    evidence = [
+        f"GPU busy {util:.0f}% on average over {len(ctx.gpu_samples)} samples "
+        f"while data wait is only {ctx.data_frac:.0%} of step time",
+        f"step p50 {ms(ctx.wall_p50)} over {ctx.n} steps",
+    ]
+    s = ctx.run
+    if s.cpu_main_n:
+        evidence.append(f"main process at {s.cpu_main_sum / s.cpu_main_n:.0f}% of one core")
+    dl = ctx.loader()
+    batch = dl.batch_size if dl is not None else None
+    bigger = f"batch_size={batch * 2}" if batch else "a larger batch_size"
+    fix = (
+        f"DataLoader(dataset, {bigger}, ...)  # scale the learning rate with the batch\n"
+        "model = torch.compile(model)  # fuses ops: fewer kernel launches per step\n"
+        '# or: torch.compile(model, mode="reduce-overhead")  # CUDA graphs, for small fixed shapes'
+    )
+    return Finding(
+        rule="low-gpu-util",
+        title="The GPU idles: the step is host-bound",
+        severity="high" if util < GPU_UTIL_VERY_LOW else "medium",
+        evidence=evidence,
+        cause=(
+            "the CPU cannot queue kernels as fast as the GPU runs them: Python and "
+            "launch overhead per op dominate, typical of small batches and many small ops"
+        ),
+        fix=fix,
+        gain=(
+            f"the GPU is idle ~{100 - util:.0f}% of the time; hiding the host overhead "
+            f"could make steps up to {100 / max(util, 1.0):.1f}x faster (less in practice)"
+        ),
+        knob="batch_size",
+    )
+
+
+def pageable_copies(ctx: Context) -> Finding | None:
+    """Host-to-device copies from pageable memory: they cannot overlap compute."""
+    pageable = count = nbytes = 0
+    us = 0.0
+    steps = 0
+    spans = []
+    for w in ctx.run.profiles:
+        c = w.copies
+        if c is None or c.h2d_pageable <= 0:
+            continue
+        pageable += c.h2d_pageable
+        count += max(c.h2d_count, c.h2d_pageable)
+        nbytes += c.h2d_bytes
+        us += c.h2d_us
+        steps += max(1, w.step_end - w.step_start)
+        spans.append(f"{w.step_start}-{w.step_end - 1}")
+    if pageable <= 0:
+        return None
+    share = pageable / count
+    per_step_ms = us * share / steps / 1e3
+    evidence = [
+        f"{pageable} of {count} host-to-device copies in profiled steps {', '.join(spans[-3:])} "
+        f"came from pageable memory ({nbytes / (1 << 20):.1f} MiB, {per_step_ms:.2f} ms per step)"
+    ]
+    dl = ctx.loader()
+    if dl is not None:
+        evidence.append(f"DataLoader pin_memory={dl.pin_memory}")
+    frac = per_step_ms / 1e3 / ctx.wall_p50 if ctx.wall_p50 else None
+    gain = f"up to {per_step_ms:.2f} ms per step"
+    if frac is not None:
+        gain += f" ({frac:.0%} of the {ms(ctx.wall_p50)} p50 step)"
+    gain += " once the copy overlaps compute"
+    return Finding(
+        rule="pageable-h2d",
+        title="Host-to-device copies from pageable memory",
+        severity="medium" if frac is not None and frac >= PAGEABLE_MEDIUM_FRAC else "low",
+        evidence=evidence,
+        cause=(
+            "a copy from pageable memory goes through a staging buffer and blocks the "
+            "host, so it cannot run while the GPU computes"
+        ),
+        fix=(
+            "DataLoader(dataset, ..., pin_memory=True)\n"
+            "x = x.to(device, non_blocking=True)\n"
+            "y = y.to(device, non_blocking=True)"
+        ),
+        gain=gain,
+        knob="pin_memory",
+    )
+
+
+def host_syncs(ctx: Context) -> Finding | None:
+    """The loop forces the host to wait for the GPU at least once per step."""
+    rates: dict[str, float] = {}
+    windows = [
+        w for w in ctx.run.profiles if w.device == "cuda" or (ctx.cuda and w.syncs_per_step)
+    ]
+    if not windows:
+        return None
+    for w in windows:
+        for name in SYNC_OPS:
+            rate = w.syncs_per_step.get(name)
+            if rate is not None and math.isfinite(rate):
+                rates[name] = max(rates.get(name, 0.0), rate)
+    if not rates:
+        return None
+    top_name, top = max(rates.items(), key=lambda kv: kv[1])
+    if top < SYNCS_PER_STEP:
+        return None
+    listed = ", ".join(f"{k} {v:.1f}/step" for k, v in sorted(rates.items(), key=lambda kv: -kv[1]))
+    last = windows[-1]
+    evidence = [f"{top_name} runs {top:.1f} times per step (profiled steps {last.step_start}-"
+                f"{last.step_end - 1})", f"host syncs seen: {listed}"]
+    util = ctx.gpu_util_mean()
+    gain = f"removes ~{top:.0f} GPU stall(s) per step"
+    if util is not None:
+        gain += f"; the GPU is idle ~{100 - util:.0f}% now, part of which these syncs cause"
+    if ctx.wall_p50 is not None:
+        gain += f"; largest for short steps (p50 {ms(ctx.wall_p50)})"
+    return Finding(
+        rule="host-sync",
+        title="The loop waits for the GPU every step",
+        severity="high" if top >= SYNCS_PER_STEP_HIGH else "medium",
+        evidence=evidence,
+        cause=(
+            ".item(), .cpu(), .tolist(), print(tensor) or a Python `if` on a GPU tensor "
+            "blocks the host until the GPU catches up, so it cannot queue the next step ahead"
+        ),
+        fix=(
+            "running = running + loss.detach()  # instead of total += loss.item()\n"
+            "if step % 100 == 0:  # read rarely\n"
+            "    print(running.item() / 100)\n"
+            "    running.zero_()"
+        ),
+        gain=gain,
+        knob=None,
+    )

@@ -1,0 +1,198 @@
+"""Provides the rules about resources: GPU memory headroom and pressure, CPU cores, /dev/shm."""
+
+from __future__ import annotations
+
+from pitstop.analysis._context import MIN_GPU_SAMPLES, Context, Finding, gib
+from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
+
+# Under 40% of GPU memory used at peak, the batch could at least double and
+# still leave the allocator room for fragmentation.
+GPU_MEM_LOW_FRAC = 0.40
+# Above 95% the caching allocator starts freeing and retrying (a cudaFree and a
+# device sync each), and one larger batch away from an OOM.
+GPU_MEM_HIGH_FRAC = 0.95
+# When suggesting a larger batch, plan to fill at most 80% of the memory.
+GPU_MEM_TARGET_FRAC = 0.80
+# Each DataLoader worker hands batches to the main process through /dev/shm and
+# prefetch_factor (2) batches per worker live there at once: 4 workers x 2 x a
+# 64x3x224x224 float32 batch (37 MiB) is ~300 MiB. Docker's default of 64 MiB
+# fails with "bus error"/"DataLoader worker killed"; 1 GiB fits typical image
+# batches with a few workers. Under 256 MiB it is almost certain to fail.
+SHM_MIN_BYTES = 1 << 30
+SHM_TINY_BYTES = 256 << 20
+
+
+def _gpu_mem(ctx: Context) -> tuple[int | None, int | None, int]:
+    """(peak used, total, readings) over the run's samples."""
+    peak = total = None
+    n = 0
+    for s in ctx.run.samples:
+        for g in s.gpus:
+            if g.mem_used is None or not g.mem_total:
+                continue
+            n += 1
+            peak = g.mem_used if peak is None else max(peak, g.mem_used)
+            total = g.mem_total if total is None else max(total, g.mem_total)
+    return peak, total, n
+
+
+def memory_headroom(ctx: Context) -> Finding | None:
+    """Most of the GPU memory is unused: a larger batch would use the GPU better."""
+    if not ctx.cuda:
+        return None
+    peak, total, n = _gpu_mem(ctx)
+    if peak is None or total is None or n < MIN_GPU_SAMPLES:
+        return None
+    used = peak / total
+    torch_peak = ctx.run.peak_mem_allocated
+    if used >= GPU_MEM_LOW_FRAC or (torch_peak is not None and torch_peak / total >= GPU_MEM_LOW_FRAC):
+        return None
+    if ctx.data_frac is not None and ctx.data_frac > DATA_WAIT_FRAC:
+        return None  # data-bound: a larger batch would only wait longer for data
+    if memory_pressure(ctx) is not None:
+        return None
+    evidence = [f"GPU memory peaked at {gib(peak)} of {gib(total)} ({used:.0%}) over {n} readings"]
+    if torch_peak is not None:
+        evidence.append(f"torch peak allocated {gib(torch_peak)}")
+    util = ctx.gpu_util_mean()
+    if util is not None:
+        evidence.append(f"GPU busy {util:.0f}% on average")
+    room = int(GPU_MEM_TARGET_FRAC * total / max(peak, torch_peak or 0, 1))
+    factor = 1
+    while factor * 2 <= room:
+        factor *= 2
+    dl = ctx.loader()
+    batch = dl.batch_size if dl is not None else None
+    if batch:
+        fix = f"DataLoader(dataset, batch_size={batch * factor}, ...)  # was {batch}"
+    else:
+        fix = f"DataLoader(dataset, batch_size={factor}x your batch, ...)"
+    fix += "\n# scale the learning rate with the batch (linear rule, with a short warm-up)"
+    if dl is not None and dl.batch_sampler:
+        fix += "\n# this loader uses a batch_sampler: change the batch size there (pitstop cannot)"
+    return Finding(
+        rule="gpu-memory-headroom",
+        title="Most of the GPU memory is unused",
+        severity="low",
+        evidence=evidence,
+        cause="the batch is small for this GPU: kernels are small and per-step overhead is paid more often",
+        fix=fix,
+        gain=(
+            f"room for ~{factor}x the batch (to ~{GPU_MEM_TARGET_FRAC:.0%} of memory); "
+            "samples/s usually rise while the GPU is not saturated"
+            + (f" (now {util:.0f}% busy)" if util is not None else "")
+        ),
+        knob="batch_size",
+    )
+
+
+def memory_pressure(ctx: Context) -> Finding | None:
+    """The allocator retries, ran out of memory, or memory is near full."""
+    if not ctx.cuda:
+        return None
+    run = ctx.run
+    peak, total, _ = _gpu_mem(ctx)
+    used = peak / total if peak is not None and total else None
+    first, last = run.first_alloc_retries, run.last_alloc_retries
+    retries = (last - first) if first is not None and last is not None else 0
+    ooms = run.last_ooms or 0
+    near = used is not None and used > GPU_MEM_HIGH_FRAC
+    if retries <= 0 and ooms <= 0 and not near:
+        return None
+    evidence = []
+    if retries > 0:
+        evidence.append(f"the CUDA allocator retried {retries} times during the run ({last} since start)")
+    if ooms > 0:
+        evidence.append(f"{ooms} CUDA out-of-memory errors since start")
+    if used is not None:
+        evidence.append(f"GPU memory peaked at {gib(peak)} of {gib(total)} ({used:.0%})")
+    dl = ctx.loader()
+    batch = dl.batch_size if dl is not None else None
+    smaller = f"batch_size={max(1, batch // 2)}" if batch and batch > 1 else "a smaller batch_size"
+    return Finding(
+        rule="gpu-memory-pressure",
+        title="GPU memory is at its limit",
+        severity="high" if retries > 0 or ooms > 0 else "medium",
+        evidence=evidence,
+        cause=(
+            "activations and cached blocks fill the GPU: the allocator frees its cache and "
+            "retries (a device sync each), and a larger batch would fail"
+        ),
+        fix=(
+            f"DataLoader(dataset, {smaller}, ...)  # and accumulate gradients over 2 steps\n"
+            "from torch.utils.checkpoint import checkpoint\n"
+            "y = checkpoint(block, x, use_reentrant=False)  # recompute activations in backward\n"
+            "# bfloat16 autocast also halves activation memory"
+        ),
+        gain=(
+            f"no allocator retries ({retries} so far, each a cudaFree and a sync)"
+            if retries > 0
+            else "headroom against an out-of-memory crash"
+        ),
+        knob="batch_size",
+    )
+
+
+def workers_oversubscribed(ctx: Context) -> Finding | None:
+    """More DataLoader workers than the cores this process may use."""
+    rt = ctx.run.runtime
+    usable = rt.usable_cpus if rt is not None else None
+    if not usable:
+        return None
+    loaders = [d for d in ctx.run.dataloaders.values() if d.num_workers > usable]
+    if not loaders:
+        return None
+    dl = max(loaders, key=lambda d: d.num_workers)
+    evidence = [
+        f"DataLoader {dl.id} has num_workers={dl.num_workers} "
+        f"but this process may use {usable} CPU cores"
+    ]
+    if rt is not None and rt.cpu_count and rt.cpu_count != usable:
+        evidence.append(f"the machine has {rt.cpu_count} cores; CPU affinity or a cgroup limits this process")
+    return Finding(
+        rule="workers-oversubscribed",
+        title="More DataLoader workers than usable CPU cores",
+        severity="medium",
+        evidence=evidence,
+        cause=(
+            "workers beyond the usable cores time-share them: no more throughput, "
+            "more memory and context switches"
+        ),
+        fix=(
+            "import os\n"
+            f"DataLoader(dataset, ..., num_workers=min({dl.num_workers}, len(os.sched_getaffinity(0)) - 1))"
+        ),
+        gain=(
+            f"the same throughput with {dl.num_workers - max(1, usable - 1)} fewer worker "
+            "processes (each holds its own copy of the dataset object)"
+        ),
+        knob="num_workers",
+    )
+
+
+def shm_small(ctx: Context) -> Finding | None:
+    """/dev/shm too small for DataLoader workers to hand over batches."""
+    rt = ctx.run.runtime
+    workers = ctx.max_workers()
+    if rt is None or rt.shm_bytes is None or workers <= 0 or rt.shm_bytes >= SHM_MIN_BYTES:
+        return None
+    return Finding(
+        rule="shm-small",
+        title="/dev/shm is too small for DataLoader workers",
+        severity="high" if rt.shm_bytes < SHM_TINY_BYTES else "medium",
+        evidence=[
+            f"/dev/shm is {gib(rt.shm_bytes)} with {workers} DataLoader workers "
+            f"(pitstop expects at least {gib(SHM_MIN_BYTES)})"
+        ],
+        cause=(
+            "workers pass every batch to the main process through shared memory; when it "
+            "fills, workers die with 'bus error' or 'DataLoader worker killed'"
+        ),
+        fix=(
+            "docker run --shm-size=8g ...   # or --ipc=host\n"
+            "# Kubernetes: mount an emptyDir {medium: Memory} at /dev/shm\n"
+            '# last resort: torch.multiprocessing.set_sharing_strategy("file_system")'
+        ),
+        gain="avoids worker crashes and the stalls of a nearly full /dev/shm",
+        knob=None,
+    )

@@ -1,0 +1,319 @@
+"""Provides RunState and JobState: bounded accumulators of the event streams of one job."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from pitstop.events import (
+    Applied,
+    DataLoaderInfo,
+    End,
+    Event,
+    Hello,
+    Loss,
+    Model,
+    Note,
+    ProfileWindow,
+    Runtime,
+    Sample,
+    Step,
+)
+
+# ~20000 steps of ~300 bytes each is ~6 MB per process: hours of fast steps,
+# enough for honest percentiles, and bounded for a run that goes on for days.
+MAX_STEPS = 20_000
+# One sample per 0.5-1 s: 3600 samples is 30-60 minutes of GPU/CPU history.
+MAX_SAMPLES = 3_600
+MAX_LOSSES = 20_000
+# A profile window holds top-N tables (a few KB); 50 covers every window of a
+# typical run with the default schedule and keeps memory small.
+MAX_PROFILES = 50
+MAX_NOTES = 500
+# Only the first non-finite steps matter for advice ("first NaN at step 412");
+# the rest are counted.
+MAX_NONFINITE_KEPT = 1_000
+# Steps with an index below this are also kept in `head`, so totals that survive
+# the deque bound can still drop any warm-up of up to this many steps.
+HEAD_STEPS = 64
+
+
+@dataclass(frozen=True)
+class StreamBatch:
+    """Events of one training process, as a viewer is handed them (see docs/internals.md)."""
+
+    stream: str  # one id per training process ("pid:1234@host" or a record path)
+    events: list[Event] = field(default_factory=list)
+
+
+class RunState:
+    """Bounded accumulator of the events of ONE training process.
+
+    Deques hold recent history; the running totals (`total_*`, `peak_*`,
+    `first_step_t`, ...) cover the whole stream and survive the deque bounds.
+    `version` grows by one on each `add`, so a viewer redraws only on change.
+    """
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.hello: Hello | None = None
+        self.runtime: Runtime | None = None
+        self.model: Model | None = None
+        self.end: End | None = None
+        self.applied: Applied | None = None
+        self.steps: deque[Step] = deque(maxlen=MAX_STEPS)
+        self.head: list[Step] = []  # steps with index < HEAD_STEPS (warm-up accounting)
+        self.samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
+        self.losses: dict[int, float | None] = {}
+        self.nonfinite_steps: list[int] = []
+        self.nonfinite_total = 0
+        self._nonfinite_seen: set[int] = set()
+        self.profiles: deque[ProfileWindow] = deque(maxlen=MAX_PROFILES)
+        self.dataloaders: dict[int, DataLoaderInfo] = {}
+        self.notes: deque[Note] = deque(maxlen=MAX_NOTES)
+        self.unknown_events = 0
+        # Running totals over every step seen.
+        self.total_steps = 0
+        self.total_wall = 0.0
+        self.total_data_wait = 0.0
+        self.total_samples = 0
+        self.steps_with_samples = 0
+        self.first_step_t: float | None = None  # end time of the first step seen
+        self.first_step_start: float | None = None  # first step's end minus its wall
+        self.last_step_t: float | None = None
+        self.last_step: int | None = None  # index of the latest step
+        self.first_t: float | None = None  # earliest time stamp of any event
+        self.last_t: float | None = None  # latest time stamp of any event
+        self.peak_mem_allocated: int | None = None
+        self.peak_mem_reserved: int | None = None
+        self.peak_rss: int | None = None
+        # Running totals over every sample seen.
+        self.total_sample_count = 0
+        self.gpu_util_sum = 0.0
+        self.gpu_util_n = 0
+        self.gpu_power_sum = 0.0
+        self.gpu_power_n = 0
+        self.gpu_mem_peak: int | None = None
+        self.gpu_mem_total: int | None = None
+        self.cpu_main_sum = 0.0
+        self.cpu_main_n = 0
+        self.cpu_workers_sum = 0.0  # summed over workers, per sample
+        self.cpu_workers_n = 0
+        self.workers_max = 0  # most DataLoader worker processes seen at once
+        self.system_cpu_sum = 0.0
+        self.system_cpu_n = 0
+        self.first_alloc_retries: int | None = None
+        self.last_alloc_retries: int | None = None
+        self.last_ooms: int | None = None
+
+    # -- feeding ----------------------------------------------------------
+    def add(self, event: Event) -> None:
+        """Take one event of any kind; unknown objects are counted, never raised on."""
+        self.version += 1
+        t = getattr(event, "t", None)
+        if isinstance(t, (int, float)) and math.isfinite(t):
+            self._stamp(float(t))
+        if isinstance(event, Step):
+            self._add_step(event)
+        elif isinstance(event, Sample):
+            self._add_sample(event)
+        elif isinstance(event, Loss):
+            self._add_loss(event)
+        elif isinstance(event, ProfileWindow):
+            self.profiles.append(event)
+        elif isinstance(event, DataLoaderInfo):
+            self.dataloaders[event.id] = event
+        elif isinstance(event, Note):
+            self.notes.append(event)
+        elif isinstance(event, Hello):
+            self.hello = event
+            self._stamp(float(event.started))
+        elif isinstance(event, Runtime):
+            self.runtime = event
+        elif isinstance(event, Model):
+            self.model = event
+        elif isinstance(event, Applied):
+            self.applied = event
+        elif isinstance(event, End):
+            self.end = event
+        else:
+            self.unknown_events += 1
+
+    def add_all(self, events: list[Event]) -> None:
+        """Take several events in order."""
+        for event in events:
+            self.add(event)
+
+    def _stamp(self, t: float) -> None:
+        if self.first_t is None or t < self.first_t:
+            self.first_t = t
+        if self.last_t is None or t > self.last_t:
+            self.last_t = t
+
+    def _add_step(self, s: Step) -> None:
+        self.steps.append(s)
+        if s.step < HEAD_STEPS:
+            self.head.append(s)
+        self.total_steps += 1
+        self.total_wall += s.wall
+        self.total_data_wait += s.data_wait
+        if s.samples is not None:
+            self.total_samples += s.samples
+            self.steps_with_samples += 1
+        if self.first_step_t is None:
+            self.first_step_t = s.t
+            self.first_step_start = s.t - s.wall
+        self.last_step_t = s.t
+        self.last_step = s.step
+        self.peak_mem_allocated = _max(self.peak_mem_allocated, s.mem_peak)
+        self.peak_mem_allocated = _max(self.peak_mem_allocated, s.mem_allocated)
+        self.peak_mem_reserved = _max(self.peak_mem_reserved, s.mem_reserved)
+        self.peak_rss = _max(self.peak_rss, s.host_rss)
+
+    def _add_sample(self, s: Sample) -> None:
+        self.samples.append(s)
+        self.total_sample_count += 1
+        utils = [g.util for g in s.gpus if g.util is not None]
+        if utils:
+            self.gpu_util_sum += sum(utils) / len(utils)
+            self.gpu_util_n += 1
+        powers = [g.power_w for g in s.gpus if g.power_w is not None]
+        if powers:
+            self.gpu_power_sum += sum(powers)  # the job's GPUs together
+            self.gpu_power_n += 1
+        for g in s.gpus:
+            self.gpu_mem_peak = _max(self.gpu_mem_peak, g.mem_used)
+            self.gpu_mem_total = _max(self.gpu_mem_total, g.mem_total)
+        workers = [p for p in s.procs if p.role == "worker"]
+        self.workers_max = max(self.workers_max, len(workers))
+        worker_cpu = [p.cpu for p in workers if p.cpu is not None]
+        if worker_cpu:
+            self.cpu_workers_sum += sum(worker_cpu)
+            self.cpu_workers_n += 1
+        for p in s.procs:
+            if p.role == "main":
+                if p.cpu is not None:
+                    self.cpu_main_sum += p.cpu
+                    self.cpu_main_n += 1
+                self.peak_rss = _max(self.peak_rss, p.rss)
+        if s.system_cpu is not None:
+            self.system_cpu_sum += s.system_cpu
+            self.system_cpu_n += 1
+        if s.alloc_retries is not None:
+            if self.first_alloc_retries is None:
+                self.first_alloc_retries = s.alloc_retries
+            self.last_alloc_retries = s.alloc_retries
+        if s.ooms is not None:
+            self.last_ooms = s.ooms
+
+    def _add_loss(self, loss: Loss) -> None:
+        for step, value in zip(loss.steps, loss.values):
+            finite = value is not None and math.isfinite(value)
+            self.losses.pop(step, None)  # re-insert so the dict stays in arrival order
+            self.losses[step] = float(value) if finite else None
+            if not finite:
+                self._nonfinite(step)
+        for step in loss.nonfinite:
+            self._nonfinite(step)
+        while len(self.losses) > MAX_LOSSES:
+            del self.losses[next(iter(self.losses))]
+
+    def _nonfinite(self, step: int) -> None:
+        if step in self._nonfinite_seen:
+            return
+        self.nonfinite_total += 1
+        if len(self.nonfinite_steps) < MAX_NONFINITE_KEPT:
+            self.nonfinite_steps.append(step)
+            self._nonfinite_seen.add(step)
+
+    # -- reading ----------------------------------------------------------
+    def measured_steps(self, warmup: int = 3) -> list[Step]:
+        """Steps in the window whose index is at or past `warmup` (warm-up dropped)."""
+        return [s for s in self.steps if s.step >= warmup]
+
+    def recent_steps(self, n: int) -> list[Step]:
+        """The last n steps in the window."""
+        if n <= 0:
+            return []
+        k = len(self.steps)
+        return [self.steps[i] for i in range(max(0, k - n), k)]
+
+    def last_loss(self) -> float | None:
+        """The latest finite loss value, or None."""
+        for step in reversed(self.losses):
+            value = self.losses[step]
+            if value is not None:
+                return value
+        return None
+
+    @property
+    def device_type(self) -> str | None:
+        """"cuda" | "cpu" | "mps" once Runtime arrived, else None."""
+        return self.runtime.device_type if self.runtime is not None else None
+
+    @property
+    def rank(self) -> int | None:
+        """The launcher's RANK, or None."""
+        return self.hello.rank if self.hello is not None else None
+
+    @property
+    def pid(self) -> int | None:
+        """The training process id, once Hello arrived."""
+        return self.hello.pid if self.hello is not None else None
+
+
+def _max(current: int | None, value: int | None) -> int | None:
+    if value is None:
+        return current
+    return value if current is None or value > current else current
+
+
+class JobState:
+    """The streams of one job (one per training process), keyed by stream id."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.runs: dict[str, RunState] = {}
+
+    def add(self, batch: StreamBatch) -> RunState:
+        """Feed a batch to its stream's RunState (created on first sight); returns it."""
+        run = self.runs.get(batch.stream)
+        if run is None:
+            run = self.runs[batch.stream] = RunState()
+        for event in batch.events:
+            run.add(event)
+        self.version += 1
+        return run
+
+    def ranks(self) -> list[tuple[str, RunState]]:
+        """(label, run) ordered by rank, then pid, then stream id; label like "rank 0"."""
+
+        def key(item: tuple[str, RunState]) -> tuple[int, int, int, int, str]:
+            stream, run = item
+            rank, pid = run.rank, run.pid
+            return (
+                rank is None,
+                rank if rank is not None else 0,
+                pid is None,
+                pid if pid is not None else 0,
+                stream,
+            )
+
+        return [(_label(stream, run), run) for stream, run in sorted(self.runs.items(), key=key)]
+
+    def primary(self) -> RunState | None:
+        """Rank 0's run, else the first in `ranks()` order; None before any stream."""
+        ordered = self.ranks()
+        for _, run in ordered:
+            if run.rank == 0:
+                return run
+        return ordered[0][1] if ordered else None
+
+
+def _label(stream: str, run: RunState) -> str:
+    if run.rank is not None:
+        return f"rank {run.rank}"
+    if run.pid is not None:
+        return f"pid {run.pid}"
+    return stream

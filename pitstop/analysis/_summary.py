@@ -1,0 +1,345 @@
+"""Provides the derived figures of one run (Summary) and their text forms for the headless front."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pitstop.analysis._state import HEAD_STEPS, RunState
+from pitstop.analysis._stats import mean, percentile
+from pitstop.events import Step
+
+if TYPE_CHECKING:
+    from pitstop.analysis._rules import Finding
+
+# The status line looks at the last 50 steps: about a second of fast steps and
+# a minute of slow ones, short enough to show a change the user just made.
+STATUS_WINDOW = 50
+STATUS_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Derived figures of one run. None means unavailable; `*_unavailable` says why."""
+
+    steps: int  # every step seen
+    measured_steps: int  # after the warm-up
+    warmup: int
+    elapsed_s: float | None  # first to last time stamp of the stream
+    measured_s: float  # sum of wall over measured steps
+    samples_per_s: float | None  # None when a measured step did not report its batch size
+    steps_per_s: float | None
+    step_p50_s: float | None
+    step_p95_s: float | None
+    step_mean_s: float | None
+    compute_p50_s: float | None
+    data_wait_p50_s: float | None
+    data_wait_frac: float | None  # sum(data_wait) / sum(wall), measured steps
+    peak_mem_allocated: int | None
+    peak_mem_reserved: int | None
+    mem_unavailable: str | None
+    peak_rss: int | None
+    gpu_util_mean: float | None  # percent, mean over samples of the mean over GPUs
+    gpu_mem_peak: int | None
+    gpu_mem_total: int | None
+    gpu_power_mean: float | None  # watts, all the job's GPUs of this process together
+    gpu_unavailable: str | None
+    cpu_main_mean: float | None  # percent of one core
+    cpu_workers_mean: float | None  # percent of one core, workers summed
+    workers: int  # most DataLoader workers seen at once
+    system_cpu_mean: float | None
+    last_loss: float | None
+    nonfinite_losses: int
+    first_nonfinite_step: int | None
+    dropped: int | None  # None until the stream ended
+    end_reason: str | None  # None while running
+    exit_code: int | None
+    device_type: str | None
+
+
+def summarize(run: RunState, warmup: int = 3) -> Summary:
+    """Summary of one run; steps with an index below `warmup` are left out of timings."""
+    warmup = max(0, warmup)
+    window = run.measured_steps(warmup)
+    n, wall, wait, samples, known = _measured_totals(run, warmup, window)
+
+    step_p50 = step_p95 = step_mean = compute_p50 = wait_p50 = None
+    if window:
+        walls = [s.wall for s in window]
+        step_p50 = percentile(walls, 50)
+        step_p95 = percentile(walls, 95)
+        step_mean = sum(walls) / len(walls)
+        compute_p50 = percentile((s.compute for s in window), 50)
+        wait_p50 = percentile((s.data_wait for s in window), 50)
+
+    elapsed = None
+    if run.first_t is not None and run.last_t is not None:
+        elapsed = run.last_t - run.first_t
+
+    mem_unavailable = None
+    if run.peak_mem_allocated is None:
+        mem_unavailable = _mem_reason(run)
+
+    end = run.end
+    return Summary(
+        steps=run.total_steps,
+        measured_steps=n,
+        warmup=warmup,
+        elapsed_s=elapsed,
+        measured_s=wall,
+        samples_per_s=samples / wall if n and known == n and wall > 0 else None,
+        steps_per_s=n / wall if n and wall > 0 else None,
+        step_p50_s=step_p50,
+        step_p95_s=step_p95,
+        step_mean_s=step_mean,
+        compute_p50_s=compute_p50,
+        data_wait_p50_s=wait_p50,
+        data_wait_frac=wait / wall if n and wall > 0 else None,
+        peak_mem_allocated=run.peak_mem_allocated,
+        peak_mem_reserved=run.peak_mem_reserved,
+        mem_unavailable=mem_unavailable,
+        peak_rss=run.peak_rss,
+        gpu_util_mean=run.gpu_util_sum / run.gpu_util_n if run.gpu_util_n else None,
+        gpu_mem_peak=run.gpu_mem_peak,
+        gpu_mem_total=run.gpu_mem_total,
+        gpu_power_mean=run.gpu_power_sum / run.gpu_power_n if run.gpu_power_n else None,
+        gpu_unavailable=None if run.gpu_util_n else gpu_reason(run),
+        cpu_main_mean=run.cpu_main_sum / run.cpu_main_n if run.cpu_main_n else None,
+        cpu_workers_mean=run.cpu_workers_sum / run.cpu_workers_n if run.cpu_workers_n else None,
+        workers=run.workers_max,
+        system_cpu_mean=run.system_cpu_sum / run.system_cpu_n if run.system_cpu_n else None,
+        last_loss=run.last_loss(),
+        nonfinite_losses=run.nonfinite_total,
+        first_nonfinite_step=min(run.nonfinite_steps) if run.nonfinite_steps else None,
+        dropped=end.dropped if end is not None else None,
+        end_reason=end.reason if end is not None else None,
+        exit_code=end.exit_code if end is not None else None,
+        device_type=run.device_type,
+    )
+
+
+def _measured_totals(
+    run: RunState, warmup: int, window: list[Step]
+) -> tuple[int, float, float, int, int]:
+    """(steps, wall, data wait, samples, steps with samples) over every measured step.
+
+    Uses the whole-stream totals minus the warm-up steps kept in `head`, so the
+    figures cover the run even after the step deque dropped its oldest; falls
+    back to the window when the warm-up is longer than `head` keeps.
+    """
+    if warmup > HEAD_STEPS or len(run.steps) == run.total_steps:
+        return (
+            len(window),
+            sum(s.wall for s in window),
+            sum(s.data_wait for s in window),
+            sum(s.samples for s in window if s.samples is not None),
+            sum(1 for s in window if s.samples is not None),
+        )
+    early = [s for s in run.head if s.step < warmup]
+    return (
+        run.total_steps - len(early),
+        run.total_wall - sum(s.wall for s in early),
+        run.total_data_wait - sum(s.data_wait for s in early),
+        run.total_samples - sum(s.samples for s in early if s.samples is not None),
+        run.steps_with_samples - sum(1 for s in early if s.samples is not None),
+    )
+
+
+def _mem_reason(run: RunState) -> str:
+    device = run.device_type
+    if device is None:
+        return "device not known yet"
+    if device != "cuda":
+        return f"not on CUDA: device {device}"
+    reason = run.runtime.unavailable.get("memory") if run.runtime is not None else None
+    return reason or "not reported"
+
+
+def gpu_reason(run: RunState) -> str:
+    """Why there is no GPU utilisation figure for this run."""
+    for sample in reversed(run.samples):
+        if sample.gpu_unavailable:
+            return sample.gpu_unavailable
+        for gpu in sample.gpus:
+            why = gpu.unavailable.get("util")
+            if why:
+                return why
+        if sample.gpus:
+            return "utilisation not reported"
+    rt = run.runtime
+    if rt is not None:
+        for key in ("gpu", "nvml", "gpu_util"):
+            if rt.unavailable.get(key):
+                return rt.unavailable[key]
+        if rt.device_type != "cuda":
+            return f"no CUDA device: device {rt.device_type}"
+    return "no GPU sample yet"
+
+
+# -- text ---------------------------------------------------------------------
+def fmt_bytes(n: float | None) -> str:
+    """Bytes in binary units: "1.2 GiB"; "n/a" for None."""
+    if n is None:
+        return "n/a"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024.0:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024.0
+    return f"{value:.1f} TiB"
+
+
+def fmt_ms(seconds: float | None) -> str:
+    """Seconds as milliseconds: "31.0 ms"; "n/a" for None."""
+    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+def fmt_pct(frac: float | None) -> str:
+    """A fraction 0..1 as a whole percent: "62%"; "n/a" for None."""
+    return "n/a" if frac is None else f"{frac * 100:.0f}%"
+
+
+def _na(value: str | None, reason: str | None) -> str:
+    if value is not None:
+        return value
+    return f"n/a ({reason})" if reason else "n/a"
+
+
+def format_summary(
+    summary: Summary,
+    findings: Sequence[Finding] = (),
+    title: str = "pitstop summary",
+    max_findings: int = 5,
+) -> str:
+    """Multi-line human summary; an unavailable figure reads "n/a (reason)", never 0."""
+    s = summary
+    lines = [title, ""]
+    steps = f"{s.steps}"
+    if s.steps:
+        steps += f" ({s.measured_steps} measured, first {s.warmup} dropped as warm-up)"
+    if s.elapsed_s is not None:
+        steps += f" in {s.elapsed_s:.1f} s"
+    lines.append(_row("steps", steps))
+    if s.measured_steps == 0:
+        lines.append(_row("throughput", "n/a (no measured step yet)"))
+    else:
+        through = _na(
+            f"{s.samples_per_s:.1f} samples/s" if s.samples_per_s is not None else None,
+            "batch size not seen",
+        )
+        if s.steps_per_s is not None:
+            through += f", {s.steps_per_s:.2f} steps/s"
+        lines.append(_row("throughput", through))
+        lines.append(
+            _row(
+                "step time",
+                f"p50 {fmt_ms(s.step_p50_s)}, p95 {fmt_ms(s.step_p95_s)}, "
+                f"mean {fmt_ms(s.step_mean_s)} (compute p50 {fmt_ms(s.compute_p50_s)})",
+            )
+        )
+        lines.append(_row("data wait", f"{fmt_pct(s.data_wait_frac)} of step time"))
+    mem = _na(fmt_bytes(s.peak_mem_allocated) if s.peak_mem_allocated is not None else None,
+              s.mem_unavailable)
+    mem_line = f"peak allocated {mem}"
+    if s.peak_mem_reserved is not None:
+        mem_line += f", reserved {fmt_bytes(s.peak_mem_reserved)}"
+    rss = fmt_bytes(s.peak_rss) if s.peak_rss is not None else None
+    mem_line += f", peak host rss {_na(rss, 'not reported')}"
+    lines.append(_row("memory", mem_line))
+    if s.gpu_util_mean is not None:
+        gpu = f"util {s.gpu_util_mean:.0f}%"
+        if s.gpu_mem_peak is not None:
+            gpu += f", memory peak {fmt_bytes(s.gpu_mem_peak)}"
+            if s.gpu_mem_total:
+                gpu += f" of {fmt_bytes(s.gpu_mem_total)}"
+        gpu += ", power " + _na(
+            f"{s.gpu_power_mean:.0f} W" if s.gpu_power_mean is not None else None, "not reported"
+        )
+    else:
+        gpu = f"n/a ({s.gpu_unavailable})"
+    lines.append(_row("gpu", gpu))
+    cpu = "main " + _na(
+        f"{s.cpu_main_mean:.0f}%" if s.cpu_main_mean is not None else None, "no sample"
+    )
+    if s.workers:
+        workers = f"{s.cpu_workers_mean:.0f}%" if s.cpu_workers_mean is not None else "n/a"
+        cpu += f", {s.workers} workers {workers}"
+    if s.system_cpu_mean is not None:
+        cpu += f", system {s.system_cpu_mean:.0f}%"
+    lines.append(_row("cpu", cpu + " (percent of one core; system: of the machine)"))
+    if s.last_loss is not None or s.nonfinite_losses:
+        loss = f"last {s.last_loss:.4g}" if s.last_loss is not None else "last n/a (non-finite)"
+        if s.nonfinite_losses:
+            loss += f", {s.nonfinite_losses} non-finite (first at step {s.first_nonfinite_step})"
+        lines.append(_row("loss", loss))
+    if s.end_reason is not None:
+        end = s.end_reason
+        if s.exit_code is not None:
+            end += f" (exit code {s.exit_code})"
+        end += f", {s.dropped} events dropped"
+        lines.append(_row("end", end))
+    else:
+        lines.append(_row("end", "still running (or the stream was cut)"))
+
+    lines.append("")
+    shown = list(findings)[: max(0, max_findings)]
+    if not findings:
+        lines.append("findings: none (nothing in this run crossed a threshold)")
+    else:
+        more = f", top {len(shown)} shown" if len(shown) < len(findings) else ""
+        lines.append(f"findings ({len(findings)}{more}):")
+        for i, f in enumerate(shown, 1):
+            lines.append(f"  {i}. [{f.severity}] {f.title} ({f.rule})")
+            if f.evidence:
+                lines.append(f"     {f.evidence[0]}")
+            if f.gain:
+                lines.append(f"     gain: {f.gain}")
+            fix_lines = f.fix.splitlines() or [""]
+            lines.append(f"     fix:  {fix_lines[0]}")
+            lines.extend(f"           {line}" for line in fix_lines[1:])
+    return "\n".join(lines)
+
+
+def _row(label: str, text: str) -> str:
+    return f"  {label:<11} {text}"
+
+
+def status_line(run: RunState) -> str:
+    """One compact line for the headless front, over the last STATUS_WINDOW steps."""
+    if run.last_step is None:
+        return "waiting for the first step"
+    recent = run.recent_steps(STATUS_WINDOW)
+    wall = sum(s.wall for s in recent)
+    parts = [f"step {run.last_step}"]
+    if all(s.samples is not None for s in recent) and wall > 0:
+        parts.append(f"{sum(s.samples or 0 for s in recent) / wall:.1f} samples/s")
+    elif wall > 0:
+        parts.append(f"{len(recent) / wall:.2f} steps/s")
+    p50 = percentile((s.wall for s in recent), 50)
+    parts.append(f"step {fmt_ms(p50)} (p50 last {len(recent)})")
+    parts.append(f"data {fmt_pct(sum(s.data_wait for s in recent) / wall if wall > 0 else None)}")
+    last = run.steps[-1]
+    if last.mem_allocated is not None:
+        parts.append(f"mem {fmt_bytes(last.mem_allocated)}")
+    elif last.host_rss is not None:
+        parts.append(f"rss {fmt_bytes(last.host_rss)}")
+    # The latest reading of each figure within the last few samples (2-5 s at
+    # 1-2 Hz): older than that would be stale for a live line.
+    utils: list[float] = []
+    main_cpu = None
+    for i in range(len(run.samples) - 1, max(-1, len(run.samples) - 1 - STATUS_SAMPLES), -1):
+        sample = run.samples[i]
+        if not utils:
+            utils = [g.util for g in sample.gpus if g.util is not None]
+        if main_cpu is None:
+            main_cpu = next((p.cpu for p in sample.procs if p.role == "main" and p.cpu is not None), None)
+    parts.append(f"gpu {mean(utils):.0f}%" if utils else "gpu n/a")
+    parts.append(f"cpu {main_cpu:.0f}%" if main_cpu is not None else "cpu n/a")
+    if run.nonfinite_total:
+        parts.append(f"loss NaN/inf x{run.nonfinite_total}")
+    else:
+        loss = run.last_loss()
+        if loss is not None:
+            parts.append(f"loss {loss:.4g}")
+    return " | ".join(parts)

@@ -1,0 +1,97 @@
+"""The event schema: every kind round-trips through JSON lines; versions are enforced."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pitstop.errors import SchemaError
+from pitstop.events import (
+    EVENT_TYPES,
+    SCHEMA_VERSION,
+    Applied,
+    Copies,
+    DataLoaderInfo,
+    End,
+    Gpu,
+    Hello,
+    KernelStat,
+    Loss,
+    Model,
+    Note,
+    OpStat,
+    Proc,
+    ProfileWindow,
+    Runtime,
+    Sample,
+    Step,
+    decode,
+    encode,
+)
+
+HELLO = Hello(schema=SCHEMA_VERSION, pitstop_version="0.1.0", session="s1", pid=42, ppid=1, host="h",
+              argv=["python", "train.py"], cwd="/tmp", started=1.5, python="3.11.7", rank=1, world_size=2)
+
+ALL = [
+    HELLO,
+    Runtime(t=1.0, torch_version="2.13.0", cuda_version=None, device_type="cpu", usable_cpus=2,
+            unavailable={"gpu": "CPU build"}),
+    Step(t=2.0, step=3, wall=0.1, data_wait=0.04, samples=32, mem_allocated=10, host_rss=100),
+    Loss(t=2.0, steps=[1, 2], values=[0.5, None], nonfinite=[2]),
+    Sample(t=3.0, gpus=[Gpu(index=0, name="H100", util=97.0, mem_used=1, mem_total=2,
+                            unavailable={"pcie_tx_kbs": "not supported"})],
+           procs=[Proc(pid=1, role="main", cpu=99.0, rss=5), Proc(pid=2, role="worker", cpu=None, rss=6)],
+           system_cpu=50.0),
+    DataLoaderInfo(t=1.0, id=1, num_workers=2, batch_size=32, pin_memory=True, persistent_workers=False,
+                   prefetch_factor=2, overrides={"num_workers": 2}, skipped={"batch_size": "custom sampler"}),
+    Applied(t=1.0, applied={"amp": "bf16 on cuda"}, skipped={"cudnn_benchmark": "no CUDA"}),
+    Model(t=1.0, conv2d=3, optimizers=2, grad_scaler=True),
+    ProfileWindow(t=4.0, step_start=10, step_end=15, device="cpu",
+                  ops=[OpStat(name="aten::addmm", calls=5, self_us=10.0, total_us=12.0)],
+                  kernels=[KernelStat(name="k", calls=1, total_us=2.0, mean_us=2.0)],
+                  copies=Copies(h2d_bytes=100, h2d_pageable=1), syncs_per_step={"aten::item": 1.0}),
+    Note(t=1.0, level="warn", source="sampler", message="NVML unavailable"),
+    End(t=9.0, steps=100, dropped=0, exit_code=0),
+]
+
+
+def test_every_kind_is_covered() -> None:
+    assert {type(e).kind for e in ALL} == set(EVENT_TYPES)
+
+
+@pytest.mark.parametrize("event", ALL, ids=lambda e: e.kind)
+def test_round_trip(event: object) -> None:
+    line = encode(event)  # type: ignore[arg-type]
+    assert "\n" not in line
+    assert json.loads(line)["kind"] == event.kind  # type: ignore[attr-defined]
+    assert line.startswith('{"kind":"')  # the socket server classifies by this prefix
+    assert decode(line) == event
+
+
+def test_nonfinite_floats_become_null_not_invalid_json() -> None:
+    line = encode(Step(t=1.0, step=0, wall=math.inf, data_wait=math.nan))
+    assert json.loads(line)["wall"] is None
+
+
+def test_unknown_kind_is_skipped_and_unknown_fields_ignored() -> None:
+    assert decode('{"kind":"from-the-future","x":1}') is None
+    step = decode('{"kind":"step","t":1,"step":0,"wall":0.1,"data_wait":0,"new_field":7}')
+    assert isinstance(step, Step) and step.wall == 0.1
+
+
+def test_newer_schema_is_refused_with_a_clear_reason() -> None:
+    line = encode(HELLO).replace(f'"schema":{SCHEMA_VERSION}', f'"schema":{SCHEMA_VERSION + 1}')
+    with pytest.raises(SchemaError, match="newer pitstop"):
+        decode(line)
+
+
+@pytest.mark.parametrize("line", ["not json", "[1, 2]", '{"kind":"step","t":1}'])
+def test_malformed_lines_raise_schema_error(line: str) -> None:
+    with pytest.raises(SchemaError):
+        decode(line)
+
+
+def test_compute_is_wall_minus_data_wait() -> None:
+    assert Step(t=0, step=0, wall=0.1, data_wait=0.03).compute == pytest.approx(0.07)

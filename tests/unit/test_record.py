@@ -1,0 +1,87 @@
+"""Record files: written by one writer, read back tolerant of a cut last line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pitstop.errors import RecordError, SchemaError
+from pitstop.events import SCHEMA_VERSION, End, Hello, Step, encode
+from pitstop.profiling.record import ReadResult, RecordWriter, iter_record, read_records, record_path_for
+
+HELLO = Hello(schema=SCHEMA_VERSION, pitstop_version="0.1.0", session="s", pid=1, ppid=0, host="h",
+              argv=[], cwd="/", started=0.0, python="3.11")
+
+
+def _write(path: Path, n: int) -> None:
+    writer = RecordWriter(path)
+    writer.write(HELLO)
+    writer.write_lines([encode(Step(t=float(i), step=i, wall=0.1, data_wait=0.0)) for i in range(n)])
+    writer.write(End(t=9.0, steps=n, dropped=0))
+    writer.close()
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    _write(path, 5)
+    events = list(iter_record(path))
+    assert events[0] == HELLO and isinstance(events[-1], End)
+    assert [e.step for e in events if isinstance(e, Step)] == [0, 1, 2, 3, 4]
+
+
+def test_writer_never_overwrites(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    _write(path, 1)
+    with pytest.raises(FileExistsError):
+        RecordWriter(path)
+
+
+def test_a_torn_last_line_is_tolerated(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    _write(path, 3)
+    data = path.read_bytes()
+    path.write_bytes(data + b'{"kind":"step","t":1.0,"st')
+    result = ReadResult()
+    events = list(iter_record(path, result))
+    assert result.torn
+    assert sum(isinstance(e, Step) for e in events) == 3
+
+
+def test_a_corrupt_line_in_the_middle_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    _write(path, 3)
+    lines = path.read_text().splitlines()
+    lines[2] = "garbage"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordError, match=r"r\.jsonl:3: corrupt"):
+        list(iter_record(path))
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(encode(HELLO).replace(f'"schema":{SCHEMA_VERSION}', '"schema":99') + "\n")
+    with pytest.raises(SchemaError, match="newer pitstop"):
+        list(iter_record(path))
+
+
+@pytest.mark.parametrize("content, message", [(b"", "empty record"), (b'{"kind":"end","t":1,"steps":0,"dropped":0}\n', "not a pitstop record")])
+def test_not_a_record(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(RecordError, match=message):
+        list(iter_record(path))
+
+
+def test_missing_record(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="no record at"):
+        read_records(tmp_path / "nope.jsonl")
+
+
+def test_record_paths_per_rank(tmp_path: Path) -> None:
+    assert record_path_for(str(tmp_path / "run.jsonl"), None, 7) == tmp_path / "run.jsonl"
+    assert record_path_for(str(tmp_path / "run.jsonl"), 0, 7) == tmp_path / "run.jsonl"
+    assert record_path_for(str(tmp_path / "run.jsonl"), 1, 7) == tmp_path / "run.rank1.jsonl"
+    assert record_path_for(str(tmp_path), 3, 7) == tmp_path / "rank3.jsonl"
+    (tmp_path / "rank3.jsonl").write_text("")
+    assert record_path_for(str(tmp_path), 3, 7) == tmp_path / "rank3-7.jsonl"

@@ -1,0 +1,89 @@
+"""The bootstrap's start decision: exhaustive cases of who gets the agent."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import pitstop.profiling.launch as launch
+
+
+def _load() -> ModuleType:
+    # Loaded by path under another name: importing it as `sitecustomize` would run it.
+    path = Path(launch.BOOTSTRAP_DIR) / "sitecustomize.py"
+    spec = importlib.util.spec_from_file_location("_pitstop_bootstrap_under_test", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__["_pitstop_test"] = True
+    import sys
+
+    flag = getattr(sys, "_pitstop_bootstrapped", None)
+    sys._pitstop_bootstrapped = True  # type: ignore[attr-defined]  # keep the module-level start off
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if flag is None:
+            del sys._pitstop_bootstrapped  # type: ignore[attr-defined]
+    return module
+
+
+boot = _load()
+PY = "/usr/bin/python3"
+SESSION = {"PITSTOP_SESSION": "{}"}
+
+
+@pytest.mark.parametrize(
+    "argv, env, expected",
+    [
+        ([PY, "train.py", "--lr", "1"], SESSION, True),
+        ([PY, "-u", "train.py"], SESSION, True),
+        ([PY, "-X", "dev", "train.py"], SESSION, True),
+        ([PY, "-W", "ignore", "train.py"], SESSION, True),
+        ([PY, "-m", "mypkg.train", "--x"], SESSION, True),
+        ([PY, "-mmypkg.train"], SESSION, True),
+        ([PY, "-c", "import torch"], SESSION, True),
+        # not under pitstop at all
+        ([PY, "train.py"], {}, False),
+        ([PY, "train.py"], {"PITSTOP_SESSION": ""}, False),
+        # switched off by the user
+        ([PY, "train.py"], {**SESSION, "PITSTOP_DISABLE": "1"}, False),
+        # launchers
+        ([PY, "/venv/bin/torchrun", "--nproc_per_node", "2", "train.py"], SESSION, False),
+        ([PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"], SESSION, False),
+        ([PY, "-m", "torch.distributed.launch", "train.py"], SESSION, False),
+        ([PY, "/venv/bin/accelerate", "launch", "train.py"], SESSION, False),
+        ([PY, "-m", "accelerate.commands.launch", "train.py"], SESSION, False),
+        ([PY, "/venv/bin/deepspeed", "train.py"], SESSION, False),
+        # multiprocessing helpers: spawn/forkserver workers, the resource tracker, the forkserver
+        ([PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6, pipe_handle=13)", "--multiprocessing-fork"], SESSION, False),
+        ([PY, "-B", "-c", "from multiprocessing.resource_tracker import main;main(5)"], SESSION, False),
+        ([PY, "-B", "-c", "from multiprocessing.forkserver import main; main(19, 20, ['__main__'])"], SESSION, False),
+        # interactive interpreter: nothing to train
+        ([PY], SESSION, False),
+        ([PY, "-i"], SESSION, False),
+    ],
+)
+def test_decision(argv: list[str], env: dict[str, str], expected: bool) -> None:
+    start, reason = boot.should_start(env, argv, 100)
+    assert start is expected, reason
+    assert reason
+
+
+def test_children_of_the_agent_process_never_start() -> None:
+    env = {**SESSION, "PITSTOP_OWNER_PID": "100"}
+    start, reason = boot.should_start(env, [PY, "train.py"], 200)
+    assert not start and "child of the agent process 100" in reason
+
+
+def test_starting_twice_in_one_process_is_refused() -> None:
+    env = {**SESSION, "PITSTOP_OWNER_PID": "100"}
+    start, reason = boot.should_start(env, [PY, "train.py"], 100)
+    assert not start and "already" in reason
+
+
+def test_a_script_named_like_a_launcher_but_ending_py_still_starts() -> None:
+    start, _ = boot.should_start(SESSION, [PY, "torchrun_example.py"], 1)
+    assert start

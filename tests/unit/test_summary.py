@@ -1,0 +1,209 @@
+"""Tests of the statistics helpers, summarize, format_summary and status_line."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pitstop.analysis import (
+    Finding,
+    RunState,
+    format_summary,
+    median_and_spread,
+    percentile,
+    status_line,
+    summarize,
+)
+from pitstop.analysis import _state
+from pitstop.events import End, Gpu, Hello, Loss, Proc, Runtime, Sample, Step
+
+
+def hello(started: float = 100.0) -> Hello:
+    return Hello(schema=1, pitstop_version="0.1.0", session="s", pid=1, ppid=0, host="h",
+                 argv=[], cwd="/", started=started, python="3.12")
+
+
+def cpu_runtime() -> Runtime:
+    return Runtime(t=100.0, torch_version="2.13", cuda_version=None, device_type="cpu")
+
+
+def fill(run: RunState, n: int, wall: float, wait: float, samples: int | None = 32, t0: float = 100.0,
+         **kw: int) -> None:
+    t = t0
+    for i in range(n):
+        t += wall
+        run.add(Step(t=t, step=i, wall=wall, data_wait=wait, samples=samples, **kw))
+
+
+# -- percentile / spread ------------------------------------------------------
+def test_percentile_interpolates_linearly_between_ranks() -> None:
+    assert percentile([4, 1, 3, 2], 50) == 2.5
+    assert percentile([1, 2, 3, 4], 95) == pytest.approx(3.85)  # (n-1)*0.95 = 2.85
+    assert percentile([1, 2, 3, 4], 0) == 1 and percentile([1, 2, 3, 4], 100) == 4
+    assert percentile([7.0], 95) == 7.0
+    assert percentile((x for x in [10, 20]), 25) == 12.5  # any iterable
+
+
+@pytest.mark.parametrize("values,q", [([], 50), ([1.0], -1), ([1.0], 100.5), ([1.0], float("nan"))])
+def test_percentile_refuses_nothing_and_bad_q(values: list[float], q: float) -> None:
+    with pytest.raises(ValueError):
+        percentile(values, q)
+
+
+def test_median_and_spread_uses_iqr() -> None:
+    med, iqr, rel = median_and_spread([5, 1, 4, 2, 3])
+    assert (med, iqr) == (3.0, 2.0) and rel == pytest.approx(2 / 3)
+    assert median_and_spread([2.0, 2.0, 2.0]) == (2.0, 0.0, 0.0)
+    assert median_and_spread([0.0, 0.0, 0.0]) == (0.0, 0.0, 0.0)
+    assert math.isinf(median_and_spread([-1.0, 0.0, 1.0])[2])
+    with pytest.raises(ValueError):
+        median_and_spread([])
+
+
+# -- summarize ----------------------------------------------------------------
+def test_summarize_drops_warmup_and_derives_rates() -> None:
+    run = RunState()
+    run.add(hello())
+    run.add(cpu_runtime())
+    run.add(Step(t=101.0, step=0, wall=1.0, data_wait=0.9, samples=32))  # slow warm-up step
+    fill(run, 10, wall=0.04, wait=0.01, t0=101.0)  # steps 0..9 again: indices restart
+    s = summarize(run, warmup=1)
+    # Step index 0 appears twice (both warm-up); steps 1..9 are measured.
+    assert s.steps == 11 and s.measured_steps == 9
+    assert s.measured_s == pytest.approx(0.36)
+    assert s.samples_per_s == pytest.approx(32 / 0.04)
+    assert s.steps_per_s == pytest.approx(25.0)
+    assert s.step_p50_s == pytest.approx(0.04) and s.compute_p50_s == pytest.approx(0.03)
+    assert s.data_wait_frac == pytest.approx(0.25)
+    assert s.elapsed_s == pytest.approx(101.4 - 100.0)
+    assert s.peak_mem_allocated is None and s.mem_unavailable == "not on CUDA: device cpu"
+
+
+def test_summarize_uses_whole_stream_totals_after_the_deque_dropped_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_state, "MAX_STEPS", 5)
+    run = RunState()
+    run.add(Step(t=1.0, step=0, wall=5.0, data_wait=4.0, samples=8))
+    fill(run, 20, wall=0.5, wait=0.1, samples=8, t0=1.0)
+    s = summarize(run, warmup=1)
+    assert s.steps == 21 and s.measured_steps == 19  # both step-0 events are warm-up
+    assert s.measured_s == pytest.approx(19 * 0.5)
+    assert s.data_wait_frac == pytest.approx(0.2)
+    assert s.samples_per_s == pytest.approx(16.0)
+
+
+def test_samples_per_s_is_none_when_a_batch_size_is_unknown() -> None:
+    run = RunState()
+    fill(run, 10, wall=0.1, wait=0.0)
+    run.add(Step(t=200.0, step=10, wall=0.1, data_wait=0.0, samples=None))
+    s = summarize(run)
+    assert s.samples_per_s is None and s.steps_per_s == pytest.approx(10.0)
+
+
+def test_summarize_empty_run_has_no_figures_and_says_why() -> None:
+    s = summarize(RunState())
+    assert s.steps == 0 and s.measured_steps == 0
+    assert s.samples_per_s is None and s.step_p50_s is None and s.data_wait_frac is None
+    assert s.elapsed_s is None and s.gpu_util_mean is None
+    assert s.gpu_unavailable == "no GPU sample yet" and s.mem_unavailable == "device not known yet"
+    text = format_summary(s, [])
+    assert "n/a (no measured step yet)" in text and "findings: none" in text
+
+
+def test_summarize_gpu_and_cpu_means_and_end() -> None:
+    run = RunState()
+    run.add(Runtime(t=1.0, torch_version="2", cuda_version="12.4", device_type="cuda"))
+    for util, power in ((50.0, 100.0), (70.0, 300.0)):
+        run.add(Sample(t=2.0, gpus=[Gpu(index=0, name="H100", util=util, mem_used=4 << 30,
+                                        mem_total=80 << 30, power_w=power)],
+                       procs=[Proc(pid=1, role="main", cpu=95.0, rss=2 << 30),
+                              Proc(pid=2, role="worker", cpu=50.0, rss=1 << 20)],
+                       system_cpu=40.0))
+    run.add(Loss(t=3.0, steps=[0, 1], values=[1.0, None], nonfinite=[1]))
+    run.add(End(t=4.0, steps=0, dropped=2, reason="exit", exit_code=0))
+    s = summarize(run)
+    assert s.gpu_util_mean == 60.0 and s.gpu_power_mean == 200.0 and s.gpu_unavailable is None
+    assert s.gpu_mem_peak == 4 << 30 and s.cpu_main_mean == 95.0 and s.cpu_workers_mean == 50.0
+    assert s.workers == 1 and s.system_cpu_mean == 40.0 and s.peak_rss == 2 << 30
+    assert s.last_loss == 1.0 and s.nonfinite_losses == 1 and s.first_nonfinite_step == 1
+    assert (s.end_reason, s.exit_code, s.dropped) == ("exit", 0, 2)
+    text = format_summary(s, [], title="train.py")
+    assert text.startswith("train.py")
+    assert "util 60%" in text and "4.0 GiB of 80.0 GiB" in text and "power 200 W" in text
+    assert "1 non-finite (first at step 1)" in text and "exit (exit code 0), 2 events dropped" in text
+
+
+def test_gpu_reason_comes_from_the_sampler() -> None:
+    run = RunState()
+    run.add(Sample(t=1.0, gpu_unavailable="NVML library not found"))
+    assert summarize(run).gpu_unavailable == "NVML library not found"
+    run2 = RunState()
+    run2.add(Sample(t=1.0, gpus=[Gpu(index=0, name="X", unavailable={"util": "not supported (MIG)"})]))
+    assert summarize(run2).gpu_unavailable == "not supported (MIG)"
+
+
+def test_format_summary_prints_unavailable_as_na_with_reason_never_zero() -> None:
+    run = RunState()
+    run.add(cpu_runtime())
+    fill(run, 10, wall=0.02, wait=0.0, samples=None)
+    run.add(Sample(t=200.0, gpu_unavailable="no CUDA device"))
+    text = format_summary(summarize(run), [])
+    assert "n/a (no CUDA device)" in text
+    assert "n/a (batch size not seen)" in text
+    assert "n/a (not on CUDA: device cpu)" in text
+    assert " 0 samples/s" not in text and "util 0%" not in text
+
+
+def test_format_summary_lists_top_findings_with_evidence_gain_and_fix() -> None:
+    found = [
+        Finding(rule=f"r{i}", title=f"Title {i}", severity="high", evidence=[f"evidence {i}", "more"],
+                cause="c", fix=f"line one {i}\nline two {i}", gain=f"gain {i}", knob=None)
+        for i in range(7)
+    ]
+    run = RunState()
+    fill(run, 10, wall=0.02, wait=0.0)
+    text = format_summary(summarize(run), found, max_findings=2)
+    assert "findings (7, top 2 shown):" in text
+    assert "1. [high] Title 0 (r0)" in text and "evidence 0" in text and "gain 0" in text
+    assert "fix:  line one 0" in text and "           line two 0" in text
+    assert "Title 2" not in text and "more" not in text
+
+
+# -- status_line --------------------------------------------------------------
+def test_status_line_reports_the_last_window() -> None:
+    run = RunState()
+    assert status_line(run) == "waiting for the first step"
+    fill(run, 80, wall=0.031, wait=0.0, samples=8)
+    t = 200.0
+    for i in range(80, 130):
+        t += 0.031
+        run.add(Step(t=t, step=i, wall=0.031, data_wait=0.0192, samples=16, mem_allocated=int(1.2 * (1 << 30))))
+    run.add(Sample(t=t, gpus=[Gpu(index=0, name="A100", util=87.0)], procs=[Proc(pid=1, role="main", cpu=98.0, rss=1)]))
+    run.add(Loss(t=t, steps=[129], values=[0.5]))
+    line = status_line(run)
+    assert line == (
+        "step 129 | 516.1 samples/s | step 31.0 ms (p50 last 50) | data 62% | mem 1.2 GiB"
+        " | gpu 87% | cpu 98% | loss 0.5"
+    )
+
+
+def test_status_line_without_batch_sizes_or_samples_says_na() -> None:
+    run = RunState()
+    fill(run, 5, wall=0.5, wait=0.0, samples=None, host_rss=3 << 20)
+    run.add(Loss(t=1.0, steps=[4], values=[None], nonfinite=[4]))
+    line = status_line(run)
+    assert line.startswith("step 4 | 2.00 steps/s | step 500.0 ms (p50 last 5) | data 0% | rss 3.0 MiB")
+    assert "gpu n/a | cpu n/a | loss NaN/inf x1" in line
+
+
+def test_status_line_reads_gpu_and_cpu_from_recent_samples_only() -> None:
+    run = RunState()
+    fill(run, 5, wall=0.1, wait=0.0)
+    run.add(Sample(t=1.0, gpus=[Gpu(index=0, name="A", util=70.0)]))
+    run.add(Sample(t=1.5, procs=[Proc(pid=1, role="main", cpu=50.0, rss=1)]))
+    assert "| gpu 70% | cpu 50%" in status_line(run)
+    for i in range(5):  # five newer samples without readings: the old ones are stale
+        run.add(Sample(t=2.0 + i))
+    assert "| gpu n/a | cpu n/a" in status_line(run)
