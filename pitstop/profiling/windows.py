@@ -1,0 +1,364 @@
+"""Provides profiler windows: torch.profiler over K steps, scheduled or on demand, aggregated off-thread.
+
+The agent calls `on_step(i)` on the training thread after each step. A window
+starts a FRESH `torch.profiler.profile` at a step boundary and stops it K steps
+later, both on the training thread (that is where torch wants them); the
+expensive part (building the event tree, the tables, the optional Chrome trace)
+runs on one named daemon thread, one window at a time. The raw trace never
+enters the event stream: only a `ProfileWindow` of aggregated tables does.
+
+The training run comes first: every failure is caught, reported once through
+`note("warn", ...)`, and switches the windows off.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pitstop.events import ProfileWindow
+from pitstop.profiling import _aggregate
+
+Emit = Callable[[Any], None]
+Note = Callable[[str, str], None]
+
+_NEVER = sys.maxsize
+# close() waits this long for the last window's tables; a window of a big model
+# takes ~1-3 s to aggregate (0.03 s for the 800 events of the test MLP).
+_CLOSE_WAIT_S = 15.0
+
+
+@dataclass
+class _Open:
+    """The window being recorded on the training thread."""
+
+    prof: Any
+    step_start: int  # first step inside the window
+    trigger: str
+    t0: float  # perf_counter at start
+    marker: Any  # the open record_function("ProfilerStep#N"), or None
+    current: int = 0  # the step being recorded now
+
+
+@dataclass
+class _Job:
+    """A stopped window waiting for the processing thread."""
+
+    prof: Any
+    step_start: int
+    step_end: int
+    trigger: str
+    duration_s: float
+    t: float
+
+
+def _default_factory(device_type: str) -> Callable[[], Any]:
+    def make() -> Any:
+        import torch.profiler as tp
+
+        acts = [tp.ProfilerActivity.CPU]
+        if device_type == "cuda":
+            acts.append(tp.ProfilerActivity.CUDA)
+        return tp.profile(activities=acts, record_shapes=False, profile_memory=False, with_stack=False)
+
+    return make
+
+
+def _other_profiler_active() -> bool:
+    """A profiler someone else started (the user's own torch.profiler): never fight it."""
+    try:
+        import torch
+
+        return bool(torch._C._autograd._profiler_enabled())
+    except Exception:
+        return False
+
+
+def _marker(step: int) -> Any:
+    """Open a ProfilerStep#N annotation, as torch.profiler.profile.step() does, so the
+    trace shows step boundaries and the aggregation finds the training thread."""
+    from torch.autograd.profiler import record_function
+
+    rf = record_function(f"ProfilerStep#{step}")
+    rf.__enter__()
+    return rf
+
+
+class ProfilerWindows:
+    """Scheduled and on-demand torch.profiler windows, one `ProfileWindow` event per window."""
+
+    def __init__(
+        self,
+        every: int | None,
+        active: int,
+        first: int,
+        trace_dir: str | os.PathLike[str] | None,
+        device_type: str,
+        emit: Emit,
+        note: Note,
+        *,
+        top: int = 25,
+        profiler_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.every = every if every and every > 0 else None
+        self.active = max(1, int(active))
+        self.first = max(0, int(first))
+        self.trace_dir = Path(trace_dir) if trace_dir is not None else None
+        self.device = "cuda" if device_type == "cuda" else "cpu"
+        self.top = top
+        self._emit = emit
+        self._note = note
+        self._factory = profiler_factory or _default_factory(self.device)
+
+        # Hot-path state, read by on_step with plain compares.
+        self._next_start = self.first if self.every is not None else _NEVER
+        self._demand = False
+        self._open: _Open | None = None
+        self._off: str | None = None  # the reason the windows are off
+
+        self.windows = 0  # windows emitted
+        self.skipped = 0  # scheduled windows skipped: the previous one was still being processed
+        self._noted: set[str] = set()
+
+        self._cv = threading.Condition()
+        self._job: _Job | None = None
+        self._busy = False  # a job is queued or being processed
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------ training thread
+
+    def on_step(self, step: int) -> None:
+        """Call right after step `step` (0-based) ended. Two compares when idle."""
+        if self._open is None and step < self._next_start and not self._demand:
+            return
+        if self._off is not None or self._closed:
+            if self._open is not None:
+                self._abort()  # switched off by the processing thread mid-window
+            return
+        try:
+            if self._open is not None:
+                self._advance(step)
+            else:
+                self._maybe_start(step)
+        except Exception as err:  # never into the training loop
+            self._fail("profiler window failed", err)
+
+    def _maybe_start(self, step: int) -> None:
+        scheduled = step >= self._next_start
+        if scheduled:
+            while self._next_start <= step:  # windows missed while busy are not made up
+                self._next_start += self.every or _NEVER
+        if self._busy:
+            # One window is processed at a time: skip a scheduled one, keep a demand pending.
+            if scheduled and not self._demand:
+                self.skipped += 1
+                self._note_once(
+                    "skip",
+                    "info",
+                    f"profiler window after step {step} skipped: the previous window is still "
+                    "being aggregated (later skips are counted, not reported)",
+                )
+            return
+        if _other_profiler_active():
+            if scheduled and not self._demand:
+                self.skipped += 1
+            self._note_once("foreign", "info", "another torch profiler is active; pitstop's windows wait for it")
+            return
+        trigger = "demand" if self._demand else "schedule"
+        self._demand = False
+        prof = self._factory()
+        prof.start()
+        opened = _Open(prof, step + 1, trigger, time.perf_counter(), None, step + 1)
+        self._open = opened
+        opened.marker = _marker(step + 1)
+
+    def _advance(self, step: int) -> None:
+        opened = self._open
+        assert opened is not None
+        if opened.marker is not None:
+            opened.marker.__exit__(None, None, None)
+            opened.marker = None
+        if step + 1 >= opened.step_start + self.active:
+            self._stop(step + 1)
+        else:
+            opened.current = step + 1
+            opened.marker = _marker(step + 1)
+
+    def _stop(self, step_end: int) -> None:
+        opened = self._open
+        assert opened is not None
+        self._open = None
+        if opened.marker is not None:
+            opened.marker.__exit__(None, None, None)
+            opened.marker = None
+        opened.prof.stop()  # on CUDA this synchronizes once per window (torch does it)
+        duration = time.perf_counter() - opened.t0
+        if step_end <= opened.step_start:
+            return  # no step completed inside the window: nothing to report
+        job = _Job(opened.prof, opened.step_start, step_end, opened.trigger, duration, time.time())
+        self._submit(job)
+
+    def request(self) -> str:
+        """Profile the next `active` steps now ("demand"); thread-safe. Returns a reply for a person."""
+        if self._off is not None:
+            return f"profiler windows are off: {self._off}"
+        if self._closed:
+            return "profiler windows are closed"
+        opened = self._open
+        if opened is not None:
+            return f"a profiler window is already recording (from step {opened.step_start})"
+        self._demand = True  # a bool store is atomic under the GIL; on_step reads it
+        return f"profiling the next {self.active} steps"
+
+    def close(self, timeout: float = _CLOSE_WAIT_S) -> None:
+        """Stop an open window (reporting the steps it saw), wait for processing; idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._open is not None and self._off is None:
+                self._stop(self._open.current)  # steps before the current one completed
+        except Exception as err:
+            self._fail("profiler window failed at close", err)
+        self._closed = True
+        self._next_start = _NEVER
+        self._demand = False
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    # ------------------------------------------------------------ processing thread
+
+    def _submit(self, job: _Job) -> None:
+        with self._cv:
+            self._job = job
+            self._busy = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="pitstop-profiler", daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._job is None and not self._stopping:
+                    self._cv.wait()
+                job, self._job = self._job, None
+            if job is None:
+                return
+            try:
+                self._process(job)
+            except Exception as err:
+                self._fail("profiler window aggregation failed", err, training=False)
+            finally:
+                job = None  # drop the profiler before waiting for the next one
+                with self._cv:
+                    self._busy = self._job is not None
+                    self._cv.notify_all()
+
+    def _process(self, job: _Job) -> None:
+        prof = job.prof
+        job.prof = None
+        trace_path = self._export(prof, job.step_start)
+        events = prof.events()
+        try:
+            evs = _aggregate.extract(events, use_device=self.device == "cuda")
+        finally:
+            _aggregate.release(events)
+            self._drop(prof)
+            del events, prof
+        tables = _aggregate.aggregate(evs, steps=job.step_end - job.step_start, device=self.device, top=self.top)
+        if tables.copies is not None and tables.copies.h2d_count + tables.copies.d2h_count and not tables.copy_bytes_known:
+            self._note_once("bytes", "info", "this torch reports no memcpy sizes: copy bytes show as 0")
+        window = ProfileWindow(
+            t=job.t,
+            step_start=job.step_start,
+            step_end=job.step_end,
+            device=self.device,
+            trigger=job.trigger,
+            duration_s=round(job.duration_s, 6),
+            ops=tables.ops,
+            kernels=tables.kernels,
+            kernels_unavailable=tables.kernels_unavailable,
+            copies=tables.copies,
+            syncs_per_step=tables.syncs_per_step,
+            phases_ms=tables.phases_ms,
+            collective_ms=tables.collective_ms,
+            collective_overlap=tables.collective_overlap,
+            trace_path=trace_path,
+        )
+        self.windows += 1
+        self._emit(window)
+
+    def _export(self, prof: Any, step_start: int) -> str | None:
+        if self.trace_dir is None:
+            return None
+        path = self.trace_dir / f"window-{step_start}-{os.getpid()}.json"
+        try:
+            self.trace_dir.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(path))
+        except Exception as err:
+            # A full disk must not cost the tables: stop writing traces, keep the windows.
+            self.trace_dir = None
+            self._note_once("trace", "warn", f"profiler traces off: cannot write {path}: {type(err).__name__}: {err}")
+            return None
+        return str(path)
+
+    @staticmethod
+    def _drop(prof: Any) -> None:
+        """Let go of the C++ results and the event list now rather than at the next GC."""
+        inner = getattr(prof, "profiler", None)
+        if inner is None:
+            return
+        for attr in ("_function_events", "_old_function_events", "kineto_results"):
+            if hasattr(inner, attr):
+                try:
+                    setattr(inner, attr, None)
+                except Exception:
+                    pass
+
+    # ------------------------------------------------------------ failure
+
+    def _note_once(self, key: str, level: str, message: str) -> None:
+        if key in self._noted:
+            return
+        self._noted.add(key)
+        try:
+            self._note(level, message)
+        except Exception:
+            pass
+
+    def _abort(self) -> None:
+        """Stop the open profiler without reporting it (training thread only)."""
+        opened, self._open = self._open, None
+        if opened is None:
+            return
+        try:
+            if opened.marker is not None:
+                opened.marker.__exit__(None, None, None)
+            opened.prof.stop()
+        except Exception:
+            pass
+
+    def _fail(self, what: str, err: BaseException, *, training: bool = True) -> None:
+        """Switch the windows off and say so once. Only the training thread may stop
+        the profiler it started; the processing thread leaves that to the next on_step."""
+        reason = f"{what}: {type(err).__name__}: {err}"
+        first = self._off is None
+        self._off = reason
+        self._next_start = _NEVER
+        self._demand = False
+        if training:
+            self._abort()
+        if first:
+            self._note_once("off", "warn", f"profiler windows off: {reason}")
