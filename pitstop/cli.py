@@ -133,6 +133,7 @@ def _use_tui(args: argparse.Namespace) -> bool:
 
 
 def cmd_run(args: argparse.Namespace, target: Target) -> int:
+    _profile_setting(args.profile)  # options first: a bad option is named before the script is looked up
     target.check()
     settings = _settings(args, target)
     if _use_tui(args):

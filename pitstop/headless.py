@@ -9,6 +9,7 @@ pitstop writes only to stderr.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -104,7 +105,15 @@ class LiveStatus:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            except KeyboardInterrupt:  # the child got the same SIGINT; wait for it to finish
+            except KeyboardInterrupt:
+                # From a terminal the child got the same SIGINT; a SIGINT sent to
+                # pitstop alone is passed on if the child is still running 1 s later.
+                try:
+                    self._proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    self._proc.send_signal(signal.SIGINT)
+                except KeyboardInterrupt:
+                    pass
                 continue
             next_t += STATUS_INTERVAL_S
             line = self.line()

@@ -111,6 +111,7 @@ class Hooks:
         importlib.import_module("torch.nn.parallel")
         self.torch = torch
         agent.torch = torch
+        agent.t_torch = _PERF()
         agent.hooks = self
         self._emit_runtime()
         from pitstop.profiling.overrides import Overrides

@@ -64,6 +64,7 @@ class Agent:
         # step clock (training thread only)
         self.step_index = 0
         self.t_last: float | None = None
+        self.t_torch: float | None = None  # perf_counter() when torch finished importing
         self.acc_wait = 0.0
         self.acc_samples = 0
         self.samples_known = False
@@ -235,9 +236,9 @@ class Agent:
             self._first_backward = time.perf_counter()
         else:
             # Second backward and still no optimizer: steps are backward calls. The
-            # first step runs from the first backward (what came before it was set-up).
+            # first one ended at the first backward; emit it now, then this one.
             self.mode = "backward"
-            self.t_last = self._first_backward
+            self._boundary("backward", now=self._first_backward)
             self._boundary("backward")
 
     def manual_step(self, samples: int | None = None) -> None:
@@ -258,15 +259,14 @@ class Agent:
         except (OSError, IndexError, ValueError):
             return None
 
-    def _boundary(self, source: str) -> None:
+    def _boundary(self, source: str, now: float | None = None) -> None:
         if self.disabled or self.finished:
             return
-        now = time.perf_counter()
-        if self.t_last is None:  # the first boundary only starts the clock
-            self.t_last = now
-            self.acc_wait = 0.0
-            self.acc_samples = 0
-            return
+        now = time.perf_counter() if now is None else now
+        if self.t_last is None:
+            # The first step is timed from the first DataLoader fetch when there is
+            # one (on_data_wait), else from when torch finished importing.
+            self.t_last = self.t_torch if self.t_torch is not None else now
         try:
             alloc = reserved = peak = None
             if self.cuda_mem:

@@ -1,0 +1,43 @@
+"""Two CPU ranks on gloo with DDP; rank 0's DataLoader worker is forked, rank 1's spawned.
+
+Each worker prints its pid, so a test can check that no worker runs an agent.
+Rank SLOW_RANK (env) sleeps 30 ms a step, to make a straggler.
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def report_worker(_: int) -> None:
+    print(f"worker pid {os.getpid()}", flush=True)
+
+
+def main() -> None:
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(rank)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = TensorDataset(torch.randn(steps * 8, 32), torch.randn(steps * 8, 4))
+    context = "fork" if rank == 0 else "spawn"
+    loader = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context=context,
+                        worker_init_fn=report_worker)
+    for x, y in loader:
+        if rank == slow_rank:
+            time.sleep(0.03)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(f"rank {rank} pid {os.getpid()} done", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

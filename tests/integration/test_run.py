@@ -1,0 +1,254 @@
+"""`pitstop run` on real scripts: the script runs as before, and every step is measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pitstop.events import DataLoaderInfo, End, Hello, Loss, Sample, Step
+from pitstop.profiling.record import ReadResult, iter_record
+
+from .conftest import SCRIPTS, events_of, pitstop, wait_for
+
+
+def _steps(path: Path) -> list[Step]:
+    return [e for e in events_of(path) if isinstance(e, Step)]
+
+
+def _wait_frac(steps: list[Step]) -> float:
+    measured = steps[3:]
+    return sum(s.data_wait for s in measured) / sum(s.wall for s in measured)
+
+
+def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: dict[str, str]) -> None:
+    stalled = tmp_path / "w0.jsonl"
+    result = pitstop(["demo", "--headless", "--steps", "30", "--record", str(stalled)], env)
+    assert result.returncode == 0, result.stderr
+    assert "step 30/30" in result.stdout  # the script's own output passes through, on stdout
+    assert "pitstop summary" in result.stderr and "pitstop summary" not in result.stdout
+    assert "data-wait" in result.stderr  # the finding is named in the summary
+    steps = _steps(stalled)
+    assert [s.step for s in steps] == list(range(30))
+    assert all(s.samples == 32 for s in steps)
+    events = events_of(stalled)
+    assert isinstance(events[-1], End) and events[-1].steps == 30
+    assert any(isinstance(e, Loss) for e in events)
+    loader = next(e for e in events if isinstance(e, DataLoaderInfo))
+    assert loader.num_workers == 0
+    frac0 = _wait_frac(steps)
+    assert frac0 > 0.3, f"data wait with 0 workers is only {frac0:.0%}"
+
+    fed = tmp_path / "w2.jsonl"
+    result = pitstop(["run", "--headless", "--record", str(fed), "-m", "pitstop.demo.train",
+                      "--steps", "30", "--num-workers", "2"], env)
+    assert result.returncode == 0, result.stderr
+    steps2 = _steps(fed)
+    assert len(steps2) == 30
+    frac2 = _wait_frac(steps2)
+    assert frac2 < 0.6 * frac0, f"data wait {frac0:.0%} with 0 workers, {frac2:.0%} with 2"
+    # the workers are seen, and none of them runs an agent (only one record file)
+    worker_pids = {p.pid for e in events_of(fed) if isinstance(e, Sample) for p in e.procs if p.role == "worker"}
+    assert len(worker_pids) >= 2
+    assert sorted(p.name for p in tmp_path.glob("*.jsonl")) == ["w0.jsonl", "w2.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "script, args, expected, source",
+    [
+        ("loop_gan.py", ["20"], 20, "optimizer"),  # two optimizers, one step per iteration
+        ("loop_manual_sgd.py", ["20"], 20, "backward"),  # no optimizer at all
+        ("loop_no_loader.py", ["20"], 20, "optimizer"),  # batches from a memmap, no DataLoader
+        ("loop_manual_step.py", ["20"], 20, "manual"),  # pitstop.step() by hand
+    ],
+)
+def test_step_detection_without_code_changes(
+    tmp_path: Path, env: dict[str, str], script: str, args: list[str], expected: int, source: str
+) -> None:
+    record = tmp_path / "r.jsonl"
+    result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record), str(SCRIPTS / script), *args], env)
+    assert result.returncode == 0, result.stderr
+    assert "done" in result.stdout
+    steps = _steps(record)
+    assert len(steps) == expected, [s.source for s in steps]
+    assert steps[-1].source == source
+    assert all(s.wall > 0 for s in steps)
+
+
+def test_step_times_agree_with_a_plain_optimizer_hook(tmp_path: Path, env: dict[str, str]) -> None:
+    record = tmp_path / "r.jsonl"
+    truth = tmp_path / "truth.json"
+    result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record),
+                      str(SCRIPTS / "loop_hook_timing.py"), "80", str(truth)], env)
+    assert result.returncode == 0, result.stderr
+    plain = json.loads(truth.read_text())
+    ours = statistics.median(s.wall for s in _steps(record)[1:])
+    assert plain["steps"] == 80 and len(_steps(record)) == 80
+    assert abs(ours / plain["median"] - 1) < 0.05, (ours, plain["median"])
+
+
+def test_the_scripts_exit_code_and_traceback_are_kept(tmp_path: Path, env: dict[str, str]) -> None:
+    result = pitstop(["run", "--headless", str(SCRIPTS / "loop_raises.py")], env)
+    assert result.returncode == 1
+    assert "before the error" in result.stdout
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "ValueError: bad learning rate schedule" in result.stderr
+    result = pitstop(["run", "--headless", str(SCRIPTS / "loop_exit3.py")], env)
+    assert result.returncode == 3
+    assert result.stdout.splitlines()[0] == "to stdout"
+    assert "to stderr" in result.stderr and "exited with code 3" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "nope.py"], "no such script: nope.py"),
+        (["run", "-m", "no_such_module_xyz"], "module not found: no_such_module_xyz"),
+        (["run", "--", "no-such-launcher-xyz", "train.py"], "launcher not found: no-such-launcher-xyz"),
+        (["run"], "give a script"),
+        (["run", "--profile", "often", "x.py"], "--profile 'often'"),
+        (["view", "missing.jsonl"], "no record at missing.jsonl"),
+        (["attach", "999999"], "no process with pid 999999"),
+        (["profile", "1"], "pid 1 has no pitstop agent"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(tmp_path: Path, env: dict[str, str], args: list[str], message: str) -> None:
+    result = pitstop(args, env, cwd=tmp_path, timeout=60)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_option_is_refused(env: dict[str, str]) -> None:
+    result = pitstop(["run", "--bogus", "train.py"], env)
+    assert result.returncode == 2 and "--bogus" in result.stderr
+
+
+def test_records_are_never_overwritten_and_must_be_writable(tmp_path: Path, env: dict[str, str]) -> None:
+    existing = tmp_path / "mine.jsonl"
+    existing.write_text("precious\n")
+    result = pitstop(["run", "--record", str(existing), str(SCRIPTS / "loop_exit3.py")], env)
+    assert result.returncode == 2 and "record file exists" in result.stderr
+    assert existing.read_text() == "precious\n"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = pitstop(["run", "--record", str(blocker / "sub" / "r.jsonl"), str(SCRIPTS / "loop_exit3.py")], env)
+    assert result.returncode == 2 and "cannot write records" in result.stderr
+    assert "to stdout" not in result.stdout  # the script never started
+
+
+def test_view_reads_records_and_refuses_newer_ones(tmp_path: Path, env: dict[str, str]) -> None:
+    record = tmp_path / "r.jsonl"
+    assert pitstop(["run", "--headless", "--record", str(record), str(SCRIPTS / "loop_gan.py"), "10"], env).returncode == 0
+    result = pitstop(["view", str(record), "--summary"], env)
+    assert result.returncode == 0 and "10 (7 measured" in result.stdout
+    newer = tmp_path / "newer.jsonl"
+    lines = record.read_text().splitlines()
+    newer.write_text("\n".join([lines[0].replace('"schema":1', '"schema":7'), *lines[1:]]) + "\n")
+    result = pitstop(["view", str(newer), "--summary"], env)
+    assert result.returncode == 2 and "newer pitstop" in result.stderr
+    corrupt = tmp_path / "corrupt.jsonl"
+    corrupt.write_text(lines[0] + "\n{{{\n" + lines[1] + "\n")
+    result = pitstop(["view", str(corrupt), "--summary"], env)
+    assert result.returncode == 2 and "corrupt.jsonl:2: corrupt record line" in result.stderr
+
+
+def _start_forever(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
+    record = tmp_path / "live.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "demand", "--record", str(record),
+         str(SCRIPTS / "loop_forever.py")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    wait_for(lambda: record.exists() and sum(isinstance(e, Step) for e in _safe_events(record)) >= 5,
+             what="five steps in the record")
+    return proc, record
+
+
+def _safe_events(path: Path) -> list[object]:
+    try:
+        return list(iter_record(path))
+    except Exception:
+        return []
+
+
+def test_sigkill_leaves_a_readable_record(tmp_path: Path, env: dict[str, str]) -> None:
+    proc, record = _start_forever(tmp_path, env)
+    hello = next(e for e in events_of(record) if isinstance(e, Hello))
+    os.kill(hello.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == 128 + signal.SIGKILL
+    result = ReadResult()
+    events = list(iter_record(record, result))
+    assert sum(isinstance(e, Step) for e in events) >= 5
+    assert not any(isinstance(e, End) for e in events)
+    summary = pitstop(["view", str(record), "--summary"], env)
+    assert summary.returncode == 0 and "steps" in summary.stdout
+
+
+def test_live_run_is_listed_profiled_and_serves_history(tmp_path: Path, env: dict[str, str]) -> None:
+    proc, record = _start_forever(tmp_path, env)
+    try:
+        hello = next(e for e in events_of(record) if isinstance(e, Hello))
+        listing = pitstop(["ls"], env, timeout=30)
+        assert listing.returncode == 0
+        row = next(line for line in listing.stdout.splitlines() if line.startswith(str(hello.pid)))
+        assert "loop_forever.py" in row
+        sock = Path(env["PITSTOP_RUNTIME_DIR"]) / f"{hello.pid}.sock"
+        assert oct(sock.stat().st_mode & 0o777) == "0o600"
+        assert oct(sock.parent.stat().st_mode & 0o777) == "0o700"
+        reply = pitstop(["profile", str(hello.pid)], env, timeout=30)
+        assert reply.returncode == 0 and "profiling" in reply.stdout
+        from pitstop.events import ProfileWindow
+
+        wait_for(lambda: any(isinstance(e, ProfileWindow) and e.trigger == "demand" for e in _safe_events(record)),
+                 what="the on-demand profiler window")
+        # a new client gets the history at once: hello first, then steps
+        from pitstop.events import decode
+        from pitstop.profiling.transport import Client
+
+        client = Client(sock)
+        got = []
+        for batch in client.lines(poll=0.2):
+            got += [decode(line) for line in batch]
+            if sum(isinstance(e, Step) for e in got) >= 5:
+                break
+        client.close()
+        assert isinstance(got[0], Hello) and got[0].pid == hello.pid
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    assert not (Path(env["PITSTOP_RUNTIME_DIR"]) / f"{hello.pid}.sock").exists()  # cleaned at exit
+
+
+def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(tmp_path: Path, env: dict[str, str]) -> None:
+    records = tmp_path / "job"
+    result = pitstop(
+        ["run", "--headless", "--profile", "off", "--record", str(records), "--",
+         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(SCRIPTS / "ddp_gloo.py"), "20"],
+        env, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    files = sorted(records.glob("*.jsonl"))
+    assert [f.name for f in files] == ["rank0.jsonl", "rank1.jsonl"]
+    hellos = [events_of(f)[0] for f in files]
+    assert [h.rank for h in hellos] == [0, 1] and all(h.world_size == 2 for h in hellos)
+    assert len({h.session for h in hellos}) == 1
+    rank_pids = {h.pid for h in hellos}
+    launcher_pids = {h.ppid for h in hellos}
+    assert launcher_pids.isdisjoint(rank_pids)  # the torchrun launcher has no agent
+    done_pids = {int(line.split()[3]) for line in result.stdout.splitlines() if line.endswith("done")}
+    assert done_pids == rank_pids
+    worker_pids = {int(line.split()[2]) for line in result.stdout.splitlines() if line.startswith("worker pid")}
+    assert len(worker_pids) == 2  # one forked worker (rank 0), one spawned (rank 1)
+    assert worker_pids.isdisjoint(rank_pids)  # no worker wrote a record or said hello
+    for f in files:
+        assert len(_steps(f)) == 20
