@@ -1,0 +1,40 @@
+"""Provides the Textual viewer: `run_viewer(source)` runs it and says how to come back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pitstop.profiling.sources import EventSource
+
+
+def run_viewer(
+    source: EventSource,
+    *,
+    log_path: Path | None = None,
+    detach_hint: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Run the TUI on `source` until the user quits or detaches; 0 on a normal exit.
+
+    The viewer is a separate process from the training run, so quitting never
+    stops training; after the screen is restored this prints how to come back
+    (`detach_hint`) or how the run ended.
+    """
+    from pitstop.tui.app import PitstopApp
+
+    app = PitstopApp(source, log_path=log_path, detach_hint=detach_hint, clock=clock)
+    try:
+        app.run()
+    finally:
+        source.close()
+    message = app.goodbye()
+    if message:
+        print(message)
+    return app.return_code or 0
+
+
+__all__ = ["run_viewer"]

@@ -1,0 +1,400 @@
+"""Provides PitstopApp: the Textual viewer of one job's event stream, live or replayed.
+
+Data enters one way (STYLE.md): the reader worker thread iterates the source,
+puts each StreamBatch in an Inbox and rings a doorbell message; the handler on
+the UI thread drains the inbox into a JobState and asks for a refresh. Refreshes
+are throttled to REFRESH_S, and only the visible screen is handed a Frame.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.timer import Timer
+from textual.worker import Worker, WorkerState
+
+from pitstop.analysis import JobState, RunState, StreamBatch
+from pitstop.errors import PitstopError
+from pitstop.tui import logtail
+from pitstop.tui.inbox import Inbox
+from pitstop.tui.logtail import LogBuffer
+from pitstop.tui.messages import BatchesArrived, LogLinesArrived, ReplayLoaded
+from pitstop.tui.replay import Timeline
+from pitstop.tui.screens import (
+    ConfirmScreen,
+    DataScreen,
+    HelpScreen,
+    KernelsScreen,
+    LogScreen,
+    MemoryScreen,
+    OverviewScreen,
+    PitstopScreen,
+)
+from pitstop.tui.view import Frame, Replay
+
+if TYPE_CHECKING:
+    from pitstop.profiling.sources import EventSource
+
+# 4 refreshes a second: a figure is at most 0.25 s stale (issue 4's lag target is
+# 0.5 s at p95) and the viewer stays far from its 20%-of-a-core budget.
+REFRESH_S = 0.25
+# The elapsed clock and the throttled findings move even when no event arrives.
+TICK_S = 1.0
+# A replay plays at real speed times this; + and - double and halve it.
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+SEEK_FRACTION = 0.10
+
+MODES_ORDER = ("overview", "kernels", "data", "memory", "log")
+
+
+def reason_of(error: BaseException) -> str:
+    """One line for a person: pitstop's own errors as they are, others with their type."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if isinstance(error, PitstopError):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class PitstopApp(App[str]):
+    """The viewer: given an EventSource (socket, record, or a test's list)."""
+
+    # Absolute: Textual resolves a relative CSS_PATH against a subclass's own module.
+    CSS_PATH = Path(__file__).with_name("pitstop.tcss")
+    TITLE = "pitstop"
+    ENABLE_COMMAND_PALETTE = False  # every action has a key; ^p would only take footer room
+    BINDINGS = [
+        Binding("1", "show('overview')", "Main", tooltip="Overview"),
+        Binding("2", "show('kernels')", "Ops", tooltip="Kernels and ops"),
+        Binding("3", "show('data')", "Data"),
+        Binding("4", "show('memory')", "Mem", tooltip="Memory"),
+        Binding("5", "show('log')", "Log"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("p", "profile", "Profile"),
+        Binding("t", "tune", "Tune"),
+        Binding("r", "next_rank", "Rank", show=False),
+        Binding("d", "detach", "Detach"),
+        Binding("k", "stop_training", "Stop"),
+        Binding("q", "quit_viewer", "Quit"),
+        # Only in a replay (check_action); priority, or a focused scroll view would take
+        # home/end/arrows. Seek keys are in Help: the footer is full at 80 columns.
+        Binding("space", "toggle_play", "Play", priority=True),
+        Binding("left", "seek(-1)", "Back", show=False, priority=True),
+        Binding("right", "seek(1)", "Fwd", show=False, priority=True),
+        Binding("home", "seek_to('start')", "Start", show=False, priority=True),
+        Binding("end", "seek_to('end')", "End", show=False, priority=True),
+        Binding("plus", "speed(1)", "Faster", key_display="+", show=False),
+        Binding("minus", "speed(-1)", "Slower", key_display="-", show=False),
+    ]
+    _REPLAY_ACTIONS = frozenset({"toggle_play", "seek", "seek_to", "speed"})
+    _LIVE_ACTIONS = frozenset({"detach", "stop_training"})  # nothing to detach from or stop in a replay
+
+    def __init__(
+        self,
+        source: EventSource,
+        log_path: Path | None = None,
+        detach_hint: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.live = bool(source.live)
+        self.log_path = log_path
+        self.detach_hint = detach_hint
+        self.clock = clock
+        self.job = JobState()
+        self.timeline: Timeline | None = None
+        self.paused = True
+        self.speed = 1.0
+        self.rank_index = 0
+        self.failed: str | None = None
+        self.ended = False
+        self.exit_reason = "quit"
+        self.log_buffer = LogBuffer(log_path)
+        self._inbox: Inbox[StreamBatch] = Inbox()
+        self._log_inbox: Inbox[list[str]] = Inbox()
+        self._stop_log = threading.Event()
+        self._last_refresh = 0.0
+        self._refresh_timer: Timer | None = None
+        self._play_timer: Timer | None = None
+        self._play_last = 0.0
+
+    # -- start --------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.add_mode("overview", OverviewScreen)
+        self.add_mode("kernels", KernelsScreen)
+        self.add_mode("data", DataScreen)
+        self.add_mode("memory", MemoryScreen)
+        self.add_mode("log", lambda: LogScreen(self.log_buffer))
+        self.switch_mode("overview")
+        self.sub_title = self.source.label
+        self.read_source()
+        if self.log_path is not None:
+            self.tail_log(self.log_path)
+        self.set_interval(TICK_S, self.refresh_views)
+
+    def on_unmount(self) -> None:
+        # The reader thread is blocked in source.batches(): closing the source ends it, or
+        # the interpreter would wait for it at exit and the viewer would hang on `q`.
+        self._stop_log.set()
+        try:
+            self.source.close()
+        except Exception as err:  # a failing close must not turn a quit into a traceback
+            self.log.warning(f"closing the source failed: {reason_of(err)}")
+
+    # -- reading (worker threads) -------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="reader", name="reader")
+    def read_source(self) -> None:
+        """Iterate the (blocking) source; hand batches to the UI thread via the inbox."""
+        if not self.live:
+            # A replay is read whole, then shown up to a cursor (see pitstop.tui.replay).
+            self.post_message(ReplayLoaded(list(self.source.batches())))
+            return
+        for batch in self.source.batches():
+            if self._inbox.put(batch):
+                self.post_message(BatchesArrived())
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="log", name="log tail")
+    def tail_log(self, path: Path) -> None:
+        def deliver(lines: list[str]) -> None:
+            if self._log_inbox.put(lines):
+                self.post_message(LogLinesArrived())
+
+        logtail.tail(path, deliver, self._stop_log, follow=self.live)
+
+    def send_command(self, name: str) -> Worker[str]:
+        """Send "profile" or "stop" to the agent in a thread; the reply becomes a notification."""
+        # run_worker rather than @work: the worker is named after the command for its notice.
+        return self.run_worker(
+            partial(self.source.command, name),
+            name=name,
+            group="command",
+            thread=True,
+            exit_on_error=False,
+        )
+
+    # -- messages from the threads ------------------------------------------
+    def on_batches_arrived(self, message: BatchesArrived) -> None:
+        batches = self._inbox.drain()
+        for batch in batches:
+            self.job.add(batch)
+        if batches:
+            self.request_refresh()
+
+    def on_replay_loaded(self, message: ReplayLoaded) -> None:
+        self.timeline = Timeline(message.batches)
+        # A replay opens on the whole run, paused: `home` then `space` plays it back.
+        self.job = self.timeline.seek(self.timeline.end)
+        self.ended = True
+        if not len(self.timeline):
+            self.notify("replay: the record holds no events", severity="warning")
+        self.refresh_bindings()
+        self.refresh_views()
+
+    def on_log_lines_arrived(self, message: LogLinesArrived) -> None:
+        for lines in self._log_inbox.drain():
+            self.log_buffer.extend(lines)
+        self.request_refresh()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if event.state == WorkerState.ERROR and worker.error is not None:
+            reason = reason_of(worker.error)
+            if worker.group == "reader":
+                self.failed = reason
+                self.notify(f"event stream failed: {reason}", title="pitstop", severity="error", timeout=30)
+                self.refresh_views()
+            elif worker.group == "log":
+                self.log_buffer.error = reason
+                self.refresh_views()
+            elif worker.group == "command":
+                self.notify(f"{worker.name}: {reason}", severity="error", timeout=8)
+        elif event.state == WorkerState.SUCCESS:
+            if worker.group == "reader" and self.live:
+                self.ended = True
+                self.notify("the event stream ended: training finished or the agent stopped", timeout=8)
+                self.refresh_views()
+            elif worker.group == "command":
+                self.notify(f"{worker.name}: {worker.result}", timeout=8)
+
+    # -- refreshing ---------------------------------------------------------
+    def request_refresh(self) -> None:
+        """Refresh now if the last refresh is older than REFRESH_S, else once at that deadline."""
+        wait = self._last_refresh + REFRESH_S - time.monotonic()
+        if wait <= 0:
+            self.refresh_views()
+        elif self._refresh_timer is None:
+            self._refresh_timer = self.set_timer(wait, self._timed_refresh)
+
+    def _timed_refresh(self) -> None:
+        self._refresh_timer = None
+        self.refresh_views()
+
+    def current_run(self) -> tuple[str, RunState | None]:
+        ranks = self.job.ranks()
+        if not ranks:
+            return "", None
+        if self.rank_index == 0:
+            primary = self.job.primary()
+            label = next((lbl for lbl, run in ranks if run is primary), ranks[0][0])
+            return label, primary
+        return ranks[self.rank_index % len(ranks)]
+
+    def frame(self) -> Frame:
+        label, run = self.current_run()
+        replay = None
+        if self.timeline is not None:
+            tl = self.timeline
+            replay = Replay(tl.cursor, tl.start, tl.end, self.paused, self.speed)
+        return Frame(
+            job=self.job,
+            run=run,
+            rank_label=label,
+            now=replay.cursor if replay is not None else self.clock(),
+            label=self.source.label,
+            live=self.live,
+            failed=self.failed,
+            ended=self.ended,
+            replay=replay,
+        )
+
+    def refresh_views(self) -> None:
+        """Hand the visible screen a new Frame (one repaint for all its widgets)."""
+        self._last_refresh = time.monotonic()
+        screen = self.screen
+        if not isinstance(screen, PitstopScreen):
+            return
+        with self.batch_update():
+            screen.show(self.frame())
+
+    # -- actions: screens ---------------------------------------------------
+    async def action_show(self, mode: str) -> None:
+        if self.current_mode != mode:
+            await self.switch_mode(mode)
+        self.refresh_views()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_next_rank(self) -> None:
+        count = len(self.job.runs)
+        if count <= 1:
+            self.notify("one process in this job: no other rank to show")
+            return
+        self.rank_index = (self.rank_index + 1) % count
+        self.refresh_views()
+
+    # -- actions: the training run ------------------------------------------
+    def action_profile(self) -> None:
+        if not self.live:
+            self.notify("replay: cannot profile a recorded run", severity="warning")
+            return
+        self.send_command("profile")
+
+    def action_stop_training(self) -> None:
+        if not self.live:
+            self.notify("replay: there is no training to stop", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.send_command("stop")
+            else:
+                self.notify("not stopped: training continues")
+
+        self.push_screen(ConfirmScreen("Stop training? The script gets a signal and ends."), answered)
+
+    def action_tune(self) -> None:
+        _, run = self.current_run()
+        script = run.hello.script if run is not None and run.hello is not None and run.hello.script else "SCRIPT"
+        self.notify(f"run: pitstop tune {script}", title="tune this script", timeout=12)
+
+    def action_detach(self) -> None:
+        self.exit_reason = "detach"
+        self.exit("detach")
+
+    def action_quit_viewer(self) -> None:
+        self.exit_reason = "quit"
+        self.exit("quit")
+
+    def goodbye(self) -> str | None:
+        """What to print after the viewer closed: how to come back, or how the run ended."""
+        if not self.live:
+            return None
+        _, run = self.current_run()
+        if run is not None and run.end is not None:
+            code = f" (exit code {run.end.exit_code})" if run.end.exit_code is not None else ""
+            return f"training ended: {run.end.reason}{code}"
+        return self.detach_hint
+
+    # -- actions: replay ----------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self._REPLAY_ACTIONS:
+            return not self.live  # hidden from the footer in a live run
+        if action in self._LIVE_ACTIONS:
+            return self.live
+        return True
+
+    def _seek(self, cursor: float) -> None:
+        if self.timeline is None:
+            return
+        self.job = self.timeline.seek(cursor)
+        self.refresh_views()
+
+    def action_seek(self, direction: int) -> None:
+        if self.timeline is None:
+            return
+        span = self.timeline.end - self.timeline.start
+        self._seek(self.timeline.cursor + direction * SEEK_FRACTION * span)
+
+    def action_seek_to(self, where: str) -> None:
+        if self.timeline is not None:
+            self._seek(self.timeline.start if where == "start" else self.timeline.end)
+
+    def action_toggle_play(self) -> None:
+        tl = self.timeline
+        if tl is None:
+            return
+        self.paused = not self.paused
+        if not self.paused:
+            if tl.cursor >= tl.end:
+                self._seek(tl.start)  # play from the start when at the end
+            self._play_last = time.monotonic()
+            self._play_timer = self.set_interval(REFRESH_S, self._play_tick)
+        elif self._play_timer is not None:
+            self._play_timer.stop()
+            self._play_timer = None
+        self.refresh_views()
+
+    def _play_tick(self) -> None:
+        tl = self.timeline
+        if tl is None or self.paused:
+            return
+        now = time.monotonic()
+        step, self._play_last = (now - self._play_last) * self.speed, now
+        self._seek(tl.cursor + step)
+        if tl.cursor >= tl.end:
+            self.action_toggle_play()  # pause at the end
+
+    def action_speed(self, direction: int) -> None:
+        i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.speed))
+        self.speed = SPEEDS[min(max(0, i + direction), len(SPEEDS) - 1)]
+        self.refresh_views()
+
+    def on_kernels_screen_seek_profile(self, message: KernelsScreen.SeekProfile) -> None:
+        tl = self.timeline
+        if tl is None:
+            return
+        target = tl.next_profile(tl.cursor) if message.newer else tl.previous_profile(tl.cursor)
+        if target is None:
+            self.notify("no newer profiler window" if message.newer else "no older profiler window")
+            return
+        self._seek(target)

@@ -1,0 +1,97 @@
+"""Provides the text forms of figures the TUI shows: sizes, durations, rates, and "n/a (why)"."""
+
+from __future__ import annotations
+
+import time
+
+NA = "n/a"
+
+
+def na(reason: str | None = None) -> str:
+    """An unavailable figure, with the reason when there is one (never a zero)."""
+    return f"{NA} ({reason})" if reason else NA
+
+
+def size(value: float | None, reason: str | None = None) -> str:
+    """Bytes in binary units: 1.5 GiB, 312 MiB."""
+    if value is None:
+        return na(reason)
+    n = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KiB") or abs(n) >= 100 else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover - the loop always returns
+
+
+def size_of(used: float, total: float) -> str:
+    """"5.5/40.0 GiB": both in the unit of the total, so the pair fits a narrow panel."""
+    unit_total = size(total)
+    number, unit = unit_total.split(" ", 1)
+    scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
+    return f"{used / scale:.1f}/{number} {unit}"
+
+
+def ms(seconds: float | None, reason: str | None = None) -> str:
+    """A duration in milliseconds, or seconds when long."""
+    if seconds is None:
+        return na(reason)
+    if seconds >= 10:
+        return f"{seconds:.1f} s"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds * 1000:.0f} ms"
+
+
+def us(micros: float | None) -> str:
+    """Profiler microseconds as us/ms/s."""
+    if micros is None:
+        return NA
+    if micros >= 1_000_000:
+        return f"{micros / 1e6:.2f} s"
+    if micros >= 1000:
+        return f"{micros / 1000:.2f} ms"
+    return f"{micros:.1f} us"
+
+
+def pct(value: float | None, reason: str | None = None, digits: int = 0) -> str:
+    """A percentage that is already in 0..100 (or more, for CPU of several cores)."""
+    if value is None:
+        return na(reason)
+    return f"{value:.{digits}f}%"
+
+
+def rate(value: float | None, unit: str, reason: str | None = None) -> str:
+    """A per-second rate with a sensible number of digits."""
+    if value is None:
+        return na(reason)
+    if value >= 100:
+        return f"{value:,.0f} {unit}/s"
+    if value >= 10:
+        return f"{value:.1f} {unit}/s"
+    return f"{value:.2f} {unit}/s"
+
+
+def elapsed(seconds: float | None) -> str:
+    """Wall time as h:mm:ss."""
+    if seconds is None or seconds < 0:
+        return NA
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def clock_time(t: float | None) -> str:
+    """A time.time() stamp as local HH:MM:SS (UTC when TZ is unset: snapshots set TZ)."""
+    if t is None:
+        return NA
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def watts(value: float | None, limit: float | None = None, reason: str | None = None) -> str:
+    """Power draw, with the board's limit when known."""
+    if value is None:
+        return na(reason)
+    return f"{value:.0f} W" + (f" / {limit:.0f} W" if limit else "")
+
+
+def shorten(text: str, width: int) -> str:
+    """Cut a long name (kernel names run to hundreds of characters) keeping its start."""
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"

@@ -1,0 +1,66 @@
+"""Provides PitstopScreen: the header/footer frame every data screen shares."""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.css.query import NoMatches
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from pitstop.tui import view
+from pitstop.tui.view import Frame
+from pitstop.tui.widgets import HeaderInfo, StatusHeader
+
+
+# A plotext chart takes ~75 ms to render at 120x40 (benchmarks/viewer.py): redrawn at the
+# app's 4 Hz it alone would cost 30% of a core, so live charts move once a second.
+CHART_EVERY_S = 1.0
+
+
+class PitstopScreen(Screen[None]):
+    """A screen the app hands a Frame on each refresh (attributes down)."""
+
+    TITLE_TEXT = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._charts_at = 0.0
+        self._charts_run: int | None = None
+
+    def charts_due(self, frame: Frame) -> bool:
+        """Whether to recompute chart data now: once a second live, always on a jump."""
+        run_id = id(frame.run)
+        now = time.monotonic()
+        # A replay (a seek moves the whole picture) or another run shown redraws at once.
+        if frame.replay is not None or run_id != self._charts_run or now - self._charts_at >= CHART_EVERY_S:
+            self._charts_at, self._charts_run = now, run_id
+            return True
+        return False
+
+    def compose(self) -> ComposeResult:
+        yield StatusHeader(id="status")
+        yield from self.compose_body()
+        # Compact, without the palette hint: every binding fits in 80 columns.
+        yield Footer(compact=True, show_command_palette=False)
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    def show(self, frame: Frame) -> None:
+        """Take a new frame: the header here, the body in `show_body`."""
+        try:
+            header = self.query_one(StatusHeader)
+        except NoMatches:
+            return  # not composed yet (a mode switch in flight) or already torn down
+        header.info = HeaderInfo(
+            title=view.title_text(frame),
+            mode=view.mode_text(frame),
+            items=view.header_items(frame),
+            screen=self.TITLE_TEXT,
+        )
+        self.show_body(frame)
+
+    def show_body(self, frame: Frame) -> None:
+        """Set the body widgets' reactives from the frame."""

@@ -1,0 +1,29 @@
+"""Provides DataScreen: how long steps wait for data, and what the DataLoader workers do."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+
+from pitstop.tui import view
+from pitstop.tui.screens._base import PitstopScreen
+from pitstop.tui.view import Frame
+from pitstop.tui.widgets import Chart, Figures
+
+
+class DataScreen(PitstopScreen):
+    """Data wait per step with p50/p95, loader rate vs step rate, per-worker CPU and RSS."""
+
+    TITLE_TEXT = "3 data"
+
+    def compose_body(self) -> ComposeResult:
+        yield Chart(id="wait-chart")
+        with Horizontal(id="data-panels"):
+            yield Figures("Data wait (last 300 steps)", id="data-figures")
+            yield Figures("Loaders and workers", id="workers")
+
+    def show_body(self, frame: Frame) -> None:
+        if self.charts_due(frame):
+            self.query_one("#wait-chart", Chart).data = view.data_wait_chart(frame.run)
+        self.query_one("#data-figures", Figures).rows = view.data_rows(frame.run)
+        self.query_one("#workers", Figures).rows = view.worker_rows(frame.run)

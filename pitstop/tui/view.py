@@ -1,0 +1,381 @@
+"""Provides the pure figures the screens show, derived from a RunState (no widgets, no I/O).
+
+Analysis owns the arithmetic of a whole run (`summarize`, `findings`,
+`percentile`); what lives here is only what a live screen needs on top: the
+recent window (the last STATUS_WINDOW steps, so the header follows a change the
+user just made), chart series, and "n/a (reason)" texts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pitstop.analysis import JobState, RunState, percentile
+from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
+from pitstop.analysis._summary import STATUS_WINDOW, gpu_reason
+from pitstop.events import Gpu, ProfileWindow, Sample, Step
+from pitstop.tui import format as fmt
+from pitstop.tui.widgets import ChartData, Row, Series
+
+# Charts bin steps so a bar is at least one cell wide at 80 columns.
+CHART_STEPS = 300
+CHART_BUCKETS = 60
+CHART_SAMPLES = 240
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Where a replay stands."""
+
+    cursor: float
+    start: float
+    end: float
+    paused: bool
+    speed: float
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What every screen is handed on a refresh: the state and the moment it describes."""
+
+    job: JobState
+    run: RunState | None  # the process shown (rank 0 unless the user chose another)
+    rank_label: str
+    now: float  # the clock for a live run, the cursor for a replay
+    label: str  # the source's label
+    live: bool
+    failed: str | None = None  # why the reader stopped, when it failed
+    ended: bool = False  # the stream ended (the source's batches() returned)
+    replay: Replay | None = None
+
+
+# -- header -------------------------------------------------------------------
+def recent_rates(run: RunState) -> tuple[float | None, float | None]:
+    """(steps/s, samples/s) over the last STATUS_WINDOW steps; samples/s None if unreported."""
+    recent = run.recent_steps(STATUS_WINDOW)
+    wall = sum(s.wall for s in recent)
+    if not recent or wall <= 0:
+        return None, None
+    steps_per_s = len(recent) / wall
+    if any(s.samples is None for s in recent):
+        return steps_per_s, None
+    return steps_per_s, sum(s.samples or 0 for s in recent) / wall
+
+
+def device_text(run: RunState) -> str:
+    rt = run.runtime
+    if rt is None:
+        return fmt.na("runtime not reported yet")
+    if rt.device_type == "cuda" and rt.device_names:
+        names = rt.device_names
+        return names[0] if len(names) == 1 else f"{len(names)}x {names[0]}"
+    return rt.device_type
+
+
+def elapsed_s(run: RunState, now: float) -> float | None:
+    if run.hello is None:
+        return None
+    until = run.end.t if run.end is not None else now
+    return until - run.hello.started
+
+
+def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
+    run = frame.run
+    if run is None:
+        return (("status", "waiting for the first event"),)
+    hello = run.hello
+    steps_per_s, samples_per_s = recent_rates(run)
+    items: list[tuple[str, str]] = [
+        ("pid", str(hello.pid) if hello else fmt.NA),
+        ("ranks", str(len(frame.job.runs)) + (f" ({frame.rank_label})" if len(frame.job.runs) > 1 else "")),
+        ("device", device_text(run)),
+        ("elapsed", fmt.elapsed(elapsed_s(run, frame.now))),
+        ("step", str(run.last_step) if run.last_step is not None else "–"),
+        ("samples/s", f"{samples_per_s:,.1f}" if samples_per_s is not None
+         else fmt.na("batch size unknown" if steps_per_s else None)),
+        ("steps/s", f"{steps_per_s:.2f}" if steps_per_s is not None else fmt.NA),
+    ]
+    if frame.replay is not None:
+        r = frame.replay
+        items.append(("at", f"{fmt.elapsed(r.cursor - r.start)}/{fmt.elapsed(r.end - r.start)}"
+                      f" x{r.speed:g}" + (" paused" if r.paused else "")))
+    if run.end is not None:
+        code = f" (exit {run.end.exit_code})" if run.end.exit_code is not None else ""
+        items.append(("ended", run.end.reason + code))
+    return tuple(items)
+
+
+def mode_text(frame: Frame) -> str:
+    if frame.failed:
+        return "FAILED"
+    if frame.replay is not None:
+        return "PAUSED" if frame.replay.paused else "REPLAY"
+    if frame.ended or (frame.run is not None and frame.run.end is not None):
+        return "ENDED"
+    return "LIVE"
+
+
+def title_text(frame: Frame) -> str:
+    run = frame.run
+    if run is not None and run.hello is not None and run.hello.script:
+        return run.hello.script if frame.live else f"{run.hello.script} ({frame.label})"
+    return frame.label
+
+
+# -- charts -------------------------------------------------------------------
+def _buckets(steps: list[Step], buckets: int) -> list[list[Step]]:
+    if not steps:
+        return []
+    size = max(1, -(-len(steps) // buckets))
+    return [steps[i : i + size] for i in range(0, len(steps), size)]
+
+
+def step_chart(run: RunState | None, steps: int = CHART_STEPS, buckets: int = CHART_BUCKETS) -> ChartData:
+    """Step time of recent steps, stacked as data wait under compute (ms, mean per bucket)."""
+    title = "step time (ms): data wait + compute"
+    recent = run.recent_steps(steps) if run is not None else []
+    if not recent:
+        return ChartData(title, note="no step yet")
+    groups = _buckets(recent, buckets)
+    x = tuple(float(g[0].step) for g in groups)
+    wait = tuple(1000 * sum(s.data_wait for s in g) / len(g) for g in groups)
+    compute = tuple(1000 * sum(s.compute for s in g) / len(g) for g in groups)
+    return ChartData(
+        title,
+        x,
+        (Series("data wait", wait, "red"), Series("compute", compute, "green")),
+        stacked=True,
+        xlabel="step",
+    )
+
+
+def data_wait_chart(run: RunState | None, steps: int = CHART_STEPS, buckets: int = CHART_BUCKETS) -> ChartData:
+    title = "data wait per step (ms)"
+    recent = run.recent_steps(steps) if run is not None else []
+    if not recent:
+        return ChartData(title, note="no step yet")
+    groups = _buckets(recent, buckets)
+    x = tuple(float(g[0].step) for g in groups)
+    wait = tuple(1000 * sum(s.data_wait for s in g) / len(g) for g in groups)
+    wall = tuple(1000 * sum(s.wall for s in g) / len(g) for g in groups)
+    return ChartData(title, x, (Series("step", wall, "blue"), Series("data wait", wait, "red")), xlabel="step")
+
+
+def _sample_times(run: RunState, samples: list[Sample]) -> tuple[float, ...]:
+    t0 = run.hello.started if run.hello is not None else (samples[0].t if samples else 0.0)
+    return tuple(s.t - t0 for s in samples)
+
+
+def _recent_samples(run: RunState, n: int = CHART_SAMPLES) -> list[Sample]:
+    k = len(run.samples)
+    return [run.samples[i] for i in range(max(0, k - n), k)]
+
+
+def gpu_chart(run: RunState | None) -> ChartData:
+    title = "GPU utilisation (%)"
+    if run is None or not run.samples:
+        return ChartData(title, note="no sample yet")
+    samples = _recent_samples(run)
+    if not any(g.util is not None for s in samples for g in s.gpus):
+        return ChartData(title, note=fmt.na(gpu_reason(run)))
+    x = _sample_times(run, samples)
+    n = max(len(s.gpus) for s in samples)
+    colors = ("green", "cyan", "magenta", "yellow")
+    series = tuple(
+        Series(
+            f"gpu{i}",
+            tuple(float(s.gpus[i].util or 0.0) if i < len(s.gpus) else 0.0 for s in samples),
+            colors[i % len(colors)],
+        )
+        for i in range(min(n, 4))
+    )
+    return ChartData(title, x, series, xlabel="seconds")
+
+
+def memory_chart(run: RunState | None) -> ChartData:
+    """Torch allocated/reserved (per step) and host RSS, in GiB, against step index."""
+    title = "memory (GiB)"
+    recent = run.recent_steps(CHART_STEPS) if run is not None else []
+    if not recent:
+        return ChartData(title, note="no step yet")
+    gib = float(1 << 30)
+    x = tuple(float(s.step) for s in recent)
+    series: list[Series] = []
+    if any(s.mem_allocated is not None for s in recent):
+        series.append(Series("allocated", tuple((s.mem_allocated or 0) / gib for s in recent), "green"))
+        series.append(Series("reserved", tuple((s.mem_reserved or 0) / gib for s in recent), "yellow"))
+    if any(s.host_rss is not None for s in recent):
+        series.append(Series("host rss", tuple((s.host_rss or 0) / gib for s in recent), "cyan"))
+    if not series:
+        return ChartData(title, note="no memory reported")
+    return ChartData(title, x, tuple(series), xlabel="step")
+
+
+# -- panels -------------------------------------------------------------------
+def latest_sample(run: RunState | None) -> Sample | None:
+    return run.samples[-1] if run is not None and run.samples else None
+
+
+def gpu_rows(run: RunState | None) -> tuple[Row, ...]:
+    if run is None:
+        return ()
+    sample = latest_sample(run)
+    if sample is None or not sample.gpus:
+        reason = sample.gpu_unavailable if sample is not None and sample.gpu_unavailable else gpu_reason(run)
+        return (Row("GPU", fmt.na(reason), "yellow"),)
+    rows: list[Row] = []
+    for g in sample.gpus:
+        rows.extend(_gpu_rows(g, len(sample.gpus) > 1))
+    return tuple(rows)
+
+
+def _gpu_rows(g: Gpu, many: bool) -> list[Row]:
+    tag = f"gpu{g.index} " if many else ""
+    why = g.unavailable
+    mem = fmt.size(g.mem_used, why.get("mem_used") or why.get("memory"))
+    if g.mem_used is not None and g.mem_total:
+        mem = f"{fmt.size_of(g.mem_used, g.mem_total)} ({100 * g.mem_used / g.mem_total:.0f}%)"
+    return [
+        Row(f"{tag}util", fmt.pct(g.util, why.get("util"))),
+        Row(f"{tag}memory", mem),
+        Row(f"{tag}power", fmt.watts(g.power_w, g.power_limit_w, why.get("power_w") or why.get("power"))),
+    ]
+
+
+def cpu_rows(run: RunState | None) -> tuple[Row, ...]:
+    if run is None:
+        return ()
+    sample = latest_sample(run)
+    if sample is None:
+        return (Row("CPU", fmt.na("no sample yet")),)
+    main = next((p for p in sample.procs if p.role == "main"), None)
+    workers = [p for p in sample.procs if p.role == "worker"]
+    rows = [Row("main", fmt.pct(main.cpu if main else None, "not reported") + " of a core")]
+    if workers:
+        cpus = [p.cpu for p in workers if p.cpu is not None]
+        total = fmt.pct(sum(cpus)) if cpus else fmt.na("not reported")
+        rows.append(Row(f"{len(workers)} workers", f"{total} (sum)"))
+    else:
+        rows.append(Row("workers", "none (num_workers=0)" if run.dataloaders else "none seen"))
+    if sample.system_cpu is not None:
+        rows.append(Row("machine", fmt.pct(sample.system_cpu)))
+    return tuple(rows)
+
+
+def memory_rows(run: RunState | None, *, detail: bool = False) -> tuple[Row, ...]:
+    if run is None:
+        return ()
+    last = run.steps[-1] if run.steps else None
+    why = _torch_mem_reason(run)
+    rows = [
+        Row("allocated", fmt.size(last.mem_allocated if last else None, why)),
+        Row("reserved", fmt.size(last.mem_reserved if last else None, why)),
+        Row("peak", fmt.size(run.peak_mem_allocated, why)),
+    ]
+    rss = last.host_rss if last is not None and last.host_rss is not None else _main_rss(run)
+    rows.append(Row("host rss", fmt.size(rss, "not reported")))
+    if detail:
+        rows.append(Row("peak reserved", fmt.size(run.peak_mem_reserved, why)))
+        rows.append(Row("peak host rss", fmt.size(run.peak_rss, "not reported")))
+        rows.extend(headroom_rows(run))
+    return tuple(rows)
+
+
+def headroom_rows(run: RunState) -> list[Row]:
+    sample = latest_sample(run)
+    rows: list[Row] = []
+    if sample is None or not sample.gpus:
+        reason = sample.gpu_unavailable if sample is not None and sample.gpu_unavailable else gpu_reason(run)
+        rows.append(Row("GPU headroom", fmt.na(reason)))
+    else:
+        for g in sample.gpus:
+            if g.mem_used is None or g.mem_total is None:
+                rows.append(Row(f"gpu{g.index} headroom", fmt.na(g.unavailable.get("mem_used", "not reported"))))
+            else:
+                free = g.mem_total - g.mem_used
+                style = "bold red" if free < 0.1 * g.mem_total else ""
+                rows.append(Row(f"gpu{g.index} free", f"{fmt.size(free)} of {fmt.size(g.mem_total)}", style))
+    if run.last_alloc_retries is None:
+        rows.append(Row("alloc retries", fmt.na(_torch_mem_reason(run) or "not reported")))
+    else:
+        retries = run.last_alloc_retries - (run.first_alloc_retries or 0)
+        rows.append(Row("alloc retries", str(run.last_alloc_retries) + (f" (+{retries} while watched)" if retries else ""),
+                        "bold red" if run.last_alloc_retries else ""))
+    if run.last_ooms is not None:
+        rows.append(Row("OOMs", str(run.last_ooms), "bold red" if run.last_ooms else ""))
+    return rows
+
+
+def _main_rss(run: RunState) -> int | None:
+    sample = latest_sample(run)
+    if sample is None:
+        return None
+    return next((p.rss for p in sample.procs if p.role == "main"), None)
+
+
+def _torch_mem_reason(run: RunState) -> str | None:
+    rt = run.runtime
+    if rt is None:
+        return "device not known yet"
+    if rt.unavailable.get("memory"):
+        return rt.unavailable["memory"]
+    if rt.device_type != "cuda":
+        return f"not on CUDA: device {rt.device_type}"
+    return None
+
+
+# -- data ---------------------------------------------------------------------
+def data_rows(run: RunState | None) -> tuple[Row, ...]:
+    """Data wait percentiles and the loader's delivery rate against the step's appetite."""
+    recent = run.recent_steps(CHART_STEPS) if run is not None else []
+    if not recent:
+        return ()
+    waits = [s.data_wait for s in recent]
+    wall = sum(s.wall for s in recent)
+    compute = sum(s.compute for s in recent)
+    wait_total = sum(waits)
+    frac = wait_total / wall if wall > 0 else None
+    rows = [
+        Row("data wait p50", fmt.ms(percentile(waits, 50))),
+        Row("data wait p95", fmt.ms(percentile(waits, 95))),
+        Row("share of step", fmt.pct(100 * frac if frac is not None else None),
+            "bold red" if frac is not None and frac > DATA_WAIT_FRAC else ""),
+    ]
+    # One batch per step: the loader delivered len(recent) batches in `wall` seconds.
+    # The step alone (without waiting) could take one every compute/len seconds.
+    consumed = len(recent) / wall if wall > 0 else None
+    appetite = len(recent) / compute if compute > 0 else None
+    rows.append(Row("loader delivers", fmt.rate(consumed, "batches")))
+    rows.append(Row("step could take", fmt.rate(appetite, "batches") + " (if data were free)"))
+    if frac is not None and frac > DATA_WAIT_FRAC:
+        rows.append(Row("verdict", "loader-bound: the step waits for data", "bold red"))
+    elif frac is not None:
+        rows.append(Row("verdict", "the loader keeps up", "green"))
+    return tuple(rows)
+
+
+def worker_rows(run: RunState | None) -> tuple[Row, ...]:
+    if run is None:
+        return ()
+    sample = latest_sample(run)
+    if sample is None:
+        return (Row("workers", fmt.na("no sample yet")),)
+    rows = []
+    for dl in sorted(run.dataloaders.values(), key=lambda d: d.id):
+        rows.append(Row(f"loader {dl.id}", f"workers {dl.num_workers}, batch {dl.batch_size or 'n/a'}, "
+                        f"pin_memory {dl.pin_memory}, prefetch {dl.prefetch_factor or 'n/a'}"))
+    workers = [p for p in sample.procs if p.role == "worker"]
+    if not workers:
+        rows.append(Row("workers", "none: batches load in the main process"))
+    for p in workers:
+        rows.append(Row(f"pid {p.pid}", f"cpu {fmt.pct(p.cpu, 'n/a')}  rss {fmt.size(p.rss, 'n/a')}"))
+    return tuple(rows)
+
+
+# -- profiler -----------------------------------------------------------------
+def profile_at(run: RunState | None, back: int) -> ProfileWindow | None:
+    """The profiler window `back` windows before the latest (0: the latest)."""
+    if run is None or not run.profiles:
+        return None
+    back = min(max(0, back), len(run.profiles) - 1)
+    return run.profiles[-1 - back]
