@@ -21,7 +21,7 @@ from pitstop.profiling.record import default_record_root
 # Options (per command) that take a value, so the target's start can be found
 # without argparse reading the script's own options as ours.
 VALUE_OPTIONS = {
-    "run": {"--config", "--record", "--profile", "--trace-dir"},
+    "run": {"--config", "--record", "--profile", "--trace-dir", "--prometheus", "--listen", "--token-file"},
     "tune": {
         "--budget", "--steps", "--out", "--journal", "--knobs", "--trial-timeout", "--warmup",
         "--windows", "--seed", "--max-batch-size", "--max-workers",
@@ -109,6 +109,16 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
 
         config = load_config(args.config).to_dict()
     session = new_session_id(target.stem)
+    listen = getattr(args, "listen", None)
+    token_file = None
+    if listen:
+        from pitstop.profiling.transport import parse_hostport, runtime_dir, write_token
+
+        parse_hostport(listen)
+        token_path = Path(args.token_file).expanduser().resolve() if args.token_file else runtime_dir() / "tcp-token"
+        write_token(token_path)
+        token_file = str(token_path)
+        print(f"pitstop: serving viewers on {listen} (+LOCAL_RANK); token in {token_file}", file=sys.stderr)
     trace_dir = None
     if getattr(args, "trace_dir", None):
         trace = Path(args.trace_dir).expanduser().resolve()
@@ -125,6 +135,9 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
         config=config,
         profile=_profile_setting(getattr(args, "profile", None)),
         trace_dir=trace_dir,
+        prometheus=getattr(args, "prometheus", None),
+        listen=listen,
+        token_file=token_file,
     )
 
 
@@ -298,8 +311,23 @@ def _choose_agent(pid: int | None) -> tuple[str, str]:
 def cmd_attach(args: argparse.Namespace) -> int:
     from pitstop.profiling.sources import SocketSource
 
-    session, label = _choose_agent(args.pid)
-    source = SocketSource(label, session=session)
+    if args.pid and ":" in args.pid:
+        from pitstop.profiling.transport import Client, TcpEndpoint, parse_hostport, read_token
+
+        if not args.token_file:
+            raise UsageError("attach HOST:PORT needs --token-file (the file pitstop run --listen printed)")
+        host, port = parse_hostport(args.pid)
+        token = read_token(Path(args.token_file).expanduser())
+        ends = [TcpEndpoint(host, port + i, token) for i in range(max(1, args.ranks))]
+        Client(ends[0]).close()  # a wrong token or no server: one line now, not inside the viewer
+        source = SocketSource(f"{host}:{port}", sockets=ends)
+        session = None
+    else:
+        if args.pid is not None and not args.pid.isdigit():
+            raise UsageError(f"attach {args.pid!r}: give a PID or HOST:PORT")
+        pid = int(args.pid) if args.pid else None
+        session, label = _choose_agent(pid)
+        source = SocketSource(label, session=session)
     if args.headless or not sys.stdout.isatty():
         from pitstop.analysis import JobState, status_line
 
@@ -354,10 +382,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--record", metavar="PATH", help="record file (.jsonl) or directory")
     run.add_argument("--profile", metavar="SPEC", help="profiler windows: off, demand, EVERY[:ACTIVE[:FIRST]] (default 500:5:50)")
     run.add_argument("--trace-dir", metavar="DIR", help="also write each window's Chrome trace here")
+    run.add_argument("--prometheus", metavar="PORT", type=int,
+                     help="serve Prometheus metrics on PORT (+LOCAL_RANK for each rank)")
+    run.add_argument("--listen", metavar="HOST:PORT",
+                     help="also serve viewers over TCP on PORT (+LOCAL_RANK), token required")
+    run.add_argument("--token-file", metavar="FILE", help="the TCP token (created 0600 if missing)")
 
     attach = sub.add_parser("attach", help="open the viewer on a live run")
-    attach.add_argument("pid", type=int, nargs="?", help="any process of the run (default: the only live run)")
+    attach.add_argument("pid", nargs="?", metavar="PID|HOST:PORT",
+                        help="any process of the run (default: the only live run), or a --listen address")
     attach.add_argument("--headless", action="store_true", help="print status lines instead of the TUI")
+    attach.add_argument("--token-file", metavar="FILE", help="token for HOST:PORT (from the run's machine)")
+    attach.add_argument("--ranks", type=int, default=1, help="with HOST:PORT: read ranks at PORT..PORT+N-1")
 
     sub.add_parser("ls", help="list live runs")
 

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from pitstop import __version__
@@ -85,6 +86,9 @@ class Agent:
         self.hooks: Any = None
         self.worker_pids: set[int] = set()
         self.finished = False
+        # Callables fed every batch of events on the writer thread (exporters); one
+        # that raises is removed and noted.
+        self.taps: list[Any] = []
 
         self.record_path = record_path_for(settings.record, self.rank, self.pid)
         self._writer = RecordWriter(self.record_path)
@@ -118,6 +122,13 @@ class Agent:
             try:
                 from pitstop.profiling.transport import AgentServer
 
+                tcp = token = None
+                if settings.listen:
+                    from pitstop.profiling.transport import parse_hostport, read_token
+
+                    host, port = parse_hostport(settings.listen)
+                    tcp = (host, port + (_env_int("LOCAL_RANK") or 0))
+                    token = read_token(Path(settings.token_file or ""))
                 self.server = AgentServer(
                     self._on_command,
                     {
@@ -129,6 +140,8 @@ class Agent:
                         "record": str(self.record_path),
                         "cwd": self.hello.cwd,
                     },
+                    tcp=tcp,
+                    token=token,
                 )
                 self.server.publish([encode(self.hello)])
             except Exception as err:
@@ -143,6 +156,13 @@ class Agent:
             self.sampler.start()
         except Exception as err:
             self.note("warn", "sampler", f"sampler off: {err}")
+        if settings.prometheus is not None:
+            try:
+                from pitstop.profiling.prometheus import start_exporter
+
+                start_exporter(self, settings.prometheus + (_env_int("LOCAL_RANK") or 0))
+            except Exception as err:
+                self.note("warn", "prometheus", f"metrics endpoint off: {err}")
         os.register_at_fork(after_in_child=self._after_fork_child)
         atexit.register(self.shutdown)
 
@@ -174,10 +194,13 @@ class Agent:
     def _drain(self) -> None:
         with self._write_lock:
             lines = []
+            events: list[Event] = []
             queue = self._queue
             while queue:
                 try:
-                    lines.append(encode(queue.popleft()))
+                    event = queue.popleft()
+                    lines.append(encode(event))
+                    events.append(event)
                 except IndexError:
                     break
                 except Exception as err:  # an unencodable event is dropped, not fatal
@@ -193,6 +216,12 @@ class Agent:
                     sys.stderr.write(f"pitstop: recording stopped: {err}\n")
             if self.server is not None:
                 self.server.publish(lines)
+            for tap in self.taps:
+                try:
+                    tap(events)
+                except Exception as err:
+                    self.taps.remove(tap)
+                    self.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
 
     # ---- the step clock (training thread) ------------------------------
     def on_data_wait(self, started: float, waited: float, samples: int | None) -> None:
@@ -421,6 +450,11 @@ def start_from_env(reason: str = "") -> Agent | None:
     if _current is not None:
         return _current
     settings = SessionSettings.from_env(os.environ[SESSION_ENV])
+    if settings.profile and "torch" not in sys.modules:
+        # Kineto (torch 2.13) prints two "USDT: ... profiler_start/stop" lines on
+        # stderr for every profiler session; level 6 silences them. It is read once,
+        # when torch loads, so it must be set now; a user's own value wins.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     agent = Agent(settings, reason)
     _current = agent
     try:

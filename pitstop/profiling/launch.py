@@ -115,6 +115,9 @@ class SessionSettings:
         default_factory=lambda: {"every": 500, "active": 5, "first": 50}
     )
     trace_dir: str | None = None
+    prometheus: int | None = None  # base port: rank with LOCAL_RANK r serves metrics on port + r
+    listen: str | None = None  # "HOST:PORT" for TCP viewers (port + LOCAL_RANK), token required
+    token_file: str | None = None  # where the TCP token lives (0600)
     started: float = field(default_factory=time.time)
 
     def to_env(self) -> str:

@@ -17,7 +17,7 @@ from pitstop.analysis import StreamBatch
 from pitstop.errors import SchemaError, TransportError
 from pitstop.events import End, Event, decode
 from pitstop.profiling.record import iter_record, record_files
-from pitstop.profiling.transport import Client, list_agents
+from pitstop.profiling.transport import Client, TcpEndpoint, list_agents
 
 
 class EventSource(Protocol):
@@ -93,7 +93,7 @@ class SocketSource:
     def __init__(
         self,
         label: str,
-        sockets: Sequence[Path] = (),
+        sockets: Sequence[Path | TcpEndpoint] = (),
         session: str | None = None,
         until: Callable[[], bool] | None = None,
         poll_s: float = 0.25,
@@ -103,11 +103,11 @@ class SocketSource:
         self._session = session
         self._until = until
         self._poll = poll_s
-        self._clients: dict[Path, Client] = {}
+        self._clients: dict[Path | TcpEndpoint, Client] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
-    def _discover(self) -> list[Path]:
+    def _discover(self) -> list[Path | TcpEndpoint]:
         if self._session is None:
             return self._sockets
         return [a.socket for a in list_agents() if a.session == self._session]
@@ -116,11 +116,11 @@ class SocketSource:
         out: list[StreamBatch] = []
         lock = threading.Lock()
         wake = threading.Event()
-        active: set[Path] = set()
-        done: set[Path] = set()
+        active: set[Path | TcpEndpoint] = set()
+        done: set[Path | TcpEndpoint] = set()
         errors: list[Exception] = []
 
-        def reader(path: Path, client: Client) -> None:
+        def reader(path: Path | TcpEndpoint, client: Client) -> None:
             stream = f"socket:{path}"
             try:
                 for raw in client.lines(poll=self._poll):

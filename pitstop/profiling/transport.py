@@ -69,12 +69,59 @@ class _Client:
     conn: socket.socket
     out: bytearray
     inbuf: bytearray
+    authed: bool = True  # TCP clients start False and must send the token first
+    since: float = 0.0
+
+
+AUTH_TIMEOUT_S = 5.0  # a TCP client that has not sent its token by then is dropped
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    """'HOST:PORT' (or '[v6]:PORT') -> (host, port), with a one-line error."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise TransportError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def read_token(path: Path) -> str:
+    """A token file's token; refuses a file others can read."""
+    try:
+        st = path.stat()
+        token = path.read_text().strip()
+    except OSError as err:
+        raise TransportError(f"cannot read token file {path}: {err.strerror}") from err
+    if st.st_mode & 0o077:
+        raise TransportError(f"token file {path} is readable by others; chmod 600 it")
+    if not token:
+        raise TransportError(f"token file {path} is empty")
+    return token
+
+
+def write_token(path: Path) -> str:
+    """Create a fresh token file (0600), or reuse the token already there."""
+    import secrets
+
+    if path.exists():
+        return read_token(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
 
 
 class AgentServer:
     """Serves one process's event stream to any number of local viewers."""
 
-    def __init__(self, on_command: Callable[[str], str], info: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        on_command: Callable[[str], str],
+        info: dict[str, Any],
+        tcp: tuple[str, int] | None = None,
+        token: str | None = None,
+    ) -> None:
         self._on_command = on_command
         self._incoming: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
         self._history: deque[bytes] = deque(maxlen=HISTORY_LINES)
@@ -95,6 +142,18 @@ class AgentServer:
             os.umask(old_umask)
         self._listener.listen(8)
         self._listener.setblocking(False)
+        self._tcp: socket.socket | None = None
+        self._token = token
+        if tcp is not None:
+            if not token:
+                raise TransportError("TCP listening needs a token")
+            family = socket.AF_INET6 if ":" in tcp[0] else socket.AF_INET
+            self._tcp = socket.socket(family, socket.SOCK_STREAM)
+            self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._tcp.bind(tcp)
+            self._tcp.listen(8)
+            self._tcp.setblocking(False)
+            info = {**info, "tcp": f"{tcp[0]}:{self._tcp.getsockname()[1]}"}
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -126,16 +185,18 @@ class AgentServer:
 
     def close_in_child(self) -> None:
         """After fork: drop our copies of the fds without unlinking the parent's socket."""
-        for sock in (self._listener, self._wake_r, self._wake_w):
+        for sock in (self._listener, self._tcp, self._wake_r, self._wake_w):
             try:
-                sock.close()
+                if sock is not None:
+                    sock.close()
             except OSError:
                 pass
 
     def _cleanup(self) -> None:
-        for sock in (self._listener, self._wake_r, self._wake_w, *[c.conn for c in self._clients.values()]):
+        for sock in (self._listener, self._tcp, self._wake_r, self._wake_w, *[c.conn for c in self._clients.values()]):
             try:
-                sock.close()
+                if sock is not None:
+                    sock.close()
             except OSError:
                 pass
         self._clients.clear()
@@ -149,14 +210,22 @@ class AgentServer:
         sel = selectors.DefaultSelector()
         sel.register(self._listener, selectors.EVENT_READ, "accept")
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        if self._tcp is not None:
+            sel.register(self._tcp, selectors.EVENT_READ, "accept-tcp")
         while not self._stop.is_set():
             try:
                 ready = sel.select(timeout=0.5)
             except OSError:
                 return
+            now = time.monotonic()
+            for fd, client in list(self._clients.items()):
+                if not client.authed and now - client.since > AUTH_TIMEOUT_S:
+                    self._drop(sel, fd)
             for key, mask in ready:
                 if key.data == "accept":
                     self._accept(sel)
+                elif key.data == "accept-tcp":
+                    self._accept_tcp(sel)
                 elif key.data == "wake":
                     try:
                         while self._wake_r.recv(4096):
@@ -167,10 +236,13 @@ class AgentServer:
                     client = self._clients.get(key.data)
                     if client is None:
                         continue
-                    if mask & selectors.EVENT_READ:
-                        self._read(sel, client)
-                    if mask & selectors.EVENT_WRITE and key.data in self._clients:
-                        self._flush(sel, client)
+                    try:
+                        if mask & selectors.EVENT_READ:
+                            self._read(sel, client)
+                        if mask & selectors.EVENT_WRITE and key.data in self._clients:
+                            self._flush(sel, client)
+                    except Exception:  # one bad client must not end the server thread
+                        self._drop(sel, key.data)
             self._drain_incoming(sel)
 
     def _drain_incoming(self, sel: selectors.BaseSelector) -> None:
@@ -193,6 +265,8 @@ class AgentServer:
                 else:
                     self._history.append(raw)
             for fd, client in list(self._clients.items()):
+                if not client.authed:
+                    continue
                 client.out += payload
                 if len(client.out) > MAX_BACKLOG:
                     self._drop(sel, fd)
@@ -209,9 +283,43 @@ class AgentServer:
             conn.close()  # another user's viewer: refused
             return
         conn.setblocking(False)
-        client = _Client(conn, bytearray(self._hello + b"".join(self._sticky) + b"".join(self._history)), bytearray())
+        client = _Client(conn, self._replay(), bytearray())
         self._clients[conn.fileno()] = client
         sel.register(conn, selectors.EVENT_READ | selectors.EVENT_WRITE, conn.fileno())
+
+    def _replay(self) -> bytearray:
+        return bytearray(self._hello + b"".join(self._sticky) + b"".join(self._history))
+
+    def _accept_tcp(self, sel: selectors.BaseSelector) -> None:
+        assert self._tcp is not None
+        try:
+            conn, _ = self._tcp.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        client = _Client(conn, bytearray(), bytearray(), authed=False, since=time.monotonic())
+        self._clients[conn.fileno()] = client
+        sel.register(conn, selectors.EVENT_READ, conn.fileno())
+
+    def _authenticate(self, sel: selectors.BaseSelector, client: _Client, line: bytes) -> bool:
+        import hmac
+
+        try:
+            token = str(json.loads(line).get("token", ""))
+        except (ValueError, AttributeError):
+            token = ""
+        if self._token and token and hmac.compare_digest(token.encode(), self._token.encode()):
+            client.authed = True
+            client.out += json.dumps({"kind": "reply", "cmd": "auth", "message": "ok"}).encode() + b"\n"
+            client.out += self._replay()
+            return True
+        reason = "missing token" if not token else "wrong token"
+        try:
+            client.conn.send(json.dumps({"kind": "reply", "cmd": "auth", "message": f"refused: {reason}"}).encode() + b"\n")
+        except OSError:
+            pass
+        self._drop(sel, client.conn.fileno())
+        return False
 
     def _read(self, sel: selectors.BaseSelector, client: _Client) -> None:
         fd = client.conn.fileno()
@@ -228,6 +336,10 @@ class AgentServer:
         while b"\n" in client.inbuf:
             line, _, rest = bytes(client.inbuf).partition(b"\n")
             client.inbuf = bytearray(rest)
+            if not client.authed:
+                if not self._authenticate(sel, client, line):
+                    return
+                continue
             try:
                 cmd = str(json.loads(line).get("cmd", ""))
             except (ValueError, AttributeError):
@@ -345,11 +457,28 @@ def socket_for_pid(pid: int) -> Path:
     return path
 
 
-class Client:
-    """A viewer's connection to one agent socket."""
+@dataclass(frozen=True)
+class TcpEndpoint:
+    """An agent served over TCP (`pitstop run --listen`), reached with its token."""
 
-    def __init__(self, path: Path, timeout: float = 5.0) -> None:
+    host: str
+    port: int
+    token: str
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class Client:
+    """A viewer's connection to one agent socket (Unix path or TCP endpoint)."""
+
+    def __init__(self, path: Path | TcpEndpoint, timeout: float = 5.0) -> None:
         self.path = path
+        self._buf = b""
+        self._lock = threading.Lock()
+        if isinstance(path, TcpEndpoint):
+            self._connect_tcp(path, timeout)
+            return
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
         try:
@@ -362,8 +491,33 @@ class Client:
             raise TransportError(f"socket {path} belongs to another user") from err
         except OSError as err:
             raise TransportError(f"cannot connect to {path}: {err.strerror or err}") from err
-        self._buf = b""
-        self._lock = threading.Lock()
+
+    def _connect_tcp(self, end: TcpEndpoint, timeout: float) -> None:
+        try:
+            self._sock = socket.create_connection((end.host, end.port), timeout=timeout)
+        except OSError as err:
+            raise TransportError(f"cannot connect to {end}: {err.strerror or err}") from err
+        self._sock.sendall(json.dumps({"token": end.token}).encode() + b"\n")
+        # The first line answers the token: ok, or refused and closed.
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            if time.monotonic() > deadline:
+                raise TransportError(f"{end} did not answer the token within {timeout:.0f} s")
+            try:
+                data = self._sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                raise TransportError(f"{end} closed the connection (refused: wrong or missing token?)")
+            self._buf += data
+        first, _, self._buf = self._buf.partition(b"\n")
+        try:
+            message = str(json.loads(first).get("message", ""))
+        except ValueError:
+            message = "garbled answer"
+        if message != "ok":
+            self._sock.close()
+            raise TransportError(f"{end} {message}")
 
     def send_command(self, cmd: str) -> None:
         with self._lock:
