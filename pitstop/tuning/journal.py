@@ -1,0 +1,123 @@
+"""Provides the tune journal: finished trials as JSON lines, so an interrupted tune resumes without re-running them."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pitstop.errors import TuneError
+from pitstop.tuning.results import Candidate, TrialResult
+
+JOURNAL_VERSION = 1
+
+
+class Journal:
+    """An append-only JSON-lines file: a header, then one line per finished trial.
+
+    A line is written whole and fsync'd before the next trial starts, so a
+    Ctrl+C, an SSH drop or a killed tuner leaves at most a torn last line,
+    which reading skips: the journal is always consistent.
+    """
+
+    def __init__(self, path: Path, header: dict[str, Any], resume: bool = False,
+                 force: bool = False) -> None:
+        self.path = path
+        self.header = dict(header, kind="header", version=JOURNAL_VERSION)
+        self.entries: dict[tuple[str, int, int], TrialResult] = {}
+        self.resumed = 0
+        if path.exists() and resume:
+            self._load()
+        elif path.exists() and not force:
+            raise TuneError(f"a journal of an earlier tune exists: {path}; use --resume to continue "
+                            "it or --force to start afresh")
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)
+            self._write(self.header)
+
+    def _load(self) -> None:
+        lines = self.path.read_bytes().split(b"\n")
+        records = []
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                records.append(json.loads(raw))
+            except ValueError:
+                continue  # the torn line of an interrupted write: that trial did not finish
+        if not records or records[0].get("kind") != "header":
+            raise TuneError(f"{self.path}: not a pitstop tune journal; remove it or use --force")
+        old = {k: v for k, v in records[0].items() if k not in ("kind", "version")}
+        new = {k: v for k, v in self.header.items() if k not in ("kind", "version")}
+        if old != new:
+            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise TuneError(f"{self.path}: journal of a different tune (differs in: "
+                            f"{', '.join(changed)}); rerun with the same options or use --force")
+        for rec in records[1:]:
+            if rec.get("kind") == "trial":
+                result = TrialResult.from_dict(rec["result"])
+                self.entries[(rec["key"], int(rec["steps"]), int(rec["occurrence"]))] = result
+        # Rewrite without a torn tail, so appends start on a fresh line.
+        with open(self.path, "w", encoding="utf-8") as handle:
+            for rec in records:
+                handle.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def lookup(self, candidate: Candidate, steps: int, occurrence: int) -> TrialResult | None:
+        return self.entries.get((candidate.key(), steps, occurrence))
+
+    def append(self, result: TrialResult, occurrence: int) -> None:
+        self._write({"kind": "trial", "key": result.candidate.key(), "steps": result.steps,
+                     "occurrence": occurrence, "result": _finite(result.to_dict())})
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: a measurement that is not a number is written as null."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+class JournaledEvaluator:
+    """Replays finished trials from the journal; runs and journals the others.
+
+    The search is deterministic given its results, so replaying them in order
+    walks the same path; the n-th run of one (candidate, steps) pair maps to
+    the n-th journal entry for it (confirmation runs repeat a pair).
+    """
+
+    def __init__(self, journal: Journal, evaluate: Callable[[Candidate, int, str], TrialResult],
+                 on_replay: Callable[[TrialResult], None] | None = None) -> None:
+        self.journal = journal
+        self.evaluate = evaluate
+        self.on_replay = on_replay
+        self.seen: Counter[tuple[Candidate, int]] = Counter()
+
+    def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
+        occurrence = self.seen[(candidate, steps)]
+        self.seen[(candidate, steps)] += 1
+        old = self.journal.lookup(candidate, steps, occurrence)
+        if old is not None:
+            self.journal.resumed += 1
+            if self.on_replay:
+                self.on_replay(old)
+            return old
+        result = self.evaluate(candidate, steps, stage)
+        self.journal.append(result, occurrence)
+        return result

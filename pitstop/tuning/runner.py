@@ -1,0 +1,311 @@
+"""Provides the trial runner: one fresh process per trial, a time limit, and a classified result."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pitstop.errors import LaunchError, PitstopError
+from pitstop.profiling.launch import SessionSettings, Target, child_env, launch, new_session_id
+from pitstop.profiling.record import ReadResult, iter_record
+from pitstop.tuning.measure import Measurement, measure
+from pitstop.tuning.results import Candidate, TrialResult
+
+# Stability thresholds (documented in docs/tuning.md; change both together).
+# Window throughputs whose IQR is above 25% of their median do not measure one
+# speed: on a quiet machine fresh-process windows agree within ~2-5%.
+UNSTABLE_WINDOW_SPREAD = 0.25
+# Step time averaged over groups of 2N steps (N workers; see measure.py) whose
+# IQR exceeds 60% of the median group alternates between stalls and bursts
+# beyond what round-robin loading explains: the mean would hide it.
+UNSTABLE_STEP_JITTER = 0.60
+# Jitter measured while other processes kept at least a quarter of a core busy
+# (a shared machine; our 2-core CI box runs other suites beside ours) is not
+# blamed on the configuration: the trial stays ok, with its wide spread.
+BUSY_MACHINE_CORES = 0.25
+# Any CUDA allocator retry during measured steps means the run lives at the
+# memory edge: the next, longer batch or fragmentation OOMs it in production.
+UNSTABLE_ALLOC_RETRIES = 1
+# AMP: the median loss of the measured steps may differ from the baseline's
+# (same seed, same steps) by 10% of its magnitude plus 0.02 absolute (losses
+# near zero); bf16 keeps ~3 significant digits, so honest AMP lands within ~1-3%.
+DIVERGE_RELATIVE = 0.10
+DIVERGE_ABSOLUTE = 0.02
+# The fewest measured steps a trial needs to cut into windows.
+MIN_MEASURED_STEPS = 10  # five windows of two
+
+_OOM = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory", re.I)
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)?)(: .*)?$")
+
+
+@dataclass
+class TrialSpec:
+    """How to run trials of one target."""
+
+    target: Target
+    cwd: Path  # the user's working directory (where relative paths mean something)
+    records: Path  # directory for trial records and logs
+    warmup: int = 5
+    in_place: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class TrialRunner:
+    """Runs candidates as fresh processes and classifies what happened."""
+
+    def __init__(self, spec: TrialSpec, timeout: float | None = None) -> None:
+        self.spec = spec
+        self.timeout = timeout  # None: adaptive, from the baseline's duration
+        self.baseline: TrialResult | None = None
+        self.count = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        # Absolute: trials run in a scratch directory, where a relative record path means nothing.
+        spec.records = spec.records.resolve()
+        spec.records.mkdir(parents=True, exist_ok=True)
+
+    def trial_timeout(self, steps: int) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        if self.baseline is None or not self.baseline.duration:
+            return 600.0  # the first run also pays imports and dataset set-up: be generous
+        # A trial may be slower than the baseline (bf16 on some CPUs is ~5-10x
+        # slower); 6x the baseline per step, plus 30 s of start-up, still ends a hang.
+        per_step = self.baseline.duration / max(1, self.baseline.steps + self.spec.warmup)
+        return 30.0 + 6.0 * per_step * (steps + self.spec.warmup + 16)
+
+    def buffered(self, candidate: Candidate) -> int:
+        """Batches the DataLoader holds in flight (workers x prefetch_factor).
+
+        Workers fill them while the first step builds the model, so the first
+        that many steps find their data ready: they are dropped with the warm-up,
+        or a 2-worker trial reads ~40% faster in its first window than later.
+        """
+        own = self.baseline.facts.loader if self.baseline and self.baseline.facts else {}
+        workers = candidate.get("num_workers", own.get("num_workers") or 0)
+        prefetch = candidate.get("prefetch_factor", own.get("prefetch_factor") or 2)
+        return int(workers) * int(prefetch) if workers else 0
+
+    def adopt(self, result: TrialResult) -> None:
+        """A baseline replayed from the journal sets the pace and the reference losses as a run one would."""
+        if result.stage == "baseline" and result.ok and self.baseline is None:
+            self.baseline = result
+
+    def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
+        self.count += 1
+        result = self._run(candidate, steps, stage)
+        if stage == "baseline" and result.ok and self.baseline is None:
+            self.baseline = result
+        return result
+
+    def _run(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
+        spec = self.spec
+        session = new_session_id(f"{spec.target.stem}-trial{self.count}")
+        record = spec.records / f"{session}.jsonl"
+        log_path = spec.records / f"{session}.log"
+        target = _absolute(spec.target, spec.cwd)
+        drop = spec.warmup + self.buffered(candidate)
+        settings = SessionSettings(
+            session=session, record=str(record), script=spec.target.label, mode="trial",
+            trial_steps=drop + steps, config=candidate.to_config().to_dict(),
+            socket=False, profile=None,
+        )
+        scratch = spec.cwd if spec.in_place else Path(tempfile.mkdtemp(prefix="pitstop-trial-"))
+        env = dict(spec.extra_env)
+        if target.module and not spec.in_place:
+            # `-m pkg.mod` finds the package through the working directory, which
+            # is now a scratch one: put the user's directory on the path instead.
+            base = child_env(settings)["PYTHONPATH"]
+            env["PYTHONPATH"] = os.pathsep.join([base, str(spec.cwd)])
+        timeout = self.trial_timeout(steps)
+        start = time.monotonic()
+        timed_out = False
+        try:
+            with open(log_path, "wb") as log:
+                try:
+                    self._proc = launch(target, settings, cwd=scratch, new_session=True,
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                        extra_env=env)
+                except LaunchError as err:
+                    return TrialResult(candidate, steps, stage, "crash", reason=str(err))
+                try:
+                    code: int | None = self._proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    code = None
+                finally:
+                    self.kill()  # the whole group: orphaned DataLoader workers too
+        finally:
+            duration = time.monotonic() - start
+            if not spec.in_place:
+                shutil.rmtree(scratch, ignore_errors=True)
+        result = classify(
+            candidate, steps, stage, code, timed_out, timeout, record, _tail(log_path),
+            drop, self.baseline,
+        )
+        return result.replace(duration=duration, record=str(record))
+
+    def kill(self) -> None:
+        """End the running trial's process group: TERM, 3 s of grace, then KILL for what is left."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=3.0)
+            except subprocess.TimeoutExpired:
+                pass
+        # Also when the main process exited by itself: DataLoader workers that
+        # outlive it must not keep burning the cores the next trial measures.
+        _signal_group(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _absolute(target: Target, cwd: Path) -> Target:
+    """The target with its script path made absolute (trials run in another directory)."""
+    if target.script and not Path(target.script).is_absolute():
+        return Target(script=str(cwd / target.script), module=target.module,
+                      launcher=target.launcher, args=target.args)
+    return target
+
+
+def _tail(path: Path, limit: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - limit))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def error_line(log: str) -> str:
+    """The last exception line of a traceback in `log` (or its last line)."""
+    lines = [line.rstrip() for line in log.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    seen_traceback = False
+    found = ""
+    for line in lines:
+        # "Original Traceback" is how a DataLoader worker's own traceback is re-raised in the main process.
+        if line.endswith("Traceback (most recent call last):"):
+            seen_traceback = True
+            continue
+        if seen_traceback and not line.startswith((" ", "\t")) and _ERROR_LINE.match(line):
+            found = line
+            seen_traceback = False
+    return (found or lines[-1])[:300]
+
+
+def classify(candidate: Candidate, steps: int, stage: str, code: int | None, timed_out: bool,
+             timeout: float, record: Path, log: str, warmup: int,
+             baseline: TrialResult | None) -> TrialResult:
+    """Turn an exit status, the captured output and the record into one result with its reason."""
+    m, read_problem = _read(record, warmup)
+    base: dict[str, Any] = dict(
+        candidate=candidate, steps=steps, stage=stage, unit=m.unit, throughput=m.throughput,
+        spread=m.spread, compute_throughput=m.compute_throughput,
+        compute_spread=m.compute_spread, jitter=m.jitter, step_time=m.step_time,
+        measured_seconds=m.measured_seconds, other_cpu=m.other_cpu, peak_mem=m.peak_mem,
+        mem_kind=m.mem_kind, measured_steps=m.measured_steps,
+        losses=[v for _, v in m.losses if _ >= warmup],
+        facts=m.facts if stage == "baseline" else None,
+    )
+
+    def result(status: str, reason: str = "") -> TrialResult:
+        return TrialResult(status=status, reason=reason, **base)
+
+    if m.nonfinite:
+        return result("nan", f"loss was NaN/inf at step {m.nonfinite[0]}")
+    if timed_out:
+        return result("hang", f"no exit within the {timeout:.0f} s trial limit "
+                              f"({m.steps_seen} of {warmup + steps} steps done)")
+    if code is not None and code != 0:
+        found = _OOM.search(log)
+        if found:
+            line = next((ln for ln in reversed(log.splitlines()) if _OOM.search(ln)), found.group(0))
+            return result("oom", line.strip()[:300])
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            hint = " (the kernel's out-of-memory killer?)" if -code == signal.SIGKILL else ""
+            return result("crash", f"killed by {name}{hint}")
+        line = error_line(log)
+        return result("crash", f"exit {code}: {line}" if line else f"exit {code}")
+    if not m.agent_started:
+        return result("crash", f"no record: the agent did not start ({read_problem or 'no events'})")
+    rejected = {k: v for k, v in m.skipped.items() if k in candidate.as_dict()}
+    if rejected:
+        knob, why = next(iter(rejected.items()))
+        return result("rejected", f"{knob} not applied: {why}")
+    if m.measured_steps < MIN_MEASURED_STEPS or m.throughput is None:
+        return result("short", f"the script ended after {m.steps_seen} steps; {warmup} warm-up + "
+                               f"{MIN_MEASURED_STEPS} measured are needed (lower --steps/--warmup)")
+    jittery = ""
+    if m.spread is not None and m.spread > UNSTABLE_WINDOW_SPREAD:
+        jittery = f"window throughputs spread ±{m.spread:.0%} (limit {UNSTABLE_WINDOW_SPREAD:.0%})"
+    elif m.jitter is not None and m.jitter > UNSTABLE_STEP_JITTER:
+        jittery = f"step-time jitter {m.jitter:.0%} of the median step (limit {UNSTABLE_STEP_JITTER:.0%})"
+    notes: list[str] = []
+    if jittery and m.other_cpu is not None and m.other_cpu >= BUSY_MACHINE_CORES:
+        # Not this configuration's doing: its wide spread still widens the noise
+        # every comparison uses, so it cannot win on a lucky window.
+        notes.append(f"{jittery} while other processes kept {m.other_cpu:.1f} cores busy: "
+                     "not blamed on this configuration")
+    elif jittery:
+        return result("unstable", jittery)
+    if m.alloc_retries is not None and m.alloc_retries >= UNSTABLE_ALLOC_RETRIES:
+        return result("unstable", f"{m.alloc_retries} CUDA allocator retries: memory near the limit")
+    diverged = _diverged(candidate, m, baseline, warmup)
+    if diverged:
+        return result("diverged", diverged)
+    if not m.trial_complete:
+        notes.append(f"the script ended by itself after {m.steps_seen} steps")
+    return result("ok").replace(notes=notes)
+
+
+def _read(record: Path, warmup: int) -> tuple[Measurement, str]:
+    read = ReadResult()
+    events = []
+    problem = ""
+    try:
+        for event in iter_record(record, read):
+            events.append(event)
+    except PitstopError as err:  # a missing or corrupt record is a result, not a tuner crash
+        problem = str(err)
+    return measure(events, warmup), problem
+
+
+def _diverged(candidate: Candidate, m: Measurement, baseline: TrialResult | None,
+              warmup: int) -> str:
+    """Loss checks only AMP trials at the baseline's batch size: other knobs leave the maths alone."""
+    if baseline is None or candidate.get("amp") in (None, "off") or candidate.get("batch_size"):
+        return ""
+    base_losses = baseline.losses
+    mine = [v for s, v in m.losses if s >= warmup]
+    n = min(len(base_losses), len(mine))
+    if n == 0:
+        return ""
+    ref = sorted(base_losses[:n])[n // 2]
+    got = sorted(mine[:n])[n // 2]
+    limit = DIVERGE_RELATIVE * abs(ref) + DIVERGE_ABSOLUTE
+    if abs(got - ref) > limit:
+        return f"median loss {got:.4g} vs baseline {ref:.4g} (tolerance ±{limit:.3g})"
+    return ""

@@ -1,0 +1,195 @@
+"""Tests `pitstop tune` end to end: real trials of small scripts, each a fresh process through the agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from pitstop.config import load_config
+from pitstop.events import DataLoaderInfo
+from pitstop.profiling.record import iter_record
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "tune_train.py")
+# Every trial pays ~2 s of interpreter and torch start-up on the 2-core CI box,
+# so these tunes are short: few steps, a trial budget, one knob each.
+FAST = ["--steps", "20", "--warmup", "3", "--min-time", "0"]
+# Where workers are compared, trials measure at least 0.8 s: shorter windows measure the scheduler.
+MEASURED = ["--min-time", "0.8"]
+# Read latency dominates the sample cost so that workers help even while the
+# neighbours' tests keep the two shared cores busy; the transform stays CPU work.
+WORKERS_SCRIPT = ["--work", "5000", "--io-ms", "3"]
+
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PITSTOP_SESSION", None)
+    env.pop("PITSTOP_OWNER_PID", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def tune_cmd(options: list[str], script_args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pitstop.tuning", *options, SCRIPT, *script_args]
+
+
+def tune(cwd: Path, options: list[str], script_args: list[str], timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(tune_cmd(["--json", *FAST, *options], script_args), cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def trials(data: dict[str, Any], **config: Any) -> list[dict[str, Any]]:
+    return [t for t in data["trials"] if all(t["candidate"].get(k) == v for k, v in config.items())]
+
+
+def test_workers_matter_and_the_config_is_applied_by_pitstop_run(tmp_path: Path) -> None:
+    proc = tune(tmp_path, [*MEASURED, "--knobs", "workers", "--budget", "9"], WORKERS_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    data = report(proc)
+    assert data["winner"].get("num_workers", 0) > 0, proc.stderr
+    assert data["speedup"] > 1.2
+    assert len(data["trials"]) <= 9
+    assert "[1/" in proc.stderr and "samples/s" in proc.stderr  # progress lines
+    cfg = load_config(tmp_path / "pitstop.toml")
+    workers = cfg.dataloader.num_workers
+    assert workers and workers > 0
+    assert cfg.provenance["speedup"] == pytest.approx(data["speedup"], rel=1e-3)
+    assert "tune_train.py" in cfg.provenance["script"]
+    # The exported file, applied by `pitstop run --config`, changes the script's DataLoader.
+    record = tmp_path / "applied.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--config",
+         str(tmp_path / "pitstop.toml"), "--record", str(record), SCRIPT, "--n", "64", *WORKERS_SCRIPT],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert run.returncode == 0, run.stderr
+    loaders = [e for e in iter_record(record) if isinstance(e, DataLoaderInfo)]
+    assert loaders and loaders[0].num_workers == workers
+    assert loaders[0].overrides.get("num_workers") == workers
+
+
+def test_oom_above_a_batch_size_is_a_result_and_the_winner_was_run(tmp_path: Path) -> None:
+    proc = tune(tmp_path, [*MEASURED, "--batch-size", "--knobs", "batch", "--budget", "7"],
+                ["--oom-above", "16", "--work", "5000"])
+    assert proc.returncode == 0, proc.stderr
+    data = report(proc)
+    ooms = [t for t in data["trials"] if t["status"] == "oom"]
+    assert ooms and ooms[0]["candidate"]["batch_size"] == 32
+    assert "out of memory" in ooms[0]["reason"]
+    chosen = data["winner"].get("batch_size", 8)
+    assert chosen <= 16
+    assert any(t["status"] == "ok" and t["candidate"].get("batch_size", 8) == chosen for t in data["trials"])
+    assert data["batch_size_tuned"] is True
+
+
+def test_nan_loss_under_autocast_is_rejected(tmp_path: Path) -> None:
+    proc = tune(tmp_path, ["--knobs", "amp", "--budget", "4"], ["--nan-with-autocast", "--work", "2000"])
+    assert proc.returncode == 0, proc.stderr
+    data = report(proc)
+    bf16 = trials(data, amp="bf16")
+    assert bf16 and bf16[0]["status"] == "nan" and "NaN" in bf16[0]["reason"]
+    assert data["winner"] == {}
+    assert "fp16" in " ".join(data["notes"])  # fp16 not tried on a CPU, and the report says why
+
+
+def test_a_crash_in_workers_is_a_result_with_its_traceback_line(tmp_path: Path) -> None:
+    proc = tune(tmp_path, ["--knobs", "workers", "--budget", "4"], ["--crash-in-workers", "--work", "2000"])
+    assert proc.returncode == 0, proc.stderr
+    data = report(proc)
+    crashed = trials(data, num_workers=1)
+    assert crashed and crashed[0]["status"] == "crash"
+    assert "ValueError: this dataset cannot load in a worker process" in crashed[0]["reason"]
+    assert data["winner"] == {}
+
+
+def test_a_hang_is_killed_at_the_trial_limit_with_its_process_group(tmp_path: Path) -> None:
+    proc = tune(tmp_path, ["--knobs", "workers", "--budget", "2", "--trial-timeout", "10"],
+                ["--hang-in-workers", "--work", "2000"])
+    assert proc.returncode == 0, proc.stderr
+    data = report(proc)
+    hung = trials(data, num_workers=1)
+    assert hung and hung[0]["status"] == "hang" and "10 s trial limit" in hung[0]["reason"]
+    assert 9 < hung[0]["duration"] < 20
+    left = [p for p in psutil.process_iter(["cmdline"]) if "--hang-in-workers" in " ".join(p.info["cmdline"] or [])]
+    assert not left, "the hung trial's processes (workers included) must be gone"
+
+
+def test_a_script_whose_epoch_never_ends_still_stops(tmp_path: Path) -> None:
+    proc = tune(tmp_path, ["--knobs", "amp", "--budget", "1", "--steps", "60"],
+                ["--forever", "--n", "64", "--work", "20000"])
+    assert proc.returncode == 0, proc.stderr
+    data = report(proc)
+    (base,) = data["trials"]
+    assert base["status"] == "ok" and base["measured_steps"] == 60  # 8 batches an epoch, never ending
+    assert not any("ended by itself" in n for n in base["notes"])  # the agent ended it (trial-complete)
+
+
+def test_workers_0_with_the_scripts_persistent_workers_is_a_rejected_trial(tmp_path: Path) -> None:
+    proc = tune(tmp_path, ["--knobs", "workers", "--budget", "4"],
+                ["--workers", "2", "--persistent", "--work", "2000"])
+    assert proc.returncode == 0, proc.stderr
+    data = report(proc)
+    zero = trials(data, num_workers=0)
+    assert zero and zero[0]["status"] in ("crash", "rejected")
+    assert "persistent_workers" in zero[0]["reason"]
+
+
+def test_resume_after_interruption_reuses_finished_trials(tmp_path: Path) -> None:
+    journal = tmp_path / ".pitstop-tune" / "tune_train.journal.jsonl"
+    options = [*FAST, *MEASURED, "--knobs", "workers", "--budget", "6"]
+    first = subprocess.Popen(tune_cmd(options, WORKERS_SCRIPT), cwd=tmp_path, env=_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # wait for two finished trials, then Ctrl+C
+        if journal.exists() and journal.read_text().count('"kind":"trial"') >= 2:
+            break
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=30)
+    assert first.returncode == 130, err
+    assert "--resume" in err and not (tmp_path / "pitstop.toml").exists()
+    done = journal.read_text().count('"kind":"trial"')
+    assert done >= 2
+    for line in journal.read_text().splitlines():
+        json.loads(line)  # consistent: every line whole
+
+    again = subprocess.run(tune_cmd(options, WORKERS_SCRIPT), cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "--resume" in again.stderr  # nothing overwritten without asking
+
+    records = tmp_path / ".pitstop-tune" / "tune_train.records"
+    before = set(records.glob("*.jsonl"))  # finished trials, plus the one Ctrl+C cut short
+    resumed = subprocess.run(tune_cmd([*options, "--resume"], WORKERS_SCRIPT), cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=150)
+    assert resumed.returncode == 0, resumed.stderr
+    replayed = [ln for ln in resumed.stderr.splitlines() if ln.startswith("[") and "(journal)" in ln]
+    assert len(replayed) == done
+    new = set(records.glob("*.jsonl")) - before
+    total = journal.read_text().count('"kind":"trial"')
+    assert len(new) == total - done  # finished trials were not run again
+    assert (tmp_path / "pitstop.toml").exists()
+
+
+def test_force_is_needed_to_overwrite_the_config(tmp_path: Path) -> None:
+    (tmp_path / "pitstop.toml").write_text("# mine\n")
+    proc = tune(tmp_path, ["--knobs", "amp", "--budget", "1"], ["--work", "2000"])
+    assert proc.returncode == 2 and "use --force" in proc.stderr
+    assert (tmp_path / "pitstop.toml").read_text() == "# mine\n"
+    forced = tune(tmp_path, ["--knobs", "amp", "--budget", "1", "--force"], ["--work", "2000"])
+    assert forced.returncode == 0, forced.stderr
+    assert "pitstop run --config" in (tmp_path / "pitstop.toml").read_text()

@@ -1,0 +1,223 @@
+"""Tests the staged search against simulated landscapes: no processes, deterministic."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from typing import Any
+
+from pitstop.tuning.results import Candidate, Facts, TrialResult
+from pitstop.tuning.space import Space
+from pitstop.tuning.strategy import Budget, Outcome, Search
+
+# config -> (true throughput, relative noise, failure status or "") and, optionally,
+# a 4th element: the compute-only throughput (what the model does when data is ready).
+Landscape = Callable[[dict[str, Any]], tuple[Any, ...]]
+
+OWN = {"num_workers": 0, "pin_memory": False, "persistent_workers": False,
+       "prefetch_factor": None, "batch_size": 32}
+MEMORY = 1_000_000  # simulated device bytes
+
+
+def space(batch: bool = True) -> Space:
+    return Space(
+        own=dict(OWN),
+        compute={"amp": ["bf16"]},
+        batch=[64, 128, 256, 512, 1024, 2048] if batch else [],
+        workers=[0, 1, 2, 4, 8, 16],
+        data={"persistent_workers": [True], "prefetch_factor": [4]},
+        batch_tuned=batch,
+    )
+
+
+def effective(candidate: Candidate) -> dict[str, Any]:
+    return {**OWN, **candidate.as_dict()}
+
+
+class Sim:
+    """An evaluator over a landscape: noisy measurements, seeded, with a simulated clock."""
+
+    def __init__(self, landscape: Landscape, seed: int = 0) -> None:
+        self.landscape = landscape
+        self.rng = random.Random(seed)
+        self.calls: list[tuple[Candidate, int, str]] = []
+
+    def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
+        self.calls.append((candidate, steps, stage))
+        cfg = effective(candidate)
+        point = self.landscape(cfg)
+        true, noise, failure = point[:3]
+        compute = point[3] if len(point) > 3 else None
+        duration = 2.0 + 0.05 * steps  # start-up plus steps, like a real trial
+        facts = Facts(memory_limit=MEMORY) if stage == "baseline" else None
+        peak = cfg["batch_size"] * 900
+        if failure:
+            return TrialResult(candidate, steps, stage, failure, reason=f"simulated {failure}",
+                               duration=duration, facts=facts)
+        measured = true * (1.0 + self.rng.gauss(0.0, noise))
+        busy = compute * (1.0 + self.rng.gauss(0.0, noise)) if compute else None
+        return TrialResult(candidate, steps, stage, "ok", throughput=measured, spread=noise,
+                           compute_throughput=busy, compute_spread=noise if busy else None,
+                           duration=duration, peak_mem=peak, facts=facts)
+
+
+def loader_bound(cfg: dict[str, Any]) -> tuple[float, float, str, float]:
+    """A CPU job: a heavy transform (workers matter), bf16 3x slower, OOM above batch 512."""
+    batch, workers = cfg["batch_size"], cfg["num_workers"]
+    if batch > 512:
+        return 0.0, 0.0, "oom"
+    compute = 2000.0 * batch / (batch + 64) * (0.33 if cfg.get("amp") == "bf16" else 1.0)
+    load = 300.0 * min(workers, 6) if workers else 300.0
+    if workers == 0:
+        rate = 1.0 / (1.0 / compute + 1.0 / load)  # loading and compute take turns
+    else:
+        rate = min(compute, load * (1.04 if cfg["persistent_workers"] else 1.0))
+    if cfg.get("prefetch_factor") == 4 and workers:
+        rate *= 1.01  # inside the noise: must not be chosen
+    return rate, 0.02, "", compute
+
+
+def grid(landscape: Landscape, sp: Space) -> tuple[float, int]:
+    """The best true throughput of the full grid, and its size."""
+    axes: list[list[tuple[str, Any]]] = [[("num_workers", w) for w in sp.workers]]
+    axes.append([("batch_size", b) for b in [OWN["batch_size"], *sp.batch]])
+    for knob, values in [*sp.compute.items(), *sp.data.items()]:
+        axes.append([(knob, None), *((knob, v) for v in values)])
+    best, size = 0.0, 0
+    for combo in itertools.product(*axes):
+        cfg = {**OWN, **{k: v for k, v in combo if v is not None}}
+        true, _, failure = landscape(cfg)[:3]
+        size += 1
+        if not failure:
+            best = max(best, true)
+    return best, size
+
+
+def search(landscape: Landscape, sp: Space, budget: Budget | None = None, seed: int = 0,
+           steps: int = 30) -> tuple[Outcome, Sim]:
+    sim = Sim(landscape, seed)
+    outcome = Search(sim, lambda base: sp, budget or Budget(trials=60), steps=steps).run()
+    return outcome, sim
+
+
+def true_of(landscape: Landscape, candidate: Candidate | None) -> float:
+    assert candidate is not None
+    return float(landscape(effective(candidate))[0])
+
+
+def test_finds_the_grid_best_within_3_percent_with_a_fraction_of_the_trials() -> None:
+    sp = space()
+    best, size = grid(loader_bound, sp)
+    for seed in range(5):
+        outcome, sim = search(loader_bound, sp, seed=seed)
+        found = true_of(loader_bound, outcome.winner)
+        assert found >= 0.97 * best, (seed, outcome.winner, found, best)
+        assert len(sim.calls) <= size // 10, (len(sim.calls), size)
+        assert outcome.confirmed and outcome.speedup is not None and outcome.speedup > 3
+
+
+def test_bf16_slower_on_this_landscape_is_measured_not_assumed() -> None:
+    outcome, _ = search(loader_bound, space())
+    assert outcome.winner is not None and outcome.winner.get("amp") is None
+    amp_trials = [r for r in outcome.results if r.candidate.get("amp") == "bf16"]
+    assert amp_trials and all(r.status == "ok" for r in amp_trials)
+
+
+def test_prefers_the_simpler_configuration_within_noise() -> None:
+    def flat_top(cfg: dict[str, Any]) -> tuple[float, float, str]:
+        rate, noise, failure, _ = loader_bound(cfg)
+        if cfg["num_workers"] >= 2:  # 2, 4, 8, 16 workers all within 1%: 2 is the simplest
+            rate = min(rate, 600.0) * (1.0 + 0.002 * cfg["num_workers"])
+        return rate, noise, failure
+
+    for seed in range(5):
+        outcome, _ = search(flat_top, space(batch=False), seed=seed)
+        assert outcome.winner is not None
+        assert outcome.winner.get("num_workers") == 2, (seed, outcome.winner)
+        assert outcome.winner.get("prefetch_factor") is None  # +1%: inside the noise
+
+
+def test_keeps_the_script_settings_when_nothing_helps() -> None:
+    def nothing(cfg: dict[str, Any]) -> tuple[float, float, str]:
+        return 100.0 * (1.0 + 0.005 * cfg["num_workers"] / 16), 0.02, ""
+
+    outcome, _ = search(nothing, space(batch=False))
+    assert outcome.winner == Candidate()
+    assert "noise" in outcome.message
+
+
+def test_failures_are_results_and_never_stop_the_search() -> None:
+    def broken(cfg: dict[str, Any]) -> tuple[Any, ...]:
+        if cfg.get("amp") == "bf16":
+            return 0.0, 0.0, "nan"
+        if cfg["num_workers"] == 1:
+            return 0.0, 0.0, "crash"
+        if cfg["batch_size"] >= 128:
+            return 0.0, 0.0, "hang"
+        return loader_bound(cfg)
+
+    outcome, _ = search(broken, space())
+    statuses = {r.status for r in outcome.results}
+    assert {"nan", "crash", "hang"} <= statuses
+    assert all(r.reason for r in outcome.results if r.status != "ok")
+    assert outcome.winner is not None and outcome.winner.get("num_workers", 0) >= 2
+    assert outcome.winner.get("batch_size") == 64
+
+
+def test_oom_edge_keeps_a_margin_and_never_reports_a_size_not_run() -> None:
+    def tight(cfg: dict[str, Any]) -> tuple[float, float, str]:
+        if cfg["batch_size"] > 1024:
+            return 0.0, 0.0, "oom"
+        return 2000.0 * cfg["batch_size"] / (cfg["batch_size"] + 64), 0.02, ""
+
+    # batch 1024 peaks at 1024 * 900 bytes = 92% of MEMORY: above the 85% margin.
+    outcome, sim = search(tight, space())
+    assert outcome.winner is not None and outcome.winner.get("batch_size") == 512
+    ran = {c.get("batch_size") for c, _, _ in sim.calls}
+    assert 1024 in ran and 2048 in ran and outcome.winner.get("batch_size") in ran
+    assert any("1024" in note for note in outcome.notes)
+
+
+def test_trial_budget_is_respected() -> None:
+    for limit in (3, 8, 15):
+        outcome, sim = search(loader_bound, space(), budget=Budget(trials=limit))
+        assert len(sim.calls) <= limit
+        assert outcome.winner is not None
+    outcome, sim = search(loader_bound, space(), budget=Budget(trials=8))
+    assert outcome.stopped == "budget"
+    confirm = [c for c, _, stage in sim.calls if stage == "confirm"]
+    assert Candidate() in confirm  # a short confirmation still measures against the baseline
+    assert outcome.speedup is not None and outcome.speedup > 1.1  # batch 256 at workers=0: x1.22
+
+
+def test_time_budget_is_respected() -> None:
+    budget = Budget(seconds=40.0)  # ~10 simulated trials of 3.5-5 s
+    outcome, sim = search(loader_bound, space(), budget=budget)
+    assert budget.used_seconds <= 40.0
+    assert 3 <= len(sim.calls) <= 12
+    assert outcome.winner is not None
+
+
+def test_a_failed_baseline_ends_with_its_reason() -> None:
+    def dead(cfg: dict[str, Any]) -> tuple[float, float, str]:
+        return 0.0, 0.0, "crash"
+
+    outcome, sim = search(dead, space())
+    assert outcome.winner is None and len(sim.calls) == 1
+    assert "baseline" in outcome.message and "crash" in outcome.message
+
+
+def test_confirmation_alternates_contestants_in_fresh_runs() -> None:
+    outcome, sim = search(loader_bound, space())
+    confirm = [c for c, _, stage in sim.calls if stage == "confirm"]
+    assert len(confirm) == 2 * len(outcome.contests) >= 4
+    half = len(confirm) // 2
+    assert confirm[:half] == list(reversed(confirm[half:]))
+    assert Candidate() in confirm  # the speedup is measured against a fresh baseline
+
+
+def test_same_seed_same_decisions() -> None:
+    a, _ = search(loader_bound, space(), seed=3)
+    b, _ = search(loader_bound, space(), seed=3)
+    assert a.winner == b.winner and [r.candidate for r in a.results] == [r.candidate for r in b.results]
