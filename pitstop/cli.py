@@ -17,15 +17,13 @@ from pitstop import __version__
 from pitstop.errors import LaunchError, PitstopError, RecordError, TransportError, UsageError
 from pitstop.profiling.launch import SessionSettings, Target, launch, new_session_id
 from pitstop.profiling.record import default_record_root
+from pitstop.tuning.command import VALUE_OPTIONS as TUNE_VALUE_OPTIONS
 
 # Options (per command) that take a value, so the target's start can be found
 # without argparse reading the script's own options as ours.
 VALUE_OPTIONS = {
     "run": {"--config", "--record", "--profile", "--trace-dir", "--prometheus", "--listen", "--token-file"},
-    "tune": {
-        "--budget", "--steps", "--out", "--journal", "--knobs", "--trial-timeout", "--warmup",
-        "--windows", "--seed", "--max-batch-size", "--max-workers",
-    },
+    "tune": TUNE_VALUE_OPTIONS,
 }
 
 

@@ -45,10 +45,16 @@ def events_of(path: Path) -> list[Event]:
     return list(iter_record(path))
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+def wait_for(
+    predicate: Callable[[], bool],
+    timeout: float = 60.0,
+    what: str = "condition",
+    show: Callable[[], str] | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    shown = f"\n{show()}" if show is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{shown}")

@@ -172,6 +172,13 @@ def _start_forever(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Pope
     return proc, record
 
 
+def _kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _safe_events(path: Path) -> list[object]:
     try:
         return list(iter_record(path))
@@ -195,8 +202,8 @@ def test_sigkill_leaves_a_readable_record(tmp_path: Path, env: dict[str, str]) -
 
 def test_live_run_is_listed_profiled_and_serves_history(tmp_path: Path, env: dict[str, str]) -> None:
     proc, record = _start_forever(tmp_path, env)
+    hello = next(e for e in events_of(record) if isinstance(e, Hello))
     try:
-        hello = next(e for e in events_of(record) if isinstance(e, Hello))
         listing = pitstop(["ls"], env, timeout=30)
         assert listing.returncode == 0
         row = next(line for line in listing.stdout.splitlines() if line.startswith(str(hello.pid)))
@@ -224,7 +231,11 @@ def test_live_run_is_listed_profiled_and_serves_history(tmp_path: Path, env: dic
         assert isinstance(got[0], Hello) and got[0].pid == hello.pid
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            _kill_quietly(hello.pid)
+    assert proc.returncode == 128 + signal.SIGINT  # the script got the SIGINT and died of it
     assert not (Path(env["PITSTOP_RUNTIME_DIR"]) / f"{hello.pid}.sock").exists()  # cleaned at exit
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import signal
 import socket
 import subprocess
@@ -72,4 +72,13 @@ def test_tcp_attach_needs_the_right_token(tmp_path: Path, env: dict[str, str]) -
         assert proc.poll() is None  # training went on through all of it
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            for event in iter_record(record):
+                if isinstance(event, Hello):
+                    try:
+                        os.kill(event.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    break

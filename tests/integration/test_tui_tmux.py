@@ -1,0 +1,95 @@
+"""The TUI in a real terminal (tmux): watch the demo, detach, training goes on, re-attach, stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+class Tmux:
+    """One private tmux server (its own socket), so tests never touch a user's sessions."""
+
+    def __init__(self, name: str, env: dict[str, str]) -> None:
+        self.socket = name
+        self.env = env
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
+                              env=self.env, timeout=30).stdout
+
+    def start(self, session: str, command: str, cwd: Path | None = None) -> None:
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items()
+                           if k.startswith(("PITSTOP_", "PYTHON")) or k in ("PATH", "HOME"))
+        self.tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40",
+                  f"cd {shlex.quote(str(cwd or Path.cwd()))} && env {exports} {command}; echo VIEWER-EXITED; sleep 600")
+
+    def screen(self, session: str) -> str:
+        return self.tmux("capture-pane", "-p", "-t", session)
+
+    def keys(self, session: str, *keys: str) -> None:
+        self.tmux("send-keys", "-t", session, *keys)
+
+    def kill(self) -> None:
+        self.tmux("kill-server")
+
+
+def _step(screen: str) -> int:
+    match = re.search(r"\bstep (\d+)\b", screen)
+    return int(match.group(1)) if match else -1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_demo_in_a_terminal_detach_and_reattach(tmp_path: Path, env: dict[str, str]) -> None:
+    term = Tmux(f"pitstop-test-{os.getpid()}", env)
+    pitstop = f"{shlex.quote(sys.executable)} -m pitstop.cli"
+    training_pid = None
+    try:
+        term.start("run", f"{pitstop} demo --steps 100000", cwd=tmp_path)
+        wait_for(lambda: _step(term.screen("run")) >= 2, timeout=180,
+                 what="the step counter in the TUI", show=lambda: term.screen("run"))
+        first = _step(term.screen("run"))
+        wait_for(lambda: _step(term.screen("run")) > first, timeout=60, what="the step counter to rise")
+        screen = term.screen("run")
+        training_pid = int(re.search(r"\bpid (\d+)", screen).group(1))  # type: ignore[union-attr]
+        term.keys("run", "3")  # the Data screen: the stall is visible as a figure
+        wait_for(lambda: re.search(r"share of step\s+\d+%", term.screen("run")) is not None,
+                 what="the data-wait share on the Data screen")
+        seen = _step(term.screen("run"))
+
+        term.keys("run", "d")  # detach: the viewer quits, training goes on
+        wait_for(lambda: "VIEWER-EXITED" in term.screen("run"), what="the viewer to exit")
+        assert f"training continues (pid {training_pid})" in term.screen("run")
+        assert _alive(training_pid)
+
+        term.start("attach", f"{pitstop} attach {training_pid}")
+        wait_for(lambda: _step(term.screen("attach")) >= seen, timeout=60, what="history after attach")
+        assert "LIVE" in term.screen("attach")
+
+        term.keys("attach", "k")  # stop training: asks first
+        wait_for(lambda: "Stop training" in term.screen("attach") or "stop" in term.screen("attach").lower(),
+                 what="the stop question")
+        term.keys("attach", "y")
+        wait_for(lambda: not _alive(training_pid), timeout=60, what="training to stop after k, y")
+    finally:
+        term.kill()
+        if training_pid is not None and _alive(training_pid):
+            os.kill(training_pid, signal.SIGKILL)
