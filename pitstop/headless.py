@@ -17,7 +17,23 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from pitstop.analysis import JobState, RunState, StreamBatch, findings, format_summary, status_line, summarize
+from pitstop.analysis import (
+    Finding,
+    JobState,
+    JobSummary,
+    RankRow,
+    RunState,
+    StreamBatch,
+    fmt_bytes,
+    fmt_ms,
+    fmt_pct,
+    findings,
+    format_summary,
+    job_findings,
+    job_summary,
+    status_line,
+    summarize,
+)
 from pitstop.errors import PitstopError
 from pitstop.events import Event
 from pitstop.profiling.record import ReadResult, iter_record, record_files
@@ -35,8 +51,15 @@ def _label(run: RunState) -> str:
 
 
 def summary_text(runs: list[RunState], notes: list[str] | None = None) -> str:
-    """The end-of-run summary for one or several processes."""
+    """The end-of-run summary for one or several processes; several get a job block first.
+
+    Called once every stream has ended (after the run, or on records), so a
+    rank whose stream has no End event is reported as gone.
+    """
     blocks = []
+    if len(runs) > 1:
+        job = JobState.of_runs(runs, closed=True)
+        blocks.append(job_text(job_summary(job), job_findings(job)))
     for run in runs:
         summary = summarize(run)
         title = f"pitstop summary: {_label(run)}"
@@ -44,6 +67,74 @@ def summary_text(runs: list[RunState], notes: list[str] | None = None) -> str:
     if notes:
         blocks.append("\n".join(notes))
     return "\n\n".join(blocks)
+
+
+def job_text(job: JobSummary, found: list[Finding]) -> str:
+    """The job block: ranks, job throughput, stragglers, gone ranks, one table row per rank."""
+    title = f"pitstop job summary: {job.script or 'job'}"
+    if job.session:
+        title += f" (session {job.session})"
+    lines = [title, ""]
+    ranks = f"{job.ranks} seen"
+    if job.world_size is not None:
+        ranks += f" of world size {job.world_size}"
+    counts = {status: sum(1 for r in job.rows if r.status == status) for status in ("running", "finished", "gone")}
+    ranks += " (" + ", ".join(f"{n} {status}" for status, n in counts.items() if n) + ")"
+    lines.append(_jrow("ranks", ranks))
+    through = (f"{job.samples_per_s:.1f} samples/s (sum over ranks)" if job.samples_per_s is not None
+               else "samples/s n/a (a rank did not report its batch size, or no measured step)")
+    if job.steps_per_s is not None:
+        through += f", {job.steps_per_s:.2f} steps/s (slowest rank)"
+    lines.append(_jrow("throughput", through))
+    if job.stragglers:
+        for i, s in enumerate(job.stragglers):
+            lines.append(_jrow("straggler" if i == 0 else "", s.text))
+    else:
+        lines.append(_jrow("straggler", "none (no rank persistently slower than the others)"))
+    for i, row in enumerate(job.gone):
+        code = f", exit code {row.exit_code}" if row.exit_code is not None else ""
+        last = f", last step {row.last_step}" if row.last_step is not None else ", no step"
+        lines.append(_jrow("gone" if i == 0 else "", f"{row.label} (pid {row.pid}): {row.status_reason}{code}{last}"))
+    lines.append("")
+    lines.extend(_rank_table(job.rows))
+    if found:
+        lines.append("")
+        lines.append(f"job findings ({len(found)}):")
+        for i, f in enumerate(found, 1):
+            lines.append(f"  {i}. [{f.severity}] {f.title} ({f.rule})")
+            lines.extend(f"     {line}" for line in f.evidence[1:2])
+            if f.gain:
+                lines.append(f"     gain: {f.gain}")
+    return "\n".join(lines)
+
+
+def _jrow(label: str, text: str) -> str:
+    return f"  {label:<11} {text}"
+
+
+def _rank_table(rows: tuple[RankRow, ...]) -> list[str]:
+    header = ("rank", "pid", "host", "status", "steps", "step p50", "data p50", "data", "compute p50",
+              "coll/step", "peak mem", "gpu")
+    table = [header]
+    for r in rows:
+        mem = fmt_bytes(r.peak_mem_allocated) if r.peak_mem_allocated is not None else (
+            f"rss {fmt_bytes(r.peak_rss)}" if r.peak_rss is not None else "n/a")
+        table.append((
+            r.label,
+            str(r.pid) if r.pid is not None else "?",
+            r.host or "?",
+            r.status,
+            str(r.steps),
+            fmt_ms(r.step_p50_s),
+            fmt_ms(r.data_wait_p50_s),
+            fmt_pct(r.data_wait_frac),
+            fmt_ms(r.compute_p50_s),
+            f"{r.collective_ms:.1f} ms" if r.collective_ms is not None else "n/a",
+            mem,
+            f"{r.gpu_util_mean:.0f}%" if r.gpu_util_mean is not None else "n/a",
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
 
 
 def load_runs(target: Path) -> tuple[list[RunState], list[str]]:

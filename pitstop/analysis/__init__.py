@@ -7,6 +7,16 @@ the headless printer, `pitstop view` and the tuner all read runs through here.
 from __future__ import annotations
 
 from pitstop.analysis._context import Finding
+from pitstop.analysis._job import (
+    STRAGGLER_THRESHOLD,
+    JobSummary,
+    RankRow,
+    Straggler,
+    job_findings,
+    job_summary,
+    rank_status,
+    stragglers,
+)
 from pitstop.analysis._rules import RULE_IDS, findings, run_rules
 from pitstop.analysis._state import JobState, RunState, StreamBatch
 from pitstop.analysis._stats import median_and_spread, percentile
@@ -22,8 +32,12 @@ from pitstop.analysis._summary import (
 
 __all__ = [
     "RULE_IDS",
+    "STRAGGLER_THRESHOLD",
     "Finding",
     "JobState",
+    "JobSummary",
+    "RankRow",
+    "Straggler",
     "RunState",
     "StreamBatch",
     "Summary",
@@ -32,9 +46,13 @@ __all__ = [
     "fmt_ms",
     "fmt_pct",
     "format_summary",
+    "job_findings",
+    "job_summary",
     "median_and_spread",
     "percentile",
+    "rank_status",
     "run_rules",
     "status_line",
+    "stragglers",
     "summarize",
 ]

@@ -55,14 +55,16 @@ class RunState:
     `version` grows by one on each `add`, so a viewer redraws only on change.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_steps: int | None = None) -> None:
         self.version = 0
         self.hello: Hello | None = None
         self.runtime: Runtime | None = None
         self.model: Model | None = None
         self.end: End | None = None
         self.applied: Applied | None = None
-        self.steps: deque[Step] = deque(maxlen=MAX_STEPS)
+        # An exporter inside the training process keeps fewer (see profiling/prometheus.py);
+        # MAX_STEPS is read at call time so tests can shrink it.
+        self.steps: deque[Step] = deque(maxlen=max(1, MAX_STEPS if max_steps is None else max_steps))
         self.head: list[Step] = []  # steps with index < HEAD_STEPS (warm-up accounting)
         self.samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
         self.losses: dict[int, float | None] = {}
@@ -275,6 +277,34 @@ class JobState:
     def __init__(self) -> None:
         self.version = 0
         self.runs: dict[str, RunState] = {}
+        # Streams known to have closed (socket gone, record read to its end): a
+        # closed stream without an End event is a rank that died (see `job_summary`).
+        self.closed: set[str] = set()
+
+    @classmethod
+    def of_runs(cls, runs: list[RunState], closed: bool = True) -> JobState:
+        """A JobState over RunStates already fed (records read whole); closed by default."""
+        job = cls()
+        for i, run in enumerate(runs):
+            stream = run.hello.record if run.hello is not None and run.hello.record else f"run:{i}"
+            if stream in job.runs:
+                stream = f"{stream}#{i}"
+            job.runs[stream] = run
+            if closed:
+                job.closed.add(stream)
+        job.version = 1
+        return job
+
+    def close(self, stream: str) -> None:
+        """Mark a stream as ended (its source saw it close)."""
+        if stream not in self.closed:
+            self.closed.add(stream)
+            self.version += 1
+
+    def close_all(self) -> None:
+        """Mark every stream as ended: a replay after its last batch, a live job after exit."""
+        for stream in self.runs:
+            self.close(stream)
 
     def add(self, batch: StreamBatch) -> RunState:
         """Feed a batch to its stream's RunState (created on first sight); returns it."""

@@ -1,0 +1,84 @@
+"""A real 2-rank torchrun job on gloo: the job summary names a slow rank as straggler and a killed rank as gone."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from pitstop.events import Step
+
+from .conftest import SCRIPTS, events_of, pitstop
+
+# Dense profiler windows (every 10 steps, 5 active, from step 5): the last 50
+# steps of a 100-step run hold 5 windows for the straggler medians; the
+# default schedule (500:5:50) would give a run this short only one.
+PROFILE = "10:5:5"
+
+
+def _torchrun(script: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            str(SCRIPTS / script), *args]
+
+
+def _job_block(text: str) -> str:
+    assert "pitstop job summary" in text, text[-3000:]
+    return text.split("pitstop job summary", 1)[1].split("pitstop summary:", 1)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slow_rank", [1, None])
+def test_the_slow_rank_is_named_as_straggler_and_nobody_without_one(
+    tmp_path: Path, env: dict[str, str], slow_rank: int | None
+) -> None:
+    records = tmp_path / "job"
+    if slow_rank is not None:
+        env["SLOW_RANK"] = str(slow_rank)
+    result = pitstop(["run", "--headless", "--profile", PROFILE, "--record", str(records), "--",
+                      *_torchrun("ddp_gloo.py", "100")], env, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    live = _job_block(result.stderr)
+    replay = pitstop(["view", str(records), "--summary"], env)
+    assert replay.returncode == 0, replay.stderr
+    viewed = _job_block(replay.stdout)
+    for block in (live, viewed):
+        assert "2 seen of world size 2 (2 finished)" in block
+        named = re.findall(r"^\s+(?:straggler)?\s+(rank \d): [\d.]+ ms per step outside collectives", block, re.M)
+        if slow_rank is None:
+            assert "straggler   none" in block, block
+            assert named == [] and "(straggler)" not in block
+        else:
+            # rank 1 sleeps 30 ms a step; rank 0 waits for it in the all-reduce
+            assert named == ["rank 1"], block
+            assert "extra time is compute" in block
+            assert "rank 1 is a straggler (compute) (straggler)" in block
+    # every rank measured all its steps, and both blocks agree
+    for f in sorted(records.glob("rank*.jsonl")):
+        assert len([e for e in events_of(f) if isinstance(e, Step)]) == 100
+    assert live.split("\n", 1)[1] == viewed.split("\n", 1)[1]
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_run_is_gone_and_the_other_keeps_its_figures(tmp_path: Path, env: dict[str, str]) -> None:
+    records = tmp_path / "job"
+    result = pitstop(["run", "--headless", "--profile", "off", "--record", str(records), "--",
+                      *_torchrun("ddp_killed.py", "40")], env, timeout=240)
+    assert result.returncode != 0  # torchrun reports the failed rank and tears the job down
+    assert "kills itself at step 10" in result.stdout
+    block = _job_block(result.stderr)
+    # rank 0 may be listed as gone too: torchrun SIGTERMs it once rank 1 died
+    gone = re.search(r"^\s+(?:gone)?\s+rank 1 \(pid (\d+)\): stream ended without an End event.*last step (\d+)$",
+                     block, re.M)
+    assert gone, block
+    assert int(gone.group(2)) == 9  # steps 0..9 were measured and recorded before the SIGKILL
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\s+(rank \d)\s+\d+\s+\S+\s+(\w+).*$", block, re.M)}
+    assert set(rows) == {"rank 0", "rank 1"}
+    assert " gone " in rows["rank 1"]
+    # rank 0 still shows its own measured figures (steps and a step-time p50), not n/a
+    r0 = rows["rank 0"].split()
+    assert int(r0[5]) >= 10 and r0[6] != "n/a" and r0[7] == "ms"
+    assert "rank 1 is gone (rank-gone)" in block
+    replay = pitstop(["view", str(records), "--summary"], env)
+    assert re.search(r"^\s+(?:gone)?\s+rank 1 \(pid \d+\): stream ended", _job_block(replay.stdout), re.M)

@@ -1,0 +1,206 @@
+"""Tests of job-level analysis: throughput over ranks, rank status, stragglers and the job findings."""
+
+from __future__ import annotations
+
+import pytest
+
+from pitstop.analysis import (
+    STRAGGLER_THRESHOLD,
+    JobState,
+    RunState,
+    StreamBatch,
+    job_findings,
+    job_summary,
+    stragglers,
+)
+from pitstop.events import End, Event, Hello, ProfileWindow, Step
+from pitstop.headless import summary_text
+
+
+def hello(rank: int, pid: int | None = None) -> Hello:
+    return Hello(
+        schema=1, pitstop_version="0.1.0", session="job-1", pid=pid or 100 + rank, ppid=1, host=f"node{rank // 2}",
+        argv=["python", "train.py"], cwd="/", started=1000.0, python="3.12", rank=rank, local_rank=rank % 2,
+        world_size=4, script="train.py",
+    )
+
+
+def steps(n: int, wall: float, wait: float = 0.0, samples: int | None = 32, t0: float = 1001.0) -> list[Step]:
+    return [Step(t=t0 + (i + 1) * wall, step=i, wall=wall, data_wait=wait, samples=samples) for i in range(n)]
+
+
+def window(start: int, step_wall: float, collective_s: float, n: int = 5) -> ProfileWindow:
+    return ProfileWindow(t=1100.0 + start, step_start=start, step_end=start + n, device="cpu",
+                         duration_s=step_wall * n, collective_ms=collective_s * 1e3)
+
+
+def job_of(streams: dict[int, list[Event]], closed: bool = True) -> JobState:
+    job = JobState()
+    for rank, events in streams.items():
+        job.add(StreamBatch(f"rank{rank}.jsonl", [hello(rank), *events]))
+    if closed:
+        job.close_all()
+    return job
+
+
+def end(code: int | None = 0, reason: str = "exit") -> End:
+    return End(t=2000.0, steps=60, dropped=0, reason=reason, exit_code=code)
+
+
+def test_job_throughput_is_the_sum_of_ranks_and_steps_per_s_the_slowest() -> None:
+    # rank 0: 32 samples per 0.1 s = 320/s, 10 steps/s; rank 1: 32 per 0.2 s = 160/s, 5 steps/s
+    job = job_of({0: [*steps(23, 0.1), end()], 1: [*steps(23, 0.2), end()]})
+    s = job_summary(job)
+    assert s.ranks == 2 and s.world_size == 4 and s.session == "job-1"
+    assert s.samples_per_s == pytest.approx(480.0)
+    assert s.steps_per_s == pytest.approx(5.0)
+    assert [r.label for r in s.rows] == ["rank 0", "rank 1"]
+    assert [r.status for r in s.rows] == ["finished", "finished"]
+    assert s.rows[1].step_p50_s == pytest.approx(0.2) and s.rows[1].host == "node0"
+
+
+def test_one_rank_without_batch_size_makes_job_samples_unknown_not_smaller() -> None:
+    job = job_of({0: steps(20, 0.1), 1: steps(20, 0.1, samples=None)})
+    s = job_summary(job)
+    assert s.samples_per_s is None
+    assert s.steps_per_s == pytest.approx(10.0)
+
+
+def test_a_rank_whose_stream_closed_without_end_is_gone_and_the_others_keep_their_figures() -> None:
+    job = job_of({0: [*steps(40, 0.05), end()], 1: steps(10, 0.05)})
+    s = job_summary(job)
+    r0, r1 = s.rows
+    assert r0.status == "finished" and r0.step_p50_s == pytest.approx(0.05) and r0.steps == 40
+    assert r1.status == "gone" and r1.last_step == 9 and r1.exit_code is None
+    assert "without an End event" in (r1.status_reason or "")
+    assert [r.label for r in s.gone] == ["rank 1"]
+    rules = [f.rule for f in job_findings(job)]
+    assert rules == ["rank-gone"]
+
+
+def test_a_live_stream_without_end_is_running_not_gone() -> None:
+    job = job_of({0: steps(20, 0.05), 1: steps(20, 0.05)}, closed=False)
+    assert [r.status for r in job_summary(job).rows] == ["running", "running"]
+    job.close("rank1.jsonl")
+    assert [r.status for r in job_summary(job).rows] == ["running", "gone"]
+
+
+@pytest.mark.parametrize("code, reason", [(1, "exit"), (None, "signal"), (137, "signal")])
+def test_an_end_with_an_error_is_gone_with_its_exit_code(code: int | None, reason: str) -> None:
+    job = job_of({0: [*steps(20, 0.05), end()], 1: [*steps(20, 0.05), end(code, reason)]})
+    row = job_summary(job).rows[1]
+    assert row.status == "gone" and row.exit_code == code
+
+
+def test_trial_complete_is_a_normal_end() -> None:
+    job = job_of({0: [*steps(20, 0.05), end(0, "trial-complete")]})
+    assert job_summary(job).rows[0].status == "finished"
+
+
+def _ddp(slow: int | None, extra_s: float, ranks: int = 4, extra_wait: float = 0.0) -> JobState:
+    """A DDP job seen through profiler windows: equal wall times, the fast ranks wait in the collective."""
+    base_out, coll_min = 0.004, 0.001
+    step_wall = base_out + coll_min + extra_s
+    streams: dict[int, list[Event]] = {}
+    for r in range(ranks):
+        mine = extra_s if r == slow else 0.0
+        wait = 0.001 + (extra_wait if r == slow else 0.0)
+        wins = [window(s, step_wall, step_wall - base_out - mine) for s in (10, 30, 50)]
+        streams[r] = [*steps(60, step_wall, wait=wait), *wins, end()]
+    return job_of(streams)
+
+
+def test_straggler_named_with_its_numbers_when_the_others_wait_in_the_collective() -> None:
+    job = _ddp(slow=1, extra_s=0.030)
+    found = stragglers(job)
+    assert [s.label for s in found] == ["rank 1"]
+    s = found[0]
+    assert s.basis == "outside-collective" and s.windows == 3
+    assert s.time_s == pytest.approx(0.034) and s.reference_s == pytest.approx(0.004)
+    assert s.cause == "compute" and s.extra_compute_s == pytest.approx(0.030)
+    assert "rank 1: 34.0 ms per step outside collectives vs median 4.0 ms (+750%)" in s.text
+    assert "extra time is compute" in s.text
+    f = job_findings(job)
+    assert [x.rule for x in f] == ["straggler"] and f[0].severity == "high"
+    assert job_summary(job).stragglers == tuple(found)
+
+
+def test_no_straggler_when_all_ranks_spend_the_same_time_outside_the_collective() -> None:
+    assert stragglers(_ddp(slow=None, extra_s=0.030)) == []
+    assert job_findings(_ddp(slow=None, extra_s=0.030)) == []
+
+
+def test_a_rank_just_under_the_threshold_is_not_named_and_just_over_is() -> None:
+    # outside time 4 ms for the others: the threshold is a relative excess of STRAGGLER_THRESHOLD
+    below = 0.004 * STRAGGLER_THRESHOLD * 0.9
+    above = 0.004 * STRAGGLER_THRESHOLD * 1.1
+    assert stragglers(_ddp(slow=2, extra_s=below)) == []
+    assert [s.rank for s in stragglers(_ddp(slow=2, extra_s=above))] == [2]
+
+
+def test_data_wait_straggler_is_told_apart_from_compute() -> None:
+    job = _ddp(slow=3, extra_s=0.020, extra_wait=0.018)
+    (s,) = stragglers(job)
+    assert s.rank == 3 and s.cause == "data wait"
+    assert s.extra_data_s == pytest.approx(0.018) and s.extra_compute_s == pytest.approx(0.002)
+
+
+def test_without_windows_a_synchronised_data_straggler_is_found_by_its_data_wait() -> None:
+    # equal walls (DDP equalises them) but rank 1 waits 15 ms for data, the others 1 ms
+    job = job_of({r: [*steps(60, 0.030, wait=0.015 if r == 1 else 0.001), end()] for r in range(3)})
+    (s,) = stragglers(job)
+    assert s.rank == 1 and s.basis == "data-wait" and s.cause == "data wait"
+
+
+def test_without_windows_equal_walls_name_nobody() -> None:
+    job = job_of({r: [*steps(60, 0.030, wait=0.001), end()] for r in range(3)})
+    assert stragglers(job) == []
+
+
+def test_one_slow_spike_is_not_persistent() -> None:
+    # rank 1's steps 40..44 take 10x longer: a median over the last 50 steps ignores them
+    spiky = steps(60, 0.030)
+    spiky[40:45] = [Step(t=s.t, step=s.step, wall=0.3, data_wait=0.0, samples=32) for s in spiky[40:45]]
+    job = job_of({0: [*steps(60, 0.030), end()], 1: [*spiky, end()]})
+    assert stragglers(job) == []
+
+
+def test_only_the_recent_steps_count() -> None:
+    # rank 1 was 3x slower long ago, then kept pace for the last 60 steps
+    old = steps(100, 0.09)
+    recent = [Step(t=2000.0 + i, step=100 + i, wall=0.03, data_wait=0.0, samples=32) for i in range(60)]
+    job = job_of({0: [*steps(160, 0.03), end()], 1: [*old, *recent, end()]})
+    assert stragglers(job) == []
+
+
+def test_a_gone_rank_and_a_rank_with_too_few_steps_are_not_compared() -> None:
+    job = job_of({0: [*steps(60, 0.03), end()], 1: steps(60, 0.2)})  # rank 1 gone
+    assert stragglers(job) == []
+    job = job_of({0: [*steps(60, 0.03), end()], 1: [*steps(8, 0.2), end()]})  # 5 measured steps
+    assert stragglers(job) == []
+
+
+def test_headless_summary_has_a_job_block_first_for_several_ranks() -> None:
+    job = _ddp(slow=1, extra_s=0.030, ranks=2)
+    runs = [run for _, run in job.ranks()]
+    text = summary_text(runs)
+    job_block, rest = text.split("pitstop summary: train.py rank 0", 1)
+    assert job_block.startswith("pitstop job summary: train.py (session job-1)")
+    assert "straggler   rank 1: 34.0 ms per step outside collectives" in job_block
+    assert "2 seen of world size 4 (2 finished)" in job_block
+    assert "pitstop summary: train.py rank 1" in rest
+
+
+def test_headless_summary_names_a_killed_rank_as_gone() -> None:
+    r0, r1 = RunState(), RunState()
+    r0.add_all([hello(0), *steps(40, 0.05), end()])
+    r1.add_all([hello(1), *steps(12, 0.05)])
+    text = summary_text([r0, r1])
+    assert "gone        rank 1 (pid 101): stream ended without an End event" in text
+    assert "last step 11" in text
+
+
+def test_headless_summary_of_one_process_has_no_job_block() -> None:
+    run = RunState()
+    run.add_all([hello(0), *steps(20, 0.05), end()])
+    assert "pitstop job summary" not in summary_text([run])
