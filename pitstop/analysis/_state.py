@@ -45,6 +45,7 @@ class StreamBatch:
 
     stream: str  # one id per training process ("pid:1234@host" or a record path)
     events: list[Event] = field(default_factory=list)
+    closed: bool = False  # the stream ended here (socket closed, record read to its end)
 
 
 class RunState:
@@ -314,6 +315,8 @@ class JobState:
         for event in batch.events:
             run.add(event)
         self.version += 1
+        if batch.closed:
+            self.close(batch.stream)
         return run
 
     def ranks(self) -> list[tuple[str, RunState]]:

@@ -163,6 +163,9 @@ class Agent:
                 start_exporter(self, settings.prometheus + (_env_int("LOCAL_RANK") or 0))
             except Exception as err:
                 self.note("warn", "prometheus", f"metrics endpoint off: {err}")
+        self._exit = ("exit", None)
+        self._excepthook = sys.excepthook
+        sys.excepthook = self._on_uncaught
         os.register_at_fork(after_in_child=self._after_fork_child)
         atexit.register(self.shutdown)
 
@@ -410,10 +413,21 @@ class Agent:
             pass
         os._exit(0)
 
-    def shutdown(self, reason: str = "exit", exit_code: int | None = None) -> None:
+    def _on_uncaught(self, kind: Any, value: Any, tb: Any) -> None:
+        # Chained, never replacing the script's own hook: the record learns that the
+        # process is dying of an exception (exit code 1), the traceback prints as usual.
+        if not issubclass(kind, KeyboardInterrupt):
+            self._exit = ("exception", 1)
+        else:
+            self._exit = ("interrupted", 130)
+        self._excepthook(kind, value, tb)
+
+    def shutdown(self, reason: str | None = None, exit_code: int | None = None) -> None:
         """Flush everything and close; idempotent; runs at exit."""
         if self.disabled or self._stop.is_set():
             return
+        if reason is None:
+            reason, exit_code = self._exit
         try:
             if self.windows is not None:
                 self.windows.close()

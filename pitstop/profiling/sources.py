@@ -70,8 +70,7 @@ class RecordSource:
                 if len(events) >= 2000:
                     yield StreamBatch(str(path), events)
                     events = []
-            if events:
-                yield StreamBatch(str(path), events)
+            yield StreamBatch(str(path), events, closed=True)
 
     def command(self, name: str) -> str:
         raise TransportError("replay: cannot send commands to a recorded run")
@@ -146,6 +145,8 @@ class SocketSource:
             finally:
                 with lock:
                     done.add(path)
+                    # A stream that closes without an End event is a process that died.
+                    out.append(StreamBatch(stream, [], closed=True))
                 wake.set()
 
         first_attempt = True
