@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import re
 import shutil
@@ -282,15 +284,58 @@ def classify(candidate: Candidate, steps: int, stage: str, code: int | None, tim
 
 
 def _read(record: Path, warmup: int) -> tuple[Measurement, str]:
-    read = ReadResult()
-    events = []
-    problem = ""
-    try:
-        for event in iter_record(record, read):
-            events.append(event)
-    except PitstopError as err:  # a missing or corrupt record is a result, not a tuner crash
-        problem = str(err)
-    return measure(events, warmup), problem
+    """The trial's measurement: one record, or every rank's of a launcher (torchrun) trial."""
+    files = [record, *sorted(record.parent.glob(f"{record.stem}.rank*.jsonl"))]
+    measured: list[Measurement] = []
+    problems: list[str] = []
+    for path in files:
+        read = ReadResult()
+        events = []
+        try:
+            for event in iter_record(path, read):
+                events.append(event)
+        except PitstopError as err:  # a missing or corrupt record is a result, not a tuner crash
+            problems.append(str(err))
+        measured.append(measure(events, warmup))
+    if len(measured) == 1:
+        return measured[0], "; ".join(problems)
+    return combine_ranks(measured), "; ".join(problems)
+
+
+def _total(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _worst(values: list[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def combine_ranks(ranks: list[Measurement]) -> Measurement:
+    """One job from its ranks: throughput is the job's (each rank consumes its own
+    batches, so the sum), time and spread are the worst rank's, and a NaN, a missing
+    agent or an unfinished rank anywhere fails the whole trial."""
+    first = ranks[0]
+    facts = dataclasses.replace(first.facts, local_ranks=max(first.facts.local_ranks, len(ranks)))
+    return dataclasses.replace(
+        first,
+        steps_seen=min(m.steps_seen for m in ranks),
+        measured_steps=min(m.measured_steps for m in ranks),
+        throughput=_total([m.throughput for m in ranks]),
+        compute_throughput=_total([m.compute_throughput for m in ranks]),
+        spread=_worst([m.spread for m in ranks]),
+        compute_spread=_worst([m.compute_spread for m in ranks]),
+        step_time=_worst([m.step_time for m in ranks]),
+        jitter=_worst([m.jitter for m in ranks]),
+        peak_mem=_worst([m.peak_mem for m in ranks]),
+        nonfinite=sorted({s for m in ranks for s in m.nonfinite}),
+        alloc_retries=(sum(m.alloc_retries or 0 for m in ranks)
+                       if any(m.alloc_retries is not None for m in ranks) else None),
+        trial_complete=all(m.trial_complete for m in ranks),
+        agent_started=all(m.agent_started for m in ranks),
+        skipped={k: v for m in ranks for k, v in m.skipped.items()},
+        facts=facts,
+    )
 
 
 def _diverged(candidate: Candidate, m: Measurement, baseline: TrialResult | None,

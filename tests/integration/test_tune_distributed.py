@@ -1,0 +1,23 @@
+"""`pitstop tune -- torchrun ...`: every trial runs the whole job through the same launcher."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .conftest import SCRIPTS, pitstop
+
+
+def test_tune_a_two_rank_job(tmp_path: Path, env: dict[str, str]) -> None:
+    result = pitstop(
+        ["tune", "--steps", "20", "--warmup", "3", "--min-time", "0.8", "--budget", "3", "--knobs", "workers",
+         "--", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(SCRIPTS / "ddp_gloo.py"), "100000"],
+        env, cwd=tmp_path, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = result.stdout + result.stderr
+    assert "2 local rank(s)" in report  # the worker cap is per local rank
+    assert "samples/s" in report
+    assert (tmp_path / "pitstop.toml").exists()
+    assert "torch.distributed.run" in (tmp_path / "pitstop.toml").read_text()  # provenance keeps the launcher
