@@ -189,8 +189,23 @@ def _run_tui(target: Target, settings: SessionSettings) -> int:
         f"{target.label} (pid {proc.pid})", session=settings.session, until=lambda: proc.poll() is not None
     )
     hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
-    run_viewer(source, log_path=log_path, detach_hint=hint)
+
+    tuned: list[int] = []
+
+    def tune(request: object) -> int:
+        # `t` in the viewer: the same target, the tuner's default options, in the Trials view.
+        from pitstop.tui.trials import run_trials_viewer
+        from pitstop.tui.tunelaunch import start_tuner
+
+        child = start_tuner([], target)
+        tuned.append(run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
+                                       stale=child.stale, resume_command=child.resume_command))
+        return tuned[-1]
+
+    run_viewer(source, log_path=log_path, detach_hint=hint, tune=tune)
     source.close()
+    if tuned:
+        return tuned[-1]  # the user chose to tune: the tune's outcome is this command's
     if proc.poll() is None:
         return 0
     code = exit_code_of(proc.returncode)
@@ -339,8 +354,24 @@ def cmd_attach(args: argparse.Namespace) -> int:
                     print(f"pitstop | {status_line(run)}", file=sys.stderr, flush=True)
         return 0
     from pitstop.tui import run_viewer
+    from pitstop.tui.tunelaunch import TuneRequest
 
-    return run_viewer(source, detach_hint=f"training continues; reattach with: pitstop attach {args.pid or ''}".rstrip())
+    def tune(request: TuneRequest) -> int:
+        # `t` in the viewer: rebuild the script from the process's own argv (Hello.argv).
+        from pitstop.tui.trials import run_trials_viewer
+        from pitstop.tui.tunelaunch import start_tuner, target_from_argv
+
+        if request.ranks > 1:
+            raise UsageError("a distributed job's launcher cannot be rebuilt from one rank: tune it with "
+                             "pitstop tune -- torchrun --nproc_per_node N SCRIPT ...")
+        target = target_from_argv(request.argv, request.cwd)
+        target.check()
+        child = start_tuner([], target)
+        return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
+                                 stale=child.stale, resume_command=child.resume_command)
+
+    hint = f"training continues; reattach with: pitstop attach {args.pid or ''}".rstrip()
+    return run_viewer(source, detach_hint=hint, tune=tune)
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -404,7 +435,7 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the embedded demo workload under pitstop")
     demo.add_argument("--headless", action="store_true")
-    demo.add_argument("--steps", type=int, default=300, help="training steps (default 300, about a minute on a CPU)")
+    demo.add_argument("--steps", type=int, default=200, help="training steps (default 200: under a minute on a 2-core CPU)")
     demo.add_argument("--num-workers", type=int, default=None, help="DataLoader workers (default 0: the stall to find)")
     demo.add_argument("--record", metavar="PATH")
     demo.add_argument("--config", metavar="FILE")
@@ -446,6 +477,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from pitstop.tuning.command import run as run_tune
 
             target.check()
+            if sys.stdout.isatty() and sys.stdin.isatty() and not args.json:
+                # The Trials view: the tuner runs as a child (its own signal handlers and main
+                # thread), the viewer reads its journal and output. `own` is what the user typed.
+                from pitstop.tui.tunelaunch import start_tuner
+                from pitstop.tui.trials import run_trials_viewer
+
+                child = start_tuner(own, target)
+                return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
+                                         stale=child.stale, resume_command=child.resume_command)
             return run_tune(args, target)
         args = parser.parse_args(argv)
         if args.command is None:

@@ -69,10 +69,10 @@ class SmallCNN(nn.Module):
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="optimizer steps to run (default 300)")
+    parser.add_argument("--steps", type=int, default=200, help="optimizer steps to run (default 200)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (default 0: the stall)")
-    parser.add_argument("--blur-passes", type=int, default=6, help="cost of the per-sample transform")
+    parser.add_argument("--blur-passes", type=int, default=10, help="cost of the per-sample transform")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--seed", type=int, default=0)
