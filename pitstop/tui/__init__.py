@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pitstop.profiling.sources import EventSource
+    from pitstop.tui.tunelaunch import TuneRequest
 
 
 def run_viewer(
@@ -17,16 +18,19 @@ def run_viewer(
     log_path: Path | None = None,
     detach_hint: str | None = None,
     clock: Callable[[], float] = time.time,
+    tune: Callable[[TuneRequest], int] | None = None,
 ) -> int:
     """Run the TUI on `source` until the user quits or detaches; 0 on a normal exit.
 
     The viewer is a separate process from the training run, so quitting never
     stops training; after the screen is restored this prints how to come back
-    (`detach_hint`) or how the run ended.
+    (`detach_hint`) or how the run ended. With `tune`, `t` offers to tune the
+    script: the app exits with "tune" and `tune(request)` runs (the Trials
+    view); its exit code is returned.
     """
     from pitstop.tui.app import PitstopApp
 
-    app = PitstopApp(source, log_path=log_path, detach_hint=detach_hint, clock=clock)
+    app = PitstopApp(source, log_path=log_path, detach_hint=detach_hint, clock=clock, can_tune=tune is not None)
     try:
         app.run()
     finally:
@@ -34,6 +38,8 @@ def run_viewer(
     message = app.goodbye()
     if message:
         print(message)
+    if app.return_value == "tune" and tune is not None and app.tune_request is not None:
+        return tune(app.tune_request)
     return app.return_code or 0
 
 

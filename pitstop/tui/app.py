@@ -21,13 +21,14 @@ from textual.binding import Binding
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from pitstop.analysis import JobState, RunState, StreamBatch
+from pitstop.analysis import JobState, JobSummary, RunState, StreamBatch, job_summary
 from pitstop.errors import PitstopError
 from pitstop.tui import logtail
 from pitstop.tui.inbox import Inbox
 from pitstop.tui.logtail import LogBuffer
 from pitstop.tui.messages import BatchesArrived, LogLinesArrived, ReplayLoaded
 from pitstop.tui.replay import Timeline
+from pitstop.tui.tunelaunch import TuneRequest
 from pitstop.tui.screens import (
     ConfirmScreen,
     DataScreen,
@@ -37,6 +38,7 @@ from pitstop.tui.screens import (
     MemoryScreen,
     OverviewScreen,
     PitstopScreen,
+    RanksScreen,
 )
 from pitstop.tui.view import Frame, Replay
 
@@ -52,7 +54,11 @@ TICK_S = 1.0
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 SEEK_FRACTION = 0.10
 
-MODES_ORDER = ("overview", "kernels", "data", "memory", "log")
+MODES_ORDER = ("overview", "kernels", "data", "memory", "log", "ranks")
+# job_summary walks every retained step of every rank: once a second, as the findings.
+SUMMARY_EVERY_S = 1.0
+
+
 
 
 def reason_of(error: BaseException) -> str:
@@ -76,11 +82,13 @@ class PitstopApp(App[str]):
         Binding("3", "show('data')", "Data"),
         Binding("4", "show('memory')", "Mem", tooltip="Memory"),
         Binding("5", "show('log')", "Log"),
+        Binding("6", "show('ranks')", "Ranks"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("p", "profile", "Profile"),
         Binding("t", "tune", "Tune"),
         Binding("r", "next_rank", "Rank", show=False),
-        Binding("d", "detach", "Detach"),
+        # Off the footer since "6 Ranks" came: q leaves training running too (Help lists d).
+        Binding("d", "detach", "Detach", show=False),
         Binding("k", "stop_training", "Stop"),
         Binding("q", "quit_viewer", "Quit"),
         # Only in a replay (check_action); priority, or a focused scroll view would take
@@ -102,8 +110,11 @@ class PitstopApp(App[str]):
         log_path: Path | None = None,
         detach_hint: str | None = None,
         clock: Callable[[], float] = time.time,
+        can_tune: bool = False,
     ) -> None:
         super().__init__()
+        self.can_tune = can_tune  # the caller can start a tune when the viewer exits with "tune"
+        self.tune_request: TuneRequest | None = None
         self.source = source
         self.live = bool(source.live)
         self.log_path = log_path
@@ -125,6 +136,9 @@ class PitstopApp(App[str]):
         self._refresh_timer: Timer | None = None
         self._play_timer: Timer | None = None
         self._play_last = 0.0
+        self._summary: JobSummary | None = None
+        self._summary_key: tuple[int, int] | None = None
+        self._summary_at = 0.0
 
     # -- start --------------------------------------------------------------
     def on_mount(self) -> None:
@@ -133,6 +147,7 @@ class PitstopApp(App[str]):
         self.add_mode("data", DataScreen)
         self.add_mode("memory", MemoryScreen)
         self.add_mode("log", lambda: LogScreen(self.log_buffer))
+        self.add_mode("ranks", RanksScreen)
         self.switch_mode("overview")
         self.sub_title = self.source.label
         self.read_source()
@@ -219,6 +234,8 @@ class PitstopApp(App[str]):
         elif event.state == WorkerState.SUCCESS:
             if worker.group == "reader" and self.live:
                 self.ended = True
+                # Every stream is over: a rank without an End event died (shown as gone).
+                self.job.close_all()
                 self.notify("the event stream ended: training finished or the agent stopped", timeout=8)
                 self.refresh_views()
             elif worker.group == "command":
@@ -247,6 +264,19 @@ class PitstopApp(App[str]):
             return label, primary
         return ranks[self.rank_index % len(ranks)]
 
+    def job_figures(self) -> JobSummary | None:
+        """The job's summary, recomputed at most once a second (at once for a new JobState)."""
+        job = self.job
+        if not job.runs:
+            return None
+        key = (id(job), job.version)
+        now = time.monotonic()
+        stale = self._summary_key is None or self._summary_key[0] != key[0] or (
+            key != self._summary_key and now - self._summary_at >= SUMMARY_EVERY_S)
+        if stale:
+            self._summary, self._summary_key, self._summary_at = job_summary(job), key, now
+        return self._summary
+
     def frame(self) -> Frame:
         label, run = self.current_run()
         replay = None
@@ -263,6 +293,7 @@ class PitstopApp(App[str]):
             failed=self.failed,
             ended=self.ended,
             replay=replay,
+            summary=self.job_figures(),
         )
 
     def refresh_views(self) -> None:
@@ -314,8 +345,29 @@ class PitstopApp(App[str]):
 
     def action_tune(self) -> None:
         _, run = self.current_run()
-        script = run.hello.script if run is not None and run.hello is not None and run.hello.script else "SCRIPT"
-        self.notify(f"run: pitstop tune {script}", title="tune this script", timeout=12)
+        hello = run.hello if run is not None else None
+        script = hello.script if hello is not None and hello.script else "SCRIPT"
+        if not self.live:
+            # Trials re-run the script: a record holds its events, not a script known to still match.
+            self.notify(f"replay: a recording cannot be tuned; run: pitstop tune {script}",
+                        severity="warning", timeout=12)
+            return
+        if hello is None or not self.can_tune:
+            self.notify(f"run: pitstop tune {script}", title="tune this script", timeout=12)
+            return
+        request = TuneRequest(script, tuple(hello.argv), hello.cwd, len(self.job.runs))
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.tune_request = request
+                self.exit_reason = "tune"
+                self.exit("tune")
+            else:
+                self.notify("not tuning")
+
+        self.push_screen(ConfirmScreen(
+            f"Tune {script}? Trials re-run it in fresh processes for a few steps each; while this run "
+            "trains they compete with it for the machine.", yes="Tune", no="Cancel", danger=False), answered)
 
     def action_detach(self) -> None:
         self.exit_reason = "detach"

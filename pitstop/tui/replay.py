@@ -36,14 +36,22 @@ class Timeline:
 
     def __init__(self, batches: list[StreamBatch]) -> None:
         items: list[_Item] = []
+        # stream -> time of its last event, for streams the source saw close: a stream is
+        # closed in the replay once the cursor passes its end (a rank without End is gone).
+        self.closes: dict[str, float] = {}
+        last_of: dict[str, float] = {}
         for batch in batches:
-            last = None
+            last = last_of.get(batch.stream)
             for event in batch.events:
                 t = event_time(event)
                 # An event without a time keeps its place after the one before it.
                 t = t if t is not None else (last if last is not None else 0.0)
                 last = t
                 items.append(_Item(t, batch.stream, event))
+            if last is not None:
+                last_of[batch.stream] = last
+            if batch.closed:
+                self.closes[batch.stream] = last_of.get(batch.stream, 0.0)
         # Stable sort: events of one stream at the same time keep their order.
         items.sort(key=lambda item: item.t)
         self._items = items
@@ -68,6 +76,9 @@ class Timeline:
             self.job = JobState()
             self._fed = 0
         self._feed(upto)
+        for stream, t in self.closes.items():
+            if t <= cursor and stream in self.job.runs:
+                self.job.close(stream)
         self.cursor = cursor
         return self.job
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pitstop.analysis import JobState, RunState, percentile
+from pitstop.analysis import JobState, JobSummary, RunState, percentile
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 from pitstop.analysis._summary import STATUS_WINDOW, gpu_reason
 from pitstop.events import Gpu, ProfileWindow, Sample, Step
@@ -47,6 +47,8 @@ class Frame:
     failed: str | None = None  # why the reader stopped, when it failed
     ended: bool = False  # the stream ended (the source's batches() returned)
     replay: Replay | None = None
+    # Job-level figures of every rank (throttled by the app: summarize walks every step).
+    summary: JobSummary | None = None
 
 
 # -- header -------------------------------------------------------------------
@@ -95,6 +97,17 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
          else fmt.na("batch size unknown" if steps_per_s else None)),
         ("steps/s", f"{steps_per_s:.2f}" if steps_per_s is not None else fmt.NA),
     ]
+    summary = frame.summary
+    if summary is not None and summary.ranks > 1:
+        # The job's figures next to the shown rank's: ranks in DDP each consume their own batch.
+        # Job figures go first: at 80 columns the header's last items are cut.
+        gone = f", {len(summary.gone)} gone" if summary.gone else ""
+        job_items = [("ranks", f"{summary.ranks}{gone} (showing {frame.rank_label})"),
+                     ("job samples/s", f"{summary.samples_per_s:,.1f}" if summary.samples_per_s is not None
+                      else fmt.na("batch size unknown"))]
+        if summary.stragglers:
+            job_items.append(("straggler", ", ".join(s.label for s in summary.stragglers)))
+        items[1:2] = job_items
     if frame.replay is not None:
         r = frame.replay
         items.append(("at", f"{fmt.elapsed(r.cursor - r.start)}/{fmt.elapsed(r.end - r.start)}"

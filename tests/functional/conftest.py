@@ -96,12 +96,12 @@ def profile_window(t: float, step_start: int = 20, k: int = 5) -> ProfileWindow:
 
 
 def run_events(*, cuda: bool = True, n_steps: int = 120, wait_frac: float = 0.1, workers: int = 2,
-               profiles: int = 1, rank: int | None = None, pid: int = 4242) -> list[Event]:
+               profiles: int = 1, rank: int | None = None, pid: int = 4242, wall: float = 0.1) -> list[Event]:
     """A deterministic run: hello, runtime, loader, steps with samples every 5 steps, profiler windows."""
     events: list[Event] = [hello(pid=pid, rank=rank), runtime(cuda)]
     events.append(DataLoaderInfo(t=FIXED + 0.8, id=0, num_workers=workers, batch_size=64, pin_memory=cuda,
                                  persistent_workers=False, prefetch_factor=2 if workers else None))
-    all_steps = steps(n_steps, wait_frac=wait_frac, cuda=cuda)
+    all_steps = steps(n_steps, wait_frac=wait_frac, cuda=cuda, wall=wall)
     for i, s in enumerate(all_steps):
         events.append(s)
         if i % 5 == 4:
@@ -111,6 +111,28 @@ def run_events(*, cuda: bool = True, n_steps: int = 120, wait_frac: float = 0.1,
         events.append(profile_window(at.t + 0.02, step_start=at.step - 5))
     events.sort(key=lambda e: getattr(e, "t", getattr(e, "started", 0.0)))
     return events
+
+
+def rank_stream(rank: int) -> str:
+    return f"pid:{4242 + rank}@host"
+
+
+def job_batches(*, slow_rank: int = 1, ranks: int = 2, gone_rank: int | None = None,
+                n_steps: int = 120) -> list[StreamBatch]:
+    """A torchrun-like job: one stream per rank; `slow_rank` computes 2.5x longer per step.
+
+    Data wait stays the same share on every rank, so the extra time is compute. A
+    `gone_rank` stops after 40 steps and its stream closes without an End event.
+    """
+    out = []
+    for r in range(ranks):
+        events = run_events(rank=r, pid=4242 + r, wall=0.25 if r == slow_rank else 0.1,
+                            wait_frac=0.1 * (0.4 if r == slow_rank else 1.0),
+                            n_steps=40 if r == gone_rank else n_steps, profiles=0)
+        out.append(StreamBatch(rank_stream(r), events))
+        if r == gone_rank:
+            out.append(StreamBatch(rank_stream(r), [], closed=True))
+    return out
 
 
 class FakeSource:

@@ -6,10 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FIXED, FakeSource, replay_source, run_events, wait_for
+from conftest import FIXED, FakeSource, job_batches, replay_source, run_events, screen_text, wait_for
 from textual.pilot import Pilot
+from trialkit import TRIALS, FakeTune
 
 from pitstop.tui.app import PitstopApp
+from pitstop.tui.trials import TrialsApp
 
 SIZES = [(80, 24), (120, 40)]
 SCREENS = {"overview": "1", "kernels": "2", "data": "3", "memory": "4", "log": "5", "help": "question_mark"}
@@ -61,3 +63,35 @@ def test_replay_overview(snap_compare: Callable[..., bool]) -> None:
         await pilot.press("home", "right", "right", "right", "right", "right")
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_ranks_screen(snap_compare: Callable[..., bool], size: tuple[int, int]) -> None:
+    # Three ranks: rank 1 computes 2.5x longer (the straggler), rank 2 died after 40 steps.
+    app = PitstopApp(FakeSource(batches=job_batches(ranks=3, gone_rank=2)), clock=lambda: FIXED + 30.0)
+
+    async def run_before(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: len(app.job.runs) == 3 and 2 in [r.rank for r in app.job.runs.values()])
+        await pilot.press("6")
+        await wait_for(pilot, lambda: "rank 2 is gone" in screen_text(app))
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_trials_view(snap_compare: Callable[..., bool], size: tuple[int, int], tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # relative paths: the log pane's title reads the same on every machine
+    fake = FakeTune(Path("."))
+    for trial in TRIALS:
+        fake.trial(trial)
+    app = TrialsApp(fake.proc, fake.journal_path, fake.log_path, Path("pitstop.toml"),
+                    clock=lambda: FIXED + 75.0, started=FIXED)
+
+    async def run_before(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: len(app.rows) == 4 and "[4/6]" in screen_text(app))
+
+    try:
+        assert snap_compare(app, terminal_size=size, run_before=run_before)
+    finally:
+        fake.close()

@@ -10,6 +10,7 @@ from pitstop.tui.screens.kernels import KernelsScreen
 from pitstop.tui.screens.log import LogScreen
 from pitstop.tui.screens.memory import MemoryScreen
 from pitstop.tui.screens.overview import OverviewScreen
+from pitstop.tui.screens.ranks import RanksScreen
 
 __all__ = [
     "ConfirmScreen",
@@ -20,4 +21,5 @@ __all__ = [
     "MemoryScreen",
     "OverviewScreen",
     "PitstopScreen",
+    "RanksScreen",
 ]

@@ -11,15 +11,15 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 KEYS: tuple[tuple[str, str], ...] = (
-    ("1 2 3 4 5", "Overview, Kernels/Ops, Data, Memory, Log"),
+    ("1 2 3 4 5 6", "Overview, Kernels/Ops, Data, Memory, Log, Ranks"),
     ("?", "this help (escape closes it)"),
     ("p", "profile now: capture a profiler window (live runs)"),
     ("o / c", "Kernels screen: ops / CUDA kernels table"),
-    ("s, click a header", "Kernels screen: sort by the next column"),
+    ("s, click a header", "Kernels and Ranks screens: sort by the next column"),
     ("[ ]", "older / newer profiler window (a replay moves its cursor there)"),
     ("/  n", "Log screen: search, next match"),
     ("r", "show the next rank of a multi-process job"),
-    ("t", "tune this script"),
+    ("t", "tune this script (asks first; opens the Trials view)"),
     ("d", "detach: close the viewer, training keeps running"),
     ("k", "stop training (asks first)"),
     ("q", "quit the viewer (training keeps running)"),
@@ -35,6 +35,7 @@ SCREENS = (
     "Data: data wait p50/p95, loader delivery rate vs the step's, workers' CPU and RSS.",
     "Memory: torch allocated/reserved and host RSS over steps, peak, GPU headroom, retries.",
     "Log: the script's own output (the last 5000 lines).",
+    "Ranks: one row per rank of a distributed job; the straggler in red, named with its evidence.",
     "A figure that cannot be measured shows n/a with the reason, never a zero.",
 )
 
@@ -48,16 +49,21 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "dismiss", "Close"),
     ]
 
+    def __init__(self, keys: tuple[tuple[str, str], ...] = KEYS, notes: tuple[str, ...] = SCREENS,
+                 title: str = "pitstop keys") -> None:
+        super().__init__()
+        self.keys, self.notes, self.title_text = keys, notes, title  # the Trials view has its own keys
+
     def compose(self) -> ComposeResult:
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold cyan", no_wrap=True)
         table.add_column()
-        for key, what in KEYS:
+        for key, what in self.keys:
             table.add_row(key, what)
         with VerticalScroll(id="help-body"):
-            yield Static(Text("pitstop keys", style="bold"))
+            yield Static(Text(self.title_text, style="bold"))
             yield Static(table)
-            yield Static(Text("\n".join(SCREENS), style="dim"))
+            yield Static(Text("\n".join(self.notes), style="dim"))
 
     def on_mount(self) -> None:
         self.query_one("#help-body").border_title = "Help (escape to close)"

@@ -7,7 +7,7 @@ import time
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 
-from pitstop.analysis import RunState, findings
+from pitstop.analysis import Finding, JobState, RunState, findings, job_findings
 from pitstop.tui import view
 from pitstop.tui.screens._base import PitstopScreen
 from pitstop.tui.view import Frame
@@ -25,7 +25,7 @@ class OverviewScreen(PitstopScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self._findings_key: tuple[int, int] | None = None
+        self._findings_key: tuple[int, int, int] | None = None
         self._findings_at = 0.0
 
     def compose_body(self) -> ComposeResult:
@@ -44,14 +44,14 @@ class OverviewScreen(PitstopScreen):
         self.query_one("#gpu", Figures).rows = view.gpu_rows(run)
         self.query_one("#cpu", Figures).rows = view.cpu_rows(run)
         self.query_one("#memory", Figures).rows = view.memory_rows(run)
-        self._show_findings(run)
+        self._show_findings(frame.job, run)
 
-    def _show_findings(self, run: RunState | None) -> None:
+    def _show_findings(self, job: JobState, run: RunState | None) -> None:
         panel = self.query_one(FindingsPanel)
         if run is None or run.last_step is None:
             panel.findings = None
             return
-        key = (id(run), run.version)
+        key = (id(run), run.version, job.version)
         now = time.monotonic()
         if key == self._findings_key:
             return
@@ -69,5 +69,11 @@ class OverviewScreen(PitstopScreen):
                 gain=f.gain,
                 fix=(f.fix.splitlines() or [""])[0],
             )
-            for f in findings(run)
+            for f in self._findings(job, run)
         )
+
+    @staticmethod
+    def _findings(job: JobState, run: RunState) -> list[Finding]:
+        """The job's findings first (a straggler or a dead rank holds every rank back), then the run's."""
+        job_level = job_findings(job) if len(job.runs) > 1 else []
+        return [*job_level, *findings(run)]

@@ -35,6 +35,10 @@ class StatusHeader(Widget):
             "PAUSED": "bold black on yellow",
             "ENDED": "bold white on blue",
             "FAILED": "bold white on red",
+            "TUNING": "bold black on green",
+            "STOPPING": "bold black on yellow",
+            "DONE": "bold white on blue",
+            "STOPPED": "bold black on yellow",
         }.get(info.mode, "bold reverse")
         text = Text.assemble(
             (f" {info.mode} ", mode_style),

@@ -1,0 +1,410 @@
+"""Provides the Trials view of `pitstop tune`: a live table of finished trials, the tuner's output, its report.
+
+The tuner runs in its own process (it installs signal handlers, and Textual
+wants the main thread); this app only reads what it writes: the journal (one
+JSON line per finished trial) and its output log (progress lines, report).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Log, Static
+
+from pitstop.tui import format as fmt
+from pitstop.tui import logtail
+from pitstop.tui.inbox import Inbox
+from pitstop.tui.logtail import LogBuffer
+from pitstop.tui.messages import LogLinesArrived
+from pitstop.tui.screens import ConfirmScreen, HelpScreen
+from pitstop.tui.trialdata import LogFacts, TrialRow, baseline_of, best_of, parse_log, ratio, read_journal
+from pitstop.tui.widgets import HeaderInfo, StatusHeader
+
+# The journal is re-read when its size or mtime changes; a trial takes seconds, so 4 Hz is plenty.
+POLL_S = 0.25
+BEST_STYLE = "bold green"
+FAILED_STYLE = "yellow"
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("q", "quit: asks whether to stop the tune (Yes: the tuner saves its journal; resume with --resume)"),
+    ("d", "detach: leave the tuner running in the background and print how to follow it"),
+    ("l", "show the tuner's output / its report (once it has finished)"),
+    ("?", "this help (escape closes it)"),
+)
+NOTES = (
+    "Each row is a finished trial: a fresh process running the script for a few steps with one configuration.",
+    "x base is samples/s relative to the script's own settings (the baseline trial).",
+    "The best successful trial so far is green; when the tune ends, the tuner's winner (it also weighs",
+    "noise and simplicity) is green and the report says where pitstop.toml was written.",
+)
+
+
+class JournalRead(Message):
+    """The journal as it stands (the whole file is small: a line per trial); a newer read replaces an older."""
+
+    def __init__(self, header: dict[str, object] | None, rows: list[TrialRow]) -> None:
+        super().__init__()
+        self.header = header
+        self.rows = rows
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, JournalRead)
+
+
+def exit_code(returncode: int | None) -> int:
+    """A child's exit status as a shell reports it (killed by signal N: 128 + N)."""
+    if returncode is None:
+        return 0
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class TrialsApp(App[str]):
+    """Watches a tuner process: its journal's trials, its output, and its report when it exits."""
+
+    CSS_PATH = Path(__file__).with_name("pitstop.tcss")
+    TITLE = "pitstop tune"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit_tune", "Quit"),
+        Binding("d", "detach", "Detach"),
+        Binding("l", "toggle_log", "Log/report"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+    ]
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        journal: Path,
+        log_path: Path,
+        out: Path,
+        clock: Callable[[], float] = time.time,
+        *,
+        started: float | None = None,
+        stale: tuple[int, int, int] | None = None,
+        resume_command: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.proc = proc
+        self.journal = journal
+        self.log_path = log_path
+        self.out = out
+        self.clock = clock
+        self.started = clock() if started is None else started
+        self.stale = stale  # the journal of an earlier tune, until the tuner rewrites it
+        self.resume_command = resume_command
+        self.rows: list[TrialRow] = []
+        self.header_rec: dict[str, object] | None = None
+        self.facts = LogFacts()
+        self.finished_at: float | None = None
+        self.returncode: int | None = None
+        self.stopping = False
+        self.detached = False
+        self.log_buffer = LogBuffer(log_path)
+        self._log_inbox: Inbox[list[str]] = Inbox()
+        self._stop = threading.Event()
+        self._shown_rows: tuple[int, str | None, str | None] | None = None
+        self._log_seen = 0
+        self._showing_report = False
+
+    # -- layout -------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield StatusHeader(id="status")
+        yield DataTable(id="trials-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="trials-best")
+        yield Log(id="trials-log", max_lines=logtail.MAX_LOG_LINES, auto_scroll=True)
+        with VerticalScroll(id="trials-report"):
+            yield Static(id="trials-report-text")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self._main.query_one("#trials-log", Log).border_title = f"tuner output: {self.log_path}"
+        self._main.query_one("#trials-report").display = False
+        self._main.query_one("#trials-report").border_title = "report"
+        self.watch_journal()
+        self.tail_log()
+        self.set_interval(POLL_S, self.poll_tuner)
+        self.set_interval(1.0, self.refresh_view)  # the elapsed clock moves without new trials
+        self.refresh_view()
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+
+    # -- reading (worker threads) -------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="journal", name="journal")
+    def watch_journal(self) -> None:
+        last: tuple[int, int, int] | None = None
+        while not self._stop.is_set():
+            key = _stat_key(self.journal)
+            if key is not None and key != last and key != self.stale:
+                last = key
+                self.post_message(JournalRead(*read_journal(self.journal)))
+            self._stop.wait(POLL_S)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="log", name="log tail")
+    def tail_log(self) -> None:
+        def deliver(lines: list[str]) -> None:
+            if self._log_inbox.put(lines):
+                self.post_message(LogLinesArrived())
+
+        logtail.tail(self.log_path, deliver, self._stop, follow=True)
+
+    def on_worker_state_changed(self, event: object) -> None:
+        from textual.worker import Worker, WorkerState
+
+        assert isinstance(event, Worker.StateChanged)
+        if event.state == WorkerState.ERROR and event.worker.error is not None:
+            self.notify(f"{event.worker.name}: {event.worker.error}", severity="error", timeout=15)
+
+    # -- messages -----------------------------------------------------------
+    def on_journal_read(self, message: JournalRead) -> None:
+        self.header_rec, self.rows = message.header, message.rows
+        self.refresh_view()
+
+    def on_log_lines_arrived(self, message: LogLinesArrived) -> None:
+        for lines in self._log_inbox.drain():
+            self.log_buffer.extend(lines)
+        self.refresh_view()
+
+    def poll_tuner(self) -> None:
+        if self.finished_at is not None:
+            return
+        code = self.proc.poll()
+        if code is None:
+            return
+        self.finished_at = self.clock()
+        self.returncode = exit_code(code)
+        # Read both files whole once: the tail threads poll, and the report must not miss its end.
+        if _stat_key(self.journal) != self.stale:
+            self.header_rec, self.rows = read_journal(self.journal)
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as err:
+            lines = [f"cannot read the tuner's output {self.log_path}: {err.strerror or err}"]
+        self.facts = parse_log(lines, finished=True)
+        if self.stopping:
+            self.exit("stopped")
+            return
+        self._show_report(True)
+        self.refresh_view()
+
+    # -- drawing ------------------------------------------------------------
+    @property
+    def _main(self) -> Screen[object]:
+        """The screen the view's widgets live on (App.query_one would search a modal on top)."""
+        return self.screen_stack[0]
+
+    def mode(self) -> str:
+        if self.finished_at is None:
+            return "STOPPING" if self.stopping else "TUNING"
+        if self.returncode == 0:
+            return "DONE"
+        return "STOPPED" if self.returncode == 130 else "FAILED"
+
+    def refresh_view(self) -> None:
+        if self.finished_at is None and len(self.log_buffer.lines):
+            self.facts = parse_log(list(self.log_buffer.lines), finished=False)
+        with self.batch_update():
+            self._draw_header()
+            self._draw_table()
+            self._draw_log()
+
+    def _script(self) -> str:
+        target = self.header_rec.get("target") if self.header_rec else None
+        return str(target or self.facts.target or self.journal.name)
+
+    def _draw_header(self) -> None:
+        facts = self.facts
+        done = len(self.rows)
+        planned = max(facts.planned or 0, done) if facts.planned is not None else None
+        until = self.finished_at if self.finished_at is not None else self.clock()
+        items: list[tuple[str, str]] = [
+            ("trials", f"{done}/{planned} planned" if planned else str(done)),
+            ("elapsed", fmt.elapsed(until - self.started)),
+            ("budget", facts.budget or fmt.na("not read yet")),
+        ]
+        if self.finished_at is not None:
+            items.append(("exit", str(self.returncode)))
+            if facts.config:
+                items.append(("config", facts.config))
+        self._main.query_one(StatusHeader).info = HeaderInfo(title=self._script(), mode=self.mode(), items=tuple(items),
+                                                       screen="trials")
+
+    def _highlight(self) -> str | None:
+        """The label to show in green: the tuner's winner once it said, else the fastest so far."""
+        if self.facts.winner:
+            return self.facts.winner
+        best = best_of(self.rows)
+        return best.label if best is not None else None
+
+    def _draw_table(self) -> None:
+        rows = self.rows
+        highlight = self._highlight()
+        self._main.query_one("#trials-best", Static).update(self._best_text())
+        key = (len(rows), highlight, rows[-1].label if rows else None)
+        if key == self._shown_rows:
+            return
+        self._shown_rows = key
+        table = self._main.query_one("#trials-table", DataTable)
+        base = baseline_of(rows)
+        unit = base.unit if base is not None else "samples/s"
+        table.clear(columns=True)
+        for title in ("#", "configuration", unit, "x base", "peak mem", "status", "stage"):
+            table.add_column(title)
+        for r in rows:
+            won = r.ok and r.label == highlight
+            style = BEST_STYLE if won else ("" if r.ok else FAILED_STYLE)
+            thr = f"{r.throughput:,.1f}" + (f" ±{r.spread:.0%}" if r.spread is not None else "") if r.ok else "-"
+            x = ratio(r, base)
+            mem = fmt.size(r.peak_mem) + (" host" if r.peak_mem is not None and r.mem_kind == "host" else "")
+            status = "ok" if r.ok else f"{r.status}: {fmt.shorten(r.reason, 60)}" if r.reason else r.status
+            table.add_row(
+                Text(str(r.index), style=style, justify="right"),
+                Text(("★ " if won else "") + r.label, style=style),
+                Text(thr, style=style, justify="right"),
+                Text(f"x{x:.2f}" if x is not None else "-", style=style, justify="right"),
+                Text(mem if r.peak_mem is not None else "-", style=style, justify="right"),
+                Text(status, style=style),
+                Text(f"{r.stage}, {r.steps} steps", style=style),
+            )
+        if rows:
+            table.move_cursor(row=len(rows) - 1, animate=False)  # follow the newest trial
+
+    def _best_text(self) -> Text:
+        rows = self.rows
+        if not rows:
+            how = "the baseline trial runs the script with its own settings first"
+            return Text(f"No trial finished yet: {how}.", style="dim")
+        base = baseline_of(rows)
+        best = best_of(rows)
+        if self.facts.winner:
+            text = Text.assemble(("winner: ", "bold"), (self.facts.winner, BEST_STYLE))
+            if self.facts.config:
+                text.append(f"  written to {self.facts.config}", style="bold")
+            return text
+        if self.finished_at is not None and self.returncode != 0:
+            return Text(f"The tune ended without a winner: {self.out.name} was not written.", style=FAILED_STYLE)
+        if best is None:
+            return Text("No trial has succeeded yet.", style=FAILED_STYLE)
+        x = ratio(best, base)
+        return Text.assemble(("best so far: ", "bold"), (best.label, BEST_STYLE),
+                             f"  {best.throughput:,.1f} {best.unit}" + (f", x{x:.2f} over the baseline" if x else ""))
+
+    def _draw_log(self) -> None:
+        lines = self.log_buffer.since(self._log_seen)
+        if lines:
+            log = self._main.query_one("#trials-log", Log)
+            log.write_lines(lines)
+            self._log_seen = self.log_buffer.total
+
+    def _show_report(self, on: bool) -> None:
+        self._showing_report = on
+        report = self._main.query_one("#trials-report")
+        report.display = on
+        self._main.query_one("#trials-log", Log).display = not on
+        if on:
+            text = "\n".join(self.facts.report) or "the tuner printed no report"
+            if self.returncode not in (0, None) and self.resume_command and self.returncode == 130:
+                text += f"\n\ncontinue with: {self.resume_command}"
+            self._main.query_one("#trials-report-text", Static).update(Text(text))
+
+    # -- actions ------------------------------------------------------------
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(KEYS, NOTES, title="pitstop tune: Trials view keys"))
+
+    def action_toggle_log(self) -> None:
+        if self.finished_at is None:
+            self.notify("the report comes when the tuner finishes; its output is shown until then")
+            return
+        self._show_report(not self._showing_report)
+
+    def action_detach(self) -> None:
+        if self.finished_at is not None:
+            self.exit("quit")
+            return
+        self.detached = True
+        self.exit("detach")
+
+    def action_quit_tune(self) -> None:
+        if self.finished_at is not None:
+            self.exit("quit")
+            return
+        if self.stopping:
+            self.notify("stopping: the tuner is saving its journal (d leaves it to finish alone)")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                self.notify("the tune goes on")
+                return
+            try:
+                # The tuner's whole group: it takes SIGINT as Ctrl+C, kills its trial and keeps its journal.
+                os.killpg(self.proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass  # it just ended by itself: poll_tuner shows its report
+            self.stopping = True
+            self.refresh_view()
+
+        self.push_screen(ConfirmScreen(
+            "Stop the tune? The tuner stops its current trial and keeps the finished ones in its journal "
+            "(continue later with --resume). No keeps watching.", yes="Stop", no="No"), answered)
+
+    # -- after the screen closes ----------------------------------------------
+    def goodbye(self) -> str:
+        """What to print once the screen is restored: the report, or how to follow a detached tuner."""
+        if self.detached:
+            follow = f"tail -f {self.log_path}"
+            resume = f"; if it stops, continue with: {self.resume_command}" if self.resume_command else ""
+            return (f"pitstop tune continues in the background (pid {self.proc.pid}); follow it: {follow}"
+                    f"{resume}")
+        lines = list(self.facts.report)
+        if self.returncode == 130 and self.resume_command:
+            lines.append(f"continue with: {self.resume_command}")
+        return "\n".join(lines)
+
+
+def run_trials_viewer(
+    proc: subprocess.Popen[bytes],
+    journal: Path,
+    log_path: Path,
+    out: Path,
+    clock: Callable[[], float] = time.time,
+    *,
+    stale: tuple[int, int, int] | None = None,
+    resume_command: str | None = None,
+) -> int:
+    """Show a running tuner until it ends (or the user detaches); the tuner's exit code, 0 when detached."""
+    app = TrialsApp(proc, journal, log_path, out, clock, stale=stale, resume_command=resume_command)
+    app.run()
+    if app.finished_at is None:
+        # Closed without d or q (ctrl+q, an error in the app): leave the tune running, as d does,
+        # rather than stop hours of trials or block on a tuner the user can no longer see.
+        app.detached = True
+    if app.detached:
+        print(app.goodbye())
+        return 0
+    message = app.goodbye()
+    if message:
+        print(message)
+    return app.returncode or 0

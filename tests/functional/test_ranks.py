@@ -1,0 +1,102 @@
+"""Pilot tests of the job views: the Ranks screen, job figures on the Overview, and `t` (tune) in the run viewer."""
+
+from __future__ import annotations
+
+from conftest import FIXED, FakeSource, job_batches, rank_stream, replay_source, run, run_events, screen_text, wait_for
+from textual.widgets import DataTable
+
+from pitstop.analysis import StreamBatch
+from pitstop.tui.app import PitstopApp
+from pitstop.tui.screens import ConfirmScreen, OverviewScreen, RanksScreen
+
+
+def notices(app: PitstopApp) -> list[tuple[str, str]]:
+    return [(n.message, n.severity) for n in app._notifications]
+
+
+def table_rows(app: PitstopApp) -> list[list[str]]:
+    table = app.screen.query_one("#ranks-table", DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def test_the_ranks_screen_names_and_highlights_the_straggler_and_shows_a_dead_rank_as_gone() -> None:
+    async def scenario() -> None:
+        source = FakeSource(batches=job_batches(ranks=3, slow_rank=1))
+        app = PitstopApp(source, clock=lambda: FIXED + 30)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: len(app.job.runs) == 3)
+            await pilot.press("6")
+            await wait_for(pilot, lambda: isinstance(app.screen, RanksScreen))
+            await wait_for(pilot, lambda: "Straggler rank 1" in screen_text(app))
+            text = screen_text(app)
+            assert "extra time is compute" in text and "250.0 ms per step vs median 100.0 ms" in text
+            rows = table_rows(app)
+            assert [r[0] for r in rows] == ["rank 0", "rank 1 ◀ straggler", "rank 2"]
+            table = app.screen.query_one("#ranks-table", DataTable)
+            assert "red" in str(table.get_row_at(1)[0].style) and "red" not in str(table.get_row_at(0)[0].style)
+            assert all(r[3] == "running" for r in rows)
+            # Rank 2 dies: its stream closes without an End event.
+            source._queue.put(StreamBatch(rank_stream(2), [], closed=True))
+            await wait_for(pilot, lambda: "rank 2 is gone" in screen_text(app), timeout=4)
+            assert table_rows(app)[2][3] == "gone (no exit code)"
+            # Sorting by step p50 (numbers high first) puts the straggler on top.
+            for _ in range(5):
+                await pilot.press("s")
+            await wait_for(pilot, lambda: table_rows(app)[0][0].startswith("rank 1"))
+            assert "step p50 ▼" in screen_text(app)
+            await pilot.press("1")
+            await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
+            await wait_for(pilot, lambda: "rank 1 is a straggler (compute)" in screen_text(app), timeout=4)
+            text = screen_text(app)
+            assert "job samples/s" in text and "straggler rank 1" in text and "ranks 3, 1 gone" in text
+
+    run(scenario())
+
+
+def test_with_one_rank_the_ranks_screen_says_so() -> None:
+    async def scenario() -> None:
+        source = FakeSource()
+        source.push(run_events(n_steps=20))
+        app = PitstopApp(source, clock=lambda: FIXED + 30)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("6")
+            await wait_for(pilot, lambda: "One process in this job" in screen_text(app))
+            assert "job samples/s" not in screen_text(app)
+
+    run(scenario())
+
+
+def test_t_asks_before_tuning_and_tune_exits_the_viewer_with_the_scripts_argv() -> None:
+    async def scenario() -> None:
+        source = FakeSource()
+        source.push(run_events(n_steps=20))
+        app = PitstopApp(source, clock=lambda: FIXED + 30, can_tune=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.current_run()[1] is not None)
+            await pilot.press("t")
+            await wait_for(pilot, lambda: "Tune train.py?" in screen_text(app))
+            text = screen_text(app)
+            assert "Tune train.py?" in text and "compete" in text and "Cancel (n)" in text and "Tune (y)" in text
+            await pilot.press("n")
+            await wait_for(pilot, lambda: ("not tuning", "information") in notices(app))
+            assert app.return_value is None
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
+        assert app.return_value == "tune"
+        assert app.tune_request is not None and app.tune_request.argv == ("python", "train.py")
+        assert app.tune_request.cwd == "/work" and app.tune_request.ranks == 1
+
+    run(scenario())
+
+
+def test_a_replay_does_not_offer_to_tune() -> None:
+    async def scenario() -> None:
+        app = PitstopApp(replay_source(run_events(n_steps=20)), clock=lambda: FIXED + 30, can_tune=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.timeline is not None)
+            await pilot.press("t")
+            await wait_for(pilot, lambda: any("a recording cannot be tuned" in m for m, _ in notices(app)))
+            assert not isinstance(app.screen, ConfirmScreen)
+
+    run(scenario())

@@ -1,0 +1,227 @@
+"""Pilot tests of the Trials view (`pitstop tune` in a terminal): fake journals, a stand-in tuner, one real tune."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXED, run, screen_text, wait_for
+from textual.widgets import DataTable
+from trialkit import TRIALS, FakeTune
+
+from pitstop.errors import ConfigError, LaunchError
+from pitstop.profiling.launch import Target
+from pitstop.tui.screens import ConfirmScreen, HelpScreen
+from pitstop.tui.trialdata import parse_log
+from pitstop.tui.trials import TrialsApp
+from pitstop.tui.tunelaunch import journal_path, start_tuner, target_from_argv
+
+TUNE_SCRIPT = Path(__file__).parents[1] / "integration" / "scripts" / "tune_train.py"
+
+
+def viewer(fake: FakeTune, **kw: object) -> TrialsApp:
+    return TrialsApp(fake.proc, fake.journal_path, fake.log_path, fake.root / "pitstop.toml",
+                     clock=lambda: FIXED + 75, started=FIXED, resume_command="pitstop tune --resume train.py",
+                     **kw)  # type: ignore[arg-type]
+
+
+def cells(app: TrialsApp) -> list[list[str]]:
+    table = app.query_one("#trials-table", DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def test_trials_appear_as_the_journal_grows_and_the_report_follows_the_exit(tmp_path: Path) -> None:
+    fake = FakeTune(tmp_path)
+
+    async def scenario() -> None:
+        app = viewer(fake)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: "No trial finished yet" in screen_text(app))
+            fake.trial(TRIALS[0])
+            await wait_for(pilot, lambda: len(app.rows) == 1)
+            fake.trial(TRIALS[1])
+            fake.trial(TRIALS[2])
+            fake.trial(TRIALS[3])
+            await wait_for(pilot, lambda: len(cells(app)) == 4)
+            rows = cells(app)
+            assert rows[2][1] == "★ workers=4" and rows[2][3] == "x1.50"  # the best so far, vs the baseline
+            assert rows[1][1] == "workers=2" and rows[1][3] == "x1.30"
+            assert rows[3][5].startswith("crash: the script raised")
+            table = app.query_one("#trials-table", DataTable)
+            assert "green" in str(table.get_row_at(2)[1].style)
+            await wait_for(pilot, lambda: "trials 4/6 planned" in screen_text(app))
+            text = screen_text(app)
+            assert "TUNING" in text and "budget 10m" in text and "elapsed 0:01:15" in text
+            assert "[4/6] workers=8" in text  # the tuner's own progress lines, in the log pane
+            fake.finish()
+            await wait_for(pilot, lambda: app.finished_at is not None)
+            await wait_for(pilot, lambda: "Winner: workers=4" in screen_text(app))
+            text = screen_text(app)
+            assert "DONE" in text and "config pitstop.toml" in text and "written to pitstop.toml" in text
+            await pilot.press("q")  # the tuner has exited: q quits without asking
+        assert app.return_value == "quit" and app.returncode == 0
+        assert "Wrote pitstop.toml" in app.goodbye()
+
+    try:
+        run(scenario())
+    finally:
+        fake.close()
+
+
+def test_quit_asks_and_yes_interrupts_the_tuner_which_keeps_its_journal(tmp_path: Path) -> None:
+    fake = FakeTune(tmp_path)
+
+    async def scenario() -> None:
+        app = viewer(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            fake.trial(TRIALS[0])
+            await wait_for(pilot, lambda: len(app.rows) == 1)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("n")  # No keeps watching
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+            await pilot.pause(0.3)
+            assert fake.proc.poll() is None
+            await pilot.press("q")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.return_value is not None, timeout=8)
+        assert app.return_value == "stopped" and app.returncode == 130
+        assert fake.proc.wait(5) == 130
+        goodbye = app.goodbye()
+        assert "rerun with --resume" in goodbye and "continue with: pitstop tune --resume train.py" in goodbye
+
+    try:
+        run(scenario())
+    finally:
+        fake.close()
+
+
+def test_detach_leaves_the_tuner_running_and_says_how_to_follow_it(tmp_path: Path) -> None:
+    fake = FakeTune(tmp_path)
+
+    async def scenario() -> None:
+        app = viewer(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+            assert "detach: leave the tuner running" in screen_text(app)
+            await pilot.press("escape")
+            await pilot.press("d")
+        assert app.return_value == "detach"
+        assert fake.proc.poll() is None
+        goodbye = app.goodbye()
+        assert f"pid {fake.proc.pid}" in goodbye and f"tail -f {fake.log_path}" in goodbye
+        assert "pitstop tune --resume train.py" in goodbye
+
+    try:
+        run(scenario())
+    finally:
+        fake.close()
+
+
+def test_an_earlier_tunes_journal_is_ignored_until_the_tuner_rewrites_it(tmp_path: Path) -> None:
+    fake = FakeTune(tmp_path)
+    fake.trial(TRIALS[1])
+    st = fake.journal_path.stat()
+
+    async def scenario() -> None:
+        app = viewer(fake, stale=(st.st_ino, st.st_size, st.st_mtime_ns))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(0.6)
+            assert app.rows == []  # not this tune's trial
+            fake.trial(TRIALS[0])
+            await wait_for(pilot, lambda: len(app.rows) == 2)
+
+    try:
+        run(scenario())
+    finally:
+        fake.close()
+
+
+def test_log_facts_and_the_report_of_an_interrupted_tune() -> None:
+    lines = ["pitstop tune: python t.py (budget 6, 20 steps/trial); journal j", "[1/4] baseline  1 samples/s  ok",
+             "pitstop tune: interrupted; 1 finished trials are in j; rerun with --resume to continue"]
+    facts = parse_log(lines, finished=True)
+    assert (facts.target, facts.budget, facts.done, facts.planned) == ("python t.py", "6", 1, 4)
+    assert facts.report == (lines[2],) and facts.config is None and facts.winner is None
+    assert parse_log(lines, finished=False).report == ()
+
+
+def test_a_process_argv_becomes_the_target_to_tune(tmp_path: Path) -> None:
+    assert target_from_argv(["/usr/bin/python3", "-u", "-X", "dev", "train.py", "--lr", "1"], "/data") == \
+        Target(script="/data/train.py", args=("--lr", "1"))
+    assert target_from_argv(["python", "-m", "pkg.train", "-x"], "/d") == Target(module="pkg.train", args=("-x",))
+    with pytest.raises(LaunchError):
+        target_from_argv(["python", "-c", "print(1)"], "/d")
+    target = Target(script="train.py")
+    assert journal_path([], target, tmp_path) == tmp_path / ".pitstop-tune" / "train.journal.jsonl"
+    assert journal_path(["--out", "cfg/x.toml"], target, tmp_path) == tmp_path / "cfg" / ".pitstop-tune" / \
+        "train.journal.jsonl"
+    (tmp_path / "pitstop.toml").write_text("")
+    with pytest.raises(ConfigError, match="exists; use --force"):
+        start_tuner([], Target(script=str(TUNE_SCRIPT)), tmp_path)
+
+
+@pytest.mark.slow
+def test_a_real_tune_fills_the_table_trial_by_trial(tmp_path: Path) -> None:
+    options = ["--steps", "10", "--warmup", "2", "--min-time", "0", "--budget", "2", "--knobs", "workers"]
+    os.environ.pop("PITSTOP_SESSION", None)
+    child = start_tuner(options, Target(script=str(TUNE_SCRIPT), args=("--work", "200", "--n", "256")), tmp_path)
+    seen: list[int] = []
+
+    def journal_trials() -> int:
+        if not child.journal.exists():
+            return 0
+        return sum(1 for line in child.journal.read_text().splitlines() if '"kind":"trial"' in line)
+
+    async def scenario() -> None:
+        app = TrialsApp(child.proc, child.journal, child.log_path, child.out, stale=child.stale,
+                        resume_command=child.resume_command)
+        async with app.run_test(size=(120, 40)) as pilot:
+            deadline = time.monotonic() + 90
+            while app.finished_at is None and time.monotonic() < deadline:
+                written = journal_trials()
+                if written > len(seen):
+                    # Each line the real tuner writes shows up as a row.
+                    await wait_for(pilot, lambda: len(app.rows) >= written, timeout=5)
+                    seen.append(written)
+                await pilot.pause(0.05)
+            assert app.finished_at is not None, child.log_path.read_text()
+            await wait_for(pilot, lambda: "Winner:" in screen_text(app) or "No configuration" in screen_text(app))
+        assert app.returncode == 0, child.log_path.read_text()
+        assert len(app.rows) == journal_trials() == 2 and seen
+        assert app.rows[0].label == "baseline"
+        assert app.facts.config == "pitstop.toml" and child.out == tmp_path / "pitstop.toml" and child.out.exists()
+        assert "pitstop run --config" in app.goodbye()
+        header = json.loads(child.journal.read_text().splitlines()[0])
+        assert "tune_train.py" in str(header["target"])
+
+    try:
+        run(scenario())
+    finally:
+        if child.proc.poll() is None:
+            child.proc.kill()
+        child.proc.wait()
+
+
+def test_the_child_command_carries_the_users_options(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("import sys; print(sys.argv)\n")
+    child = start_tuner(["--budget", "3", "--knobs", "workers"], Target(script=str(script), args=("--lr", "1")),
+                        tmp_path)
+    try:
+        cmd = child.proc.args
+        assert isinstance(cmd, list)
+        assert cmd[:4] == [sys.executable, "-m", "pitstop.cli", "tune"]
+        assert cmd[4:8] == ["--budget", "3", "--knobs", "workers"]
+        assert cmd[8:10] == ["--journal", str(child.journal)] and cmd[10:] == [str(script), "--lr", "1"]
+        assert os.getpgid(child.proc.pid) == child.proc.pid  # its own session: a detach leaves it running
+    finally:
+        if child.proc.poll() is None:
+            child.proc.kill()
+        child.proc.wait()
