@@ -11,28 +11,27 @@ from pitstop.tuning.command import add_arguments, run
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, Target]:
-    """Options first, then the target: a script, `-m MODULE`, or `-- COMMAND...`, and its arguments."""
+    """Options first, then the target: a script, `-m MODULE`, or `-- COMMAND...`, and its arguments.
+
+    The split is the CLI's own (`pitstop tune` parses the same way), so a target's
+    options (`-m pkg.train --lr 1`) are never read as ours.
+    """
+    from pitstop.cli import split_target
+    from pitstop.tuning.command import VALUE_OPTIONS
+
     parser = argparse.ArgumentParser(prog="python -m pitstop.tuning",
                                      description="Find the fastest stable configuration of a training script.")
     add_arguments(parser)
-    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
-    parser.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] or -- COMMAND...")
-    args = parser.parse_args(argv)
-    rest = list(args.target)
-    if args.module:
-        return args, Target(module=args.module, args=tuple(rest))
-    if rest and rest[0] == "--":
-        if len(rest) < 2:
-            parser.error("-- needs a command")
-        return args, Target(launcher=tuple(rest[1:]))
-    if not rest:
+    own, target = split_target(argv, set(VALUE_OPTIONS))
+    args = parser.parse_args(own)
+    if target is None:
         parser.error("give a SCRIPT, -m MODULE or -- COMMAND")
-    return args, Target(script=rest[0], args=tuple(rest[1:]))
+    return args, target
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, target = parse(sys.argv[1:] if argv is None else argv)
     try:
+        args, target = parse(sys.argv[1:] if argv is None else argv)
         return run(args, target)
     except PitstopError as err:
         print(f"pitstop tune: {err}", file=sys.stderr)
