@@ -14,8 +14,8 @@ from torch.utils.data import DataLoader, TensorDataset
 torch.set_num_threads(1)  # leave the second core to pitstop's threads and the OS: less noise
 steps, out = int(sys.argv[1]), sys.argv[2]
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                            torch.nn.ReLU(), torch.nn.Linear(512, 10))
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                            torch.nn.ReLU(), torch.nn.Linear(1024, 10))
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 data = TensorDataset(torch.randn(steps * 64, 256), torch.randint(0, 10, (steps * 64,)))
 times: list[float] = []

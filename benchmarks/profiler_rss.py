@@ -26,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil  # noqa: E402
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # silence Kineto's per-session lines, as the agent does
 import torch  # noqa: E402
 
 from pitstop.profiling import _aggregate  # noqa: E402
