@@ -49,13 +49,13 @@ def run_tune(cwd: Path, args: list[str], target: list[str]) -> tuple[dict[str, A
     return json.loads(proc.stdout), wall, cmd
 
 
-def grid(cwd: Path, data: dict[str, Any]) -> tuple[dict[Candidate, float | None], float]:
+def grid(cwd: Path, data: dict[str, Any], knobs: str = KNOBS) -> tuple[dict[Candidate, float | None], float]:
     """Every configuration of the tuner's space, once each, at the tuner's long-trial length."""
     first = data["trials"][0]
     from pitstop.tuning.results import Facts
 
     facts = Facts.from_dict(first["facts"])
-    space = build_space(facts, parse_knobs(KNOBS), tune_batch=True)
+    space = build_space(facts, parse_knobs(knobs), tune_batch=True)
     long = max(t["steps"] for t in data["trials"])
     axes: list[list[tuple[str, Any]]] = [[("num_workers", w) for w in space.workers],
                                          [("batch_size", None), *(("batch_size", b) for b in space.batch)]]
@@ -85,16 +85,19 @@ def main() -> int:
     parser.add_argument("--budget", default="16", help="the tuner's budget (default 16 trials)")
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--demo-budget", default="2m")
+    parser.add_argument("--knobs", default=KNOBS,
+                        help="the landscape's knobs (default %(default)s: an 84-configuration grid, "
+                             "~30 min on a 2-core VM; workers,batch_size,amp is 30)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pitstop-bench-") as tmp:
         cwd = Path(tmp)
-        options = ["--knobs", KNOBS, "--batch-size", "--budget", args.budget, "--steps", STEPS,
+        options = ["--knobs", args.knobs, "--batch-size", "--budget", args.budget, "--steps", STEPS,
                    "--warmup", WARMUP, "--min-time", MIN_TIME]
         data, tune_wall, _ = run_tune(cwd, options, [str(SCRIPT), *WORKLOAD])
         winner = Candidate.of(data["winner"])
         print(f"tuner: {winner.label()}  x{data['speedup']:.2f} ±{data['spread']:.1%}  "
               f"({len(data['trials'])} trials, {tune_wall:.0f} s)", flush=True)
-        results, grid_wall = grid(cwd, data)
+        results, grid_wall = grid(cwd, data, args.knobs)
         ok = {c: v for c, v in results.items() if v}
         best_c = max(ok, key=lambda c: ok[c])
         found = ok.get(winner)

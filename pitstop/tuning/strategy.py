@@ -95,6 +95,18 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
+# Share of step time the baseline spends waiting for data above which the loader
+# is the bottleneck (the same 20% the data-wait finding uses).
+LOADER_BOUND_SHARE = 0.20
+
+
+def _data_wait_share(result: TrialResult) -> float | None:
+    """1 - throughput / compute-only throughput: how much of the step waits for data."""
+    if not result.throughput or not result.compute_throughput:
+        return None
+    return max(0.0, 1.0 - result.throughput / result.compute_throughput)
+
+
 class Search:
     """The staged search over one evaluator (real trials, or a simulated landscape in tests)."""
 
@@ -216,9 +228,20 @@ class Search:
             # Compute-side stages rank by compute throughput (step time minus data
             # wait): the data stage that follows makes the loader keep up, so a
             # loader-bound baseline must not hide a faster model or batch.
+            wait = _data_wait_share(base)
+            if wait is not None and wait > LOADER_BOUND_SHARE:
+                # The loader is the bottleneck now: the workers ladder goes first, so a
+                # small --budget cannot spend itself on compute and batch trials and
+                # never reach the knob most likely to pay (seen: a 2.5x workers win
+                # missed with 12 trials). It is re-checked at the chosen batch below.
+                self.notes.append(f"the baseline waits for data {wait:.0%} of the time: "
+                                  "DataLoader workers tried first")
+                self._ladder("num_workers", self.space.workers, "workers")
+            before = dict(self.inc.as_dict())
             self._greedy(self.space.compute, "compute", "compute")
             self._ladder("batch_size", self.space.batch, "batch", "compute")
-            self._ladder("num_workers", self.space.workers, "workers")
+            if wait is None or wait <= LOADER_BOUND_SHARE or dict(self.inc.as_dict()) != before:
+                self._ladder("num_workers", self.space.workers, "workers")
             workers = self.inc.get("num_workers", self.space.own.get("num_workers") or 0)
             data = {k: v for k, v in self.space.data.items()
                     if workers > 0 or k == "pin_memory"}  # persistent/prefetch need workers

@@ -221,3 +221,14 @@ def test_same_seed_same_decisions() -> None:
     a, _ = search(loader_bound, space(), seed=3)
     b, _ = search(loader_bound, space(), seed=3)
     assert a.winner == b.winner and [r.candidate for r in a.results] == [r.candidate for r in b.results]
+
+
+def test_a_small_budget_on_a_loader_bound_job_still_tries_workers() -> None:
+    # Seen on a real run: with 12 trials the compute and batch stages spent the
+    # budget, and a 2.5x workers win was never tried. A loader-bound baseline
+    # now tries workers first.
+    for seed in range(3):
+        outcome, sim = search(loader_bound, space(), budget=Budget(trials=12), seed=seed)
+        assert outcome.winner is not None
+        assert outcome.winner.get("num_workers", 0) > 0, outcome.winner
+        assert any(stage == "workers" for _, _, stage in sim.calls[:6])
