@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pitstop import __version__
-from pitstop.errors import LaunchError, PitstopError, RecordError, TransportError, UsageError
+from pitstop.errors import PitstopError, RecordError, TransportError, UsageError
 from pitstop.profiling.launch import SessionSettings, Target, launch, new_session_id
 from pitstop.profiling.record import default_record_root
 from pitstop.tuning.command import VALUE_OPTIONS as TUNE_VALUE_OPTIONS

@@ -35,7 +35,6 @@ from pitstop.analysis import (
     summarize,
 )
 from pitstop.errors import PitstopError
-from pitstop.events import Event
 from pitstop.profiling.record import ReadResult, iter_record, record_files
 from pitstop.profiling.sources import SocketSource
 
@@ -217,12 +216,6 @@ class LiveStatus:
 def exit_code_of(returncode: int) -> int:
     """A shell's view of a child's exit: 128+N for death by signal N."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def feed(run: RunState, events: list[Event]) -> RunState:
-    for event in events:
-        run.add(event)
-    return run
 
 
 __all__ = ["LiveStatus", "StreamBatch", "exit_code_of", "load_runs", "summary_text"]

@@ -101,6 +101,7 @@ class Hooks:
         self.ddp = False
         self._model_reported = False
         self.overrides: Any = None
+        self.device_type = "cpu"
 
     def install(self, torch: Any) -> None:
         agent = self.agent
@@ -126,6 +127,8 @@ class Hooks:
 
     def cuda_ready(self) -> bool:
         """CUDA memory counters are read only once the script itself initialised CUDA."""
+        if self.device_type != "cuda":  # a CPU build or no GPU: nothing to wait for, every step
+            return False
         try:
             return bool(self.torch.cuda.is_initialized())
         except Exception:

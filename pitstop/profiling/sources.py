@@ -8,14 +8,13 @@ A source yields `StreamBatch`es (one training process's events at a time):
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from pitstop.analysis import StreamBatch
 from pitstop.errors import SchemaError, TransportError
-from pitstop.events import End, Event, decode
+from pitstop.events import Event, decode
 from pitstop.profiling.record import iter_record, record_files
 from pitstop.profiling.transport import Client, TcpEndpoint, list_agents
 
@@ -199,16 +198,3 @@ class SocketSource:
             for client in self._clients.values():
                 client.close()
 
-
-def wait_for_end(events: Sequence[Event]) -> bool:
-    """Whether a stream's events include its End."""
-    return any(isinstance(e, End) for e in events)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, poll: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll)
-    return predicate()
