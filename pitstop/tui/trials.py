@@ -20,6 +20,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static
@@ -222,12 +223,19 @@ class TrialsApp(App[str]):
         return "STOPPED" if self.returncode == 130 else "FAILED"
 
     def refresh_view(self) -> None:
+        if not self.screen_stack:  # a message that arrived while the app shuts down: nothing to draw
+            return
         if self.finished_at is None and len(self.log_buffer.lines):
             self.facts = parse_log(list(self.log_buffer.lines), finished=False)
-        with self.batch_update():
-            self._draw_header()
-            self._draw_table()
-            self._draw_log()
+        try:
+            with self.batch_update():
+                self._draw_header()
+                self._draw_table()
+                self._draw_log()
+        except NoMatches:
+            # Widgets not mounted yet (a message before the first compose finished)
+            # or already gone (shutting down): the next message redraws everything.
+            return
 
     def _script(self) -> str:
         target = self.header_rec.get("target") if self.header_rec else None
