@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import work
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
@@ -299,7 +299,10 @@ class PitstopApp(App[str]):
     def refresh_views(self) -> None:
         """Hand the visible screen a new Frame (one repaint for all its widgets)."""
         self._last_refresh = time.monotonic()
-        screen = self.screen
+        try:
+            screen = self.screen
+        except ScreenStackError:  # a batch that arrived while the app shuts down
+            return
         if not isinstance(screen, PitstopScreen):
             return
         with self.batch_update():
