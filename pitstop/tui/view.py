@@ -143,16 +143,26 @@ def _buckets(steps: list[Step], buckets: int) -> list[list[Step]]:
     return [steps[i : i + size] for i in range(0, len(steps), size)]
 
 
+def _bucket_means_ms(
+    run: RunState | None, steps: int, buckets: int, *fields: str
+) -> tuple[tuple[float, ...], ...] | None:
+    """(x: first step of each bucket, then each field's mean per bucket in ms); None with no step."""
+    recent = run.recent_steps(steps) if run is not None else []
+    if not recent:
+        return None
+    groups = _buckets(recent, buckets)
+    x = tuple(float(g[0].step) for g in groups)
+    means = [tuple(1000 * sum(getattr(s, f) for s in g) / len(g) for g in groups) for f in fields]
+    return (x, *means)
+
+
 def step_chart(run: RunState | None, steps: int = CHART_STEPS, buckets: int = CHART_BUCKETS) -> ChartData:
     """Step time of recent steps, stacked as data wait under compute (ms, mean per bucket)."""
     title = "step time (ms): data wait + compute"
-    recent = run.recent_steps(steps) if run is not None else []
-    if not recent:
+    means = _bucket_means_ms(run, steps, buckets, "data_wait", "compute")
+    if means is None:
         return ChartData(title, note="no step yet")
-    groups = _buckets(recent, buckets)
-    x = tuple(float(g[0].step) for g in groups)
-    wait = tuple(1000 * sum(s.data_wait for s in g) / len(g) for g in groups)
-    compute = tuple(1000 * sum(s.compute for s in g) / len(g) for g in groups)
+    x, wait, compute = means
     return ChartData(
         title,
         x,
@@ -164,13 +174,10 @@ def step_chart(run: RunState | None, steps: int = CHART_STEPS, buckets: int = CH
 
 def data_wait_chart(run: RunState | None, steps: int = CHART_STEPS, buckets: int = CHART_BUCKETS) -> ChartData:
     title = "data wait per step (ms)"
-    recent = run.recent_steps(steps) if run is not None else []
-    if not recent:
+    means = _bucket_means_ms(run, steps, buckets, "data_wait", "wall")
+    if means is None:
         return ChartData(title, note="no step yet")
-    groups = _buckets(recent, buckets)
-    x = tuple(float(g[0].step) for g in groups)
-    wait = tuple(1000 * sum(s.data_wait for s in g) / len(g) for g in groups)
-    wall = tuple(1000 * sum(s.wall for s in g) / len(g) for g in groups)
+    x, wait, wall = means
     return ChartData(title, x, (Series("step", wall, "blue"), Series("data wait", wait, "red")), xlabel="step")
 
 
