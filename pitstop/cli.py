@@ -194,12 +194,7 @@ def _run_tui(target: Target, settings: SessionSettings) -> int:
 
     def tune(request: object) -> int:
         # `t` in the viewer: the same target, the tuner's default options, in the Trials view.
-        from pitstop.tui.trials import run_trials_viewer
-        from pitstop.tui.tunelaunch import start_tuner
-
-        child = start_tuner([], target)
-        tuned.append(run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
-                                       stale=child.stale, resume_command=child.resume_command))
+        tuned.append(_tune_in_view([], target))
         return tuned[-1]
 
     run_viewer(source, log_path=log_path, detach_hint=hint, tune=tune)
@@ -219,6 +214,17 @@ def _run_tui(target: Target, settings: SessionSettings) -> int:
         print("\n".join(tail), file=sys.stderr)
         print(f"pitstop: {target.label} exited with code {code} (full output: {log_path})", file=sys.stderr)
     return code
+
+
+def _tune_in_view(options: list[str], target: Target) -> int:
+    """`pitstop tune` in the Trials view: the tuner runs as a child (its own signal
+    handlers and main thread); the viewer reads its journal and output."""
+    from pitstop.tui.trials import run_trials_viewer
+    from pitstop.tui.tunelaunch import start_tuner
+
+    child = start_tuner(options, target)
+    return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
+                             stale=child.stale, resume_command=child.resume_command)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -358,17 +364,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     def tune(request: TuneRequest) -> int:
         # `t` in the viewer: rebuild the script from the process's own argv (Hello.argv).
-        from pitstop.tui.trials import run_trials_viewer
-        from pitstop.tui.tunelaunch import start_tuner, target_from_argv
+        from pitstop.tui.tunelaunch import target_from_argv
 
         if request.ranks > 1:
             raise UsageError("a distributed job's launcher cannot be rebuilt from one rank: tune it with "
                              "pitstop tune -- torchrun --nproc_per_node N SCRIPT ...")
         target = target_from_argv(request.argv, request.cwd)
         target.check()
-        child = start_tuner([], target)
-        return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
-                                 stale=child.stale, resume_command=child.resume_command)
+        return _tune_in_view([], target)
 
     hint = f"training continues; reattach with: pitstop attach {args.pid or ''}".rstrip()
     return run_viewer(source, detach_hint=hint, tune=tune)
@@ -480,12 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if sys.stdout.isatty() and sys.stdin.isatty() and not args.json:
                 # The Trials view: the tuner runs as a child (its own signal handlers and main
                 # thread), the viewer reads its journal and output. `own` is what the user typed.
-                from pitstop.tui.tunelaunch import start_tuner
-                from pitstop.tui.trials import run_trials_viewer
-
-                child = start_tuner(own, target)
-                return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
-                                         stale=child.stale, resume_command=child.resume_command)
+                return _tune_in_view(own, target)
             return run_tune(args, target)
         args = parser.parse_args(argv)
         if args.command is None:

@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static
 
+from pitstop.headless import exit_code_of
 from pitstop.tui import format as fmt
 from pitstop.tui import logtail
 from pitstop.tui.inbox import Inbox
@@ -32,6 +33,7 @@ from pitstop.tui.logtail import LogBuffer
 from pitstop.tui.messages import LogLinesArrived
 from pitstop.tui.screens import ConfirmScreen, HelpScreen
 from pitstop.tui.trialdata import LogFacts, TrialRow, baseline_of, best_of, parse_log, ratio, read_journal
+from pitstop.tui.tunelaunch import stat_key
 from pitstop.tui.widgets import HeaderInfo, StatusHeader
 
 # The journal is re-read when its size or mtime changes; a trial takes seconds, so 4 Hz is plenty.
@@ -63,21 +65,6 @@ class JournalRead(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, JournalRead)
-
-
-def exit_code(returncode: int | None) -> int:
-    """A child's exit status as a shell reports it (killed by signal N: 128 + N)."""
-    if returncode is None:
-        return 0
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class TrialsApp(App[str]):
@@ -156,7 +143,7 @@ class TrialsApp(App[str]):
     def watch_journal(self) -> None:
         last: tuple[int, int, int] | None = None
         while not self._stop.is_set():
-            key = _stat_key(self.journal)
+            key = stat_key(self.journal)
             if key is not None and key != last and key != self.stale:
                 last = key
                 self.post_message(JournalRead(*read_journal(self.journal)))
@@ -194,9 +181,9 @@ class TrialsApp(App[str]):
         if code is None:
             return
         self.finished_at = self.clock()
-        self.returncode = exit_code(code)
+        self.returncode = exit_code_of(code)
         # Read both files whole once: the tail threads poll, and the report must not miss its end.
-        if _stat_key(self.journal) != self.stale:
+        if stat_key(self.journal) != self.stale:
             self.header_rec, self.rows = read_journal(self.journal)
         try:
             lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()

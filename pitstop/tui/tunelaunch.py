@@ -117,7 +117,8 @@ def preflight(options: Sequence[str], journal: Path, cwd: Path) -> None:
                         "it or --force to start afresh")
 
 
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
+def stat_key(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime): changes whenever the tuner rewrites or appends to a file."""
     try:
         st = path.stat()
     except OSError:
@@ -150,7 +151,7 @@ def start_tuner(options: Sequence[str], target: Target, cwd: Path | None = None)
     out = (cwd / (option_value(options, "--out") or "pitstop.toml")).resolve()
     log_path = journal.parent / f"{target.stem}.tune.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    stale = _stat_key(journal)
+    stale = stat_key(journal)
     words = target_words(target)
     command = [sys.executable, "-m", "pitstop.cli", "tune", *options, *words]
     env = dict(os.environ)
