@@ -14,7 +14,39 @@ from typing import Any
 
 from pitstop.events import Gpu, Proc, Sample
 
-INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: cheap (~1 ms a tick)
+INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: cheap (~0.1 ms a tick)
+
+
+def proc_children(pid: int, proc_root: str = "/proc") -> list[int] | None:
+    """Every descendant of `pid` from Linux's per-thread `children` files; None where there are none.
+
+    psutil's `children(recursive=True)` reads the parent of every process on the
+    machine (0.85 ms a call with 118 processes here, ~10 ms on a busy server);
+    this reads one small file per thread of each descendant.
+    """
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tids = os.listdir(f"{proc_root}/{parent}/task")
+        except OSError:
+            if parent == pid:
+                return None
+            continue  # a child that just exited
+        for tid in tids:
+            try:
+                with open(f"{proc_root}/{parent}/task/{tid}/children", "rb") as handle:
+                    kids = [int(k) for k in handle.read().split()]
+            except FileNotFoundError:
+                if parent == pid and tid == str(pid):
+                    return None  # a kernel without CONFIG_PROC_CHILDREN
+                continue
+            except (OSError, ValueError):
+                continue
+            found.extend(kids)
+            todo.extend(kids)
+    return found
 
 
 def _visible(gpus: list[Gpu]) -> list[Gpu]:
@@ -46,6 +78,7 @@ class Sampler:
         self._primed: set[int] = set()
         self._stop = threading.Event()
         self._nvml_off: str | None = None
+        self._proc_children = True  # Linux's children files; psutil's scan of every process if absent
         self._thread = threading.Thread(target=self._loop, name="pitstop-sampler", daemon=True)
         psutil.cpu_percent(None)  # prime: the first system reading is relative to this call
 
@@ -62,8 +95,10 @@ class Sampler:
         while not self._stop.is_set():
             next_t += INTERVAL_S
             self._stop.wait(max(0.0, next_t - time.monotonic()))
-            if self._stop.is_set() or self.agent.disabled:
+            if self._stop.is_set():
                 return
+            if self.agent.disabled:  # switched off (a fork's child has no sampler thread anyway)
+                continue
             try:
                 self.agent.emit(self.read())
             except Exception as err:
@@ -81,12 +116,15 @@ class Sampler:
     def read_procs(self) -> list[Proc]:
         psutil = self.psutil
         procs: list[Proc] = []
-        try:
-            children = self.me.children(recursive=True)
-        except psutil.Error:
-            children = []
+        children = proc_children(self.me.pid) if self._proc_children else None
+        if children is None:
+            self._proc_children = False
+            try:
+                children = [c.pid for c in self.me.children(recursive=True)]
+            except psutil.Error:
+                children = []
         seen = {self.me.pid}
-        for pid in [self.me.pid, *(c.pid for c in children)]:
+        for pid in [self.me.pid, *children]:
             seen.add(pid)
             try:
                 proc = self._proc(pid)

@@ -1,0 +1,56 @@
+"""The sampler's process tree: Linux's children files, and psutil's scan where they are missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from pitstop.profiling.sampler import proc_children
+
+# A child that starts a grandchild, then both sleep: a tree two deep under this test.
+TREE = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+
+
+def test_children_files_find_the_whole_tree_as_psutil_does() -> None:
+    child = subprocess.Popen([sys.executable, "-c", TREE])
+    try:
+        me = psutil.Process()
+        deadline = time.monotonic() + 10
+        while len(me.children(recursive=True)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        expected = sorted(c.pid for c in me.children(recursive=True))
+        assert len(expected) >= 2 and child.pid in expected
+        found = proc_children(os.getpid())
+        if found is None:  # a kernel without CONFIG_PROC_CHILDREN: the sampler falls back to psutil
+            return
+        assert sorted(found) == expected
+    finally:
+        for proc in psutil.Process(child.pid).children(recursive=True):
+            proc.kill()
+        child.kill()
+        child.wait()
+
+
+def test_no_children_files_means_none_so_the_sampler_falls_back(tmp_path: Path) -> None:
+    (tmp_path / "42" / "task" / "42").mkdir(parents=True)  # a /proc without `children` files
+    assert proc_children(42, proc_root=str(tmp_path)) is None
+    assert proc_children(43, proc_root=str(tmp_path)) is None  # no such process
+
+
+def test_a_fake_tree_is_walked_through_every_thread(tmp_path: Path) -> None:
+    def task(pid: int, tid: int, kids: str) -> None:
+        d = tmp_path / str(pid) / "task" / str(tid)
+        d.mkdir(parents=True)
+        (d / "children").write_text(kids)
+
+    task(1, 1, "10 ")
+    task(1, 2, "11")  # forked from a second thread of the main process
+    task(10, 10, "100")
+    task(11, 11, "")
+    task(100, 100, "")
+    assert sorted(proc_children(1, proc_root=str(tmp_path)) or []) == [10, 11, 100]
