@@ -165,9 +165,17 @@ class AgentServer:
         self._thread.start()
 
     def publish(self, lines: list[str]) -> None:
-        """Hand encoded events to the server thread (never blocks)."""
+        """Hand encoded events to the server thread (never blocks).
+
+        With no client connected the server thread is not woken: it files the
+        lines into its history on its next tick (<= 0.5 s), and a connecting
+        client gets them after the history, in order. A wake costs the training
+        thread a GIL hand-off; ten a second showed in the step time.
+        """
         if lines:
             self._incoming.put(lines)
+            if not self._clients:
+                return
             try:
                 self._wake_w.send(b"\0")
             except OSError:  # the wake pipe is full: the server is awake anyway
