@@ -284,7 +284,9 @@ class Hooks:
                 if hooks.capture_loss:
                     try:
                         if tensor.numel() == 1:
-                            loss = tensor.detach()
+                            # On the CPU the value is there: read it now (no sync, nothing
+                            # held). Elsewhere keep it for one batched async copy.
+                            loss = tensor.item() if tensor.device.type == "cpu" else tensor.detach()
                     except Exception:
                         loss = None
                 agent.on_backward(loss)
