@@ -324,3 +324,24 @@ def test_trace_write_failure_keeps_the_tables(tmp_path: Any) -> None:
     assert len(c.events) == 1 and c.events[0].trace_path is None
     assert any(lvl == "warn" and "No space left" in m for lvl, m in c.notes)
     w.close()
+
+
+def test_aggregation_runs_gently_and_puts_the_process_settings_back() -> None:
+    import gc
+    import sys
+
+    from pitstop.profiling.windows import _SWITCH_INTERVAL_S, _gentle
+
+    before = sys.getswitchinterval()
+    assert gc.isenabled()
+    with _gentle():
+        assert sys.getswitchinterval() == _SWITCH_INTERVAL_S and not gc.isenabled()
+    assert sys.getswitchinterval() == before and gc.isenabled()
+    gc.disable()  # the script's own choice stays
+    try:
+        with _gentle():
+            sys.setswitchinterval(0.002)  # the script changes it meanwhile: kept
+        assert not gc.isenabled() and sys.getswitchinterval() == 0.002
+    finally:
+        gc.enable()
+        sys.setswitchinterval(before)
