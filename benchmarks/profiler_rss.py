@@ -148,7 +148,7 @@ def overhead(blocks: int, block_steps: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", type=int, default=200)
-    ap.add_argument("--blocks", type=int, default=6)
+    ap.add_argument("--blocks", type=int, default=6, help="0: RSS only (as overhead.py runs it)")
     ap.add_argument("--block-steps", type=int, default=200)
     ap.add_argument("--keep-cycles", action="store_true", help="do not free the event tree explicitly")
     args = ap.parse_args()
@@ -160,8 +160,9 @@ def main() -> None:
           + (", event-tree freeing OFF" if args.keep_cycles else ""))
     print(f"RSS over {args.windows} windows (active=2, back to back):")
     rss_over_windows(args.windows)
-    print("step time, windows every 50 steps (active=5) vs none, alternating blocks:")
-    overhead(args.blocks, args.block_steps)
+    if args.blocks:
+        print("step time, windows every 50 steps (active=5) vs none, alternating blocks:")
+        overhead(args.blocks, args.block_steps)
 
 
 if __name__ == "__main__":
