@@ -34,6 +34,7 @@ Note = Callable[[str, str], None]
 
 _NEVER = sys.maxsize
 _SWITCH_INTERVAL_S = 0.0005  # while aggregating: see _gentle
+_GC_PAUSE_MAX_S = 5.0  # the cyclic GC is never paused longer than this
 # close() waits this long for the last window's tables; a window of a big model
 # takes ~1-3 s to aggregate (0.03 s for the 800 events of the test MLP).
 _CLOSE_WAIT_S = 15.0
@@ -95,9 +96,9 @@ def _gentle() -> Iterator[None]:
     every torch op it calls: steps of 190 ms were measured. At 0.5 ms the two
     interleave. The thousands of objects torch creates also set off a full
     collection of the whole heap (~150 ms, GIL held) in every other window;
-    they are freed by refcount (`_aggregate.release`), so collection can wait.
-    Both settings are process-wide: each is put back as found, unless the
-    script changed it meanwhile. (benchmarks/overhead.py: each window's added
+    they are freed by refcount (`_aggregate.release`), so collection can wait
+    (never longer than `_GC_PAUSE_MAX_S`). Both settings are process-wide: each
+    is put back as found, unless the script changed it meanwhile. (benchmarks/overhead.py: each window's added
     time fell from ~180 to ~80 ms on ~10 ms steps.)
     """
     old_interval = sys.getswitchinterval()
@@ -105,9 +106,16 @@ def _gentle() -> Iterator[None]:
     sys.setswitchinterval(interval)
     collecting = gc.isenabled()
     gc.disable()
+    guard = None
+    if collecting:  # however long torch takes, collection resumes after a few seconds
+        guard = threading.Timer(_GC_PAUSE_MAX_S, gc.enable)
+        guard.daemon = True
+        guard.start()
     try:
         yield
     finally:
+        if guard is not None:
+            guard.cancel()
         if collecting:
             gc.enable()
         if sys.getswitchinterval() == interval:

@@ -345,3 +345,17 @@ def test_aggregation_runs_gently_and_puts_the_process_settings_back() -> None:
     finally:
         gc.enable()
         sys.setswitchinterval(before)
+
+
+def test_a_stuck_aggregation_does_not_pause_collection_for_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import time
+
+    from pitstop.profiling import windows
+
+    monkeypatch.setattr(windows, "_GC_PAUSE_MAX_S", 0.1)
+    with windows._gentle():
+        assert not gc.isenabled()
+        time.sleep(0.5)  # torch taking far too long
+        assert gc.isenabled()
+    assert gc.isenabled()
