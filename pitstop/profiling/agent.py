@@ -286,8 +286,8 @@ class Agent:
 
     def _rss(self) -> int | None:
         """Resident bytes of this process. Read on the writer thread (10 Hz), not per step:
-        a read per step on the training thread cost ~0.5% of a 10 ms step
-        (benchmarks/overhead.py), far more than its 2 us in a tight loop."""
+        a read per step on the training thread cost ~0.4% of a 10 ms step in
+        overhead.py's in-process A/B, far more than its 2 us in a tight loop."""
         if self._rss_fd is None:
             return None
         try:

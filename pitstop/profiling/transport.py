@@ -169,8 +169,8 @@ class AgentServer:
 
         With no client connected the server thread is not woken: it files the
         lines into its history on its next tick (<= 0.5 s), and a connecting
-        client gets them after the history, in order. A wake costs the training
-        thread a GIL hand-off; ten a second showed in the step time.
+        client gets them after the history, in order (a wake is a GIL hand-off
+        with the training thread: ten a second, for no one, were dropped).
         """
         if lines:
             self._incoming.put(lines)

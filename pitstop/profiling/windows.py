@@ -90,7 +90,7 @@ def _other_profiler_active() -> bool:
 def _gentle() -> Iterator[None]:
     """While a window is aggregated: a finer GIL switch interval and no cyclic GC.
 
-    torch builds the window's event list in Python (~60-250 ms for 3,000 events
+    torch builds the window's event list in Python (~60-310 ms for 3,000 events
     on the 2-core VM). Against a thread that runs Python without pause, the
     training thread waits up to the switch interval (5 ms) for the GIL after
     every torch op it calls: steps of 190 ms were measured. At 0.5 ms the two
@@ -98,8 +98,9 @@ def _gentle() -> Iterator[None]:
     collection of the whole heap (~150 ms, GIL held) in every other window;
     they are freed by refcount (`_aggregate.release`), so collection can wait
     (never longer than `_GC_PAUSE_MAX_S`). Both settings are process-wide: each
-    is put back as found, unless the script changed it meanwhile. (benchmarks/overhead.py: each window's added
-    time fell from ~180 to ~80 ms on ~10 ms steps.)
+    is put back as found, unless the script changed it meanwhile.
+    benchmarks/overhead.py: a window's added time fell from ~180 to ~105 ms on
+    ~10 ms steps.
     """
     old_interval = sys.getswitchinterval()
     interval = min(old_interval, _SWITCH_INTERVAL_S)
