@@ -181,6 +181,7 @@ class Hooks:
             )
         )
         self.device_type = device_type
+        self.agent.cuda_device = device_type == "cuda"
 
     def report_model(self) -> None:
         """What we learned about the model; sent at the first step and when it changes."""

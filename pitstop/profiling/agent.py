@@ -29,6 +29,8 @@ from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, 
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.record import RecordWriter, record_path_for
 
+_perf = time.perf_counter
+
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
 WRITE_INTERVAL_S = 0.1  # writer thread period: viewers see a step within ~0.1 s
 LOSS_BATCH = 32  # losses read together, so a GPU loss costs one async copy per 32 steps
@@ -57,7 +59,7 @@ class Agent:
         self.disabled = False
         self.pid = os.getpid()
         self.rank = _env_int("RANK")
-        self._queue: deque[Event] = deque(maxlen=QUEUE_MAX)
+        self._queue: deque[Event | tuple[Any, ...]] = deque(maxlen=QUEUE_MAX)  # tuples: steps (_boundary)
         self.dropped = 0
         self._stop = threading.Event()
         self._noted: set[str] = set()
@@ -77,10 +79,11 @@ class Agent:
         self._first_backward = 0.0
         self._pending_losses: dict[int, Any] = {}
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
-        self._last_loss_flush = time.monotonic()
+        self._last_loss_flush = _perf()
         self._rss_fd: int | None = None
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self.cuda_mem = False  # set by the hooks once CUDA is initialised by the script
+        self.cuda_device = False  # set by the hooks: a CUDA build with a GPU (else no CUDA check per step)
         self.torch: Any = None
         self.windows: Any = None
         self.hooks: Any = None
@@ -201,9 +204,12 @@ class Agent:
             lines = []
             events: list[Event] = []
             queue = self._queue
+            offset = time.time() - _perf()  # steps carry perf_counter stamps; events carry wall time
             while queue:
                 try:
                     event = queue.popleft()
+                    if type(event) is tuple:
+                        event = self._step_event(event, offset)
                     lines.append(encode(event))
                     events.append(event)
                 except IndexError:
@@ -228,6 +234,14 @@ class Agent:
                     self.taps.remove(tap)
                     self.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
 
+    @staticmethod
+    def _step_event(item: tuple[Any, ...], offset: float) -> Step:
+        """The `Step` event of a tuple queued by `_boundary` (writer thread)."""
+        index, now, wall, wait, samples, source, mem, rss = item
+        alloc, reserved, peak = mem if mem is not None else (None, None, None)
+        return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
+                    mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss)
+
     # ---- the step clock (training thread) ------------------------------
     def on_data_wait(self, started: float, waited: float, samples: int | None) -> None:
         if self.t_last is None:
@@ -238,9 +252,13 @@ class Agent:
             self.samples_known = True
 
     def on_optimizer_step(self, optimizer: Any) -> None:
+        key = id(optimizer)
+        if key == self.primary_opt and self.mode == "optimizer":  # every step after the first
+            self.others_since_primary = 0
+            self._boundary("optimizer")
+            return
         if self.mode == "manual":
             return
-        key = id(optimizer)
         self.optimizers.add(key)
         if self.primary_opt is None:
             self.primary_opt = key
@@ -297,47 +315,45 @@ class Agent:
             return None
 
     def _boundary(self, source: str, now: float | None = None) -> None:
+        """End a step: the training thread's whole cost per step, so kept to a few lines.
+
+        Measured in place (caches cold from the step's own work) every Python
+        operation costs several times its tight-loop time: building the `Step`
+        here took ~11 us of ~38. The step goes to the queue as a tuple and the
+        writer thread builds the event (`_step_event`).
+        """
         if self.disabled or self.finished:
             return
-        now = time.perf_counter() if now is None else now
-        if self.t_last is None:
+        if now is None:
+            now = _perf()
+        t_last = self.t_last
+        if t_last is None:
             # The first step is timed from the first DataLoader fetch when there is
             # one (on_data_wait), else from when torch finished importing.
-            self.t_last = self.t_torch if self.t_torch is not None else now
-        try:
-            alloc = reserved = peak = None
-            if self.cuda_mem:
+            t_last = self.t_torch if self.t_torch is not None else now
+        mem = None
+        if self.cuda_mem:
+            try:
                 cuda = self.torch.cuda
-                alloc = cuda.memory_allocated()
-                reserved = cuda.memory_reserved()
-                peak = cuda.max_memory_allocated()
-            elif self.hooks is not None and self.hooks.cuda_ready():
-                self.cuda_mem = True
-            self.emit(
-                Step(
-                    t=time.time(),
-                    step=self.step_index,
-                    wall=now - self.t_last,
-                    data_wait=self.acc_wait,
-                    samples=self.acc_samples if self.samples_known else None,
-                    source=source,
-                    mem_allocated=alloc,
-                    mem_reserved=reserved,
-                    mem_peak=peak,
-                    host_rss=self.rss_now,
-                )
-            )
-        except Exception as err:
-            self.note("warn", "agent", f"step clock error: {err}", once="boundary")
-        if self.step_index == 0 and self.hooks is not None:
+                mem = (cuda.memory_allocated(), cuda.memory_reserved(), cuda.max_memory_allocated())
+            except Exception as err:
+                self.note("warn", "agent", f"CUDA memory reading failed: {err}", once="cuda-mem")
+        elif self.cuda_device and self.hooks.cuda_ready():
+            self.cuda_mem = True
+        queue = self._queue
+        if len(queue) == QUEUE_MAX:
+            self.dropped += 1
+        index = self.step_index
+        queue.append((index, now, now - t_last, self.acc_wait, self.acc_samples if self.samples_known else None,
+                      source, mem, self.rss_now))
+        if index == 0 and self.hooks is not None:
             self.hooks.report_model()
-        self.step_index += 1
+        self.step_index = index + 1
         self.t_last = now
         self.acc_wait = 0.0
         self.acc_samples = 0
-        if self._pending_losses and (
-            len(self._pending_losses) >= LOSS_BATCH or time.monotonic() - self._last_loss_flush > LOSS_MAX_AGE_S
-        ):
+        pending = self._pending_losses
+        if pending and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):
             self.flush_losses(block=False)
         if self.windows is not None:
             try:
@@ -352,7 +368,7 @@ class Agent:
     # ---- losses -----------------------------------------------------------
     def flush_losses(self, block: bool) -> None:
         """Read pending losses without a per-step sync: one async copy per batch."""
-        self._last_loss_flush = time.monotonic()
+        self._last_loss_flush = _perf()
         pending, self._pending_losses = self._pending_losses, {}
         try:
             read = sorted((s, v) for s, v in pending.items() if isinstance(v, (int, float)))
