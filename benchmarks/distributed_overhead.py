@@ -1,6 +1,6 @@
 """Prints the job's median step time of a 2-rank torchrun job under `pitstop run` vs plain torchrun, and the ratio.
 
-Usage: python benchmarks/distributed_overhead.py [--rounds 4] [--steps 300] [--nproc 2]
+Usage: python benchmarks/distributed_overhead.py [--rounds 8] [--steps 300] [--nproc 2]
 
 The workload (written to a temp dir) is a DDP MLP on gloo with ~10-30 ms steps,
 no DataLoader workers, timed by the script itself with perf_counter around
@@ -11,6 +11,8 @@ the measured steps (first 20 dropped as warm-up) of the slowest rank's step
 time; the reported figure is the median over rounds. Target: ratio <= 1.02.
 pitstop runs with its defaults (profiler windows 500:5:50 included: with 300
 steps one 5-step window falls inside the measured steps, as in a real run).
+Eight rounds by default: with four, single runs of the same code ranged 1.017-1.043
+and 0.98-1.01 on the 2-core VM (both ranks saturate it), more than the effect.
 """
 
 from __future__ import annotations
@@ -67,8 +69,14 @@ def run_arm(pitstop: bool, script: Path, steps: int, nproc: int, out: Path, env:
     for f in out.parent.glob(out.name + ".*"):
         f.unlink()
     proc = subprocess.run(cmd, env={**env, "BENCH_OUT": str(out)}, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
+    written = all(Path(f"{out}.{r}").exists() for r in range(nproc))
+    if proc.returncode != 0 and not written:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    if proc.returncode != 0:
+        # gloo sometimes aborts a rank in destroy_process_group, after the times were written
+        # (seen in plain torchrun jobs too): the measurement stands, and is reported.
+        print(f"  note: {tag} {'pitstop' if pitstop else 'plain'} job exited {proc.returncode} after every rank "
+              "wrote its times (teardown); times kept", flush=True)
     per_rank = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(nproc)]
     job_steps = [max(ts) for ts in zip(*per_rank)]  # the job advances at its slowest rank
     return statistics.median(job_steps), cmd
@@ -76,7 +84,7 @@ def run_arm(pitstop: bool, script: Path, steps: int, nproc: int, out: Path, env:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--nproc", type=int, default=2)
     args = ap.parse_args()
