@@ -11,8 +11,8 @@ the measured steps (first 20 dropped as warm-up) of the slowest rank's step
 time; the reported figure is the median over rounds. Target: ratio <= 1.02.
 pitstop runs with its defaults (profiler windows 500:5:50 included: with 300
 steps one 5-step window falls inside the measured steps, as in a real run).
-Eight rounds by default: with four, single runs of the same code ranged 1.017-1.043
-and 0.98-1.01 on the 2-core VM (both ranks saturate it), more than the effect.
+Eight rounds by default: with four, runs ranged from 0.98 to 1.04 on the 2-core VM
+(both ranks saturate it), more than the effect.
 """
 
 from __future__ import annotations
