@@ -336,8 +336,9 @@ class Agent:
             try:
                 cuda = self.torch.cuda
                 mem = (cuda.memory_allocated(), cuda.memory_reserved(), cuda.max_memory_allocated())
-            except Exception as err:
-                self.note("warn", "agent", f"CUDA memory reading failed: {err}", once="cuda-mem")
+            except Exception as err:  # stop trying: steps go on without CUDA memory
+                self.cuda_mem = self.cuda_device = False
+                self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
         elif self.cuda_device and self.hooks.cuda_ready():
             self.cuda_mem = True
         queue = self._queue
