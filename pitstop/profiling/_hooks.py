@@ -126,9 +126,8 @@ class Hooks:
         self._start_windows()
 
     def cuda_ready(self) -> bool:
-        """CUDA memory counters are read only once the script itself initialised CUDA."""
-        if self.device_type != "cuda":  # a CPU build or no GPU: nothing to wait for, every step
-            return False
+        """CUDA memory counters are read only once the script itself initialised CUDA.
+        The agent asks only where there is a GPU (`agent.cuda_device`, set below)."""
         try:
             return bool(self.torch.cuda.is_initialized())
         except Exception:

@@ -304,8 +304,9 @@ class Agent:
 
     def _rss(self) -> int | None:
         """Resident bytes of this process. Read on the writer thread (10 Hz), not per step:
-        a read per step on the training thread cost ~0.4% of a 10 ms step in
-        overhead.py's in-process A/B, far more than its 2 us in a tight loop."""
+        a read per step on the training thread cost ~0.4% of a 10 ms step in an
+        in-process A/B (benchmarks/_overhead_ab.py, the read switched off in one
+        variant), far more than its 2 us in a tight loop."""
         if self._rss_fd is None:
             return None
         try:
@@ -372,10 +373,10 @@ class Agent:
         self._last_loss_flush = _perf()
         pending, self._pending_losses = self._pending_losses, {}
         try:
-            read = sorted((s, v) for s, v in pending.items() if isinstance(v, (int, float)))
-            if read:  # CPU losses, read as they came
-                self._loss_reads.append(([s for s, _ in read], [float(v) for _, v in read], None))
-            steps = sorted(s for s, v in pending.items() if not isinstance(v, (int, float)))
+            read = sorted(s for s, v in pending.items() if isinstance(v, float))  # CPU: read at backward
+            if read:
+                self._loss_reads.append((read, [pending[s] for s in read], None))
+            steps = sorted(pending.keys() - set(read))  # tensors: read here, in one copy
             if steps:
                 tensors = [pending[s] for s in steps]
                 torch = self.torch

@@ -102,23 +102,20 @@ def test_data_wait_with_every_core_busy_says_make_samples_cheaper() -> None:
 
 def test_data_wait_on_saturated_cpus_tempers_the_promise() -> None:
     # A CPU-only run whose cores are all busy: workers would share them with the model.
-    run = RunState()
-    run.add(runtime(device="cpu", usable=2))
-    run.add(loader(workers=0, batch=32))
-    add_steps(run, 30, wall=0.1, wait=0.05)
-    for i in range(5):
-        run.add(Sample(t=2.0 + i, system_cpu=95.0))
-    f = rule(run, "data-wait")
+    def cpu_only_run(system_cpu: float) -> RunState:
+        run = RunState()
+        run.add(runtime(device="cpu", usable=2))
+        run.add(loader(workers=0, batch=32))
+        add_steps(run, 30, wall=0.1, wait=0.05)
+        for i in range(5):
+            run.add(Sample(t=2.0 + i, system_cpu=system_cpu))
+        return run
+
+    f = rule(cpu_only_run(95.0), "data-wait")
     assert f is not None
     assert "the machine's CPUs are 95% busy" in " ".join(f.evidence)
     assert "already saturated" in f.gain and "pitstop tune" in f.gain
-    calm = RunState()
-    calm.add(runtime(device="cpu", usable=2))
-    calm.add(loader(workers=0, batch=32))
-    add_steps(calm, 30, wall=0.1, wait=0.05)
-    for i in range(5):
-        calm.add(Sample(t=2.0 + i, system_cpu=50.0))
-    quiet = rule(calm, "data-wait")
+    quiet = rule(cpu_only_run(50.0), "data-wait")
     assert quiet is not None and "saturated" not in quiet.gain
 
 
