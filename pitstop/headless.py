@@ -160,12 +160,21 @@ class LiveStatus:
         self._lock = threading.Lock()
         self._out = out
         self._proc = proc
-        self._source = SocketSource(label, session=session, until=lambda: proc.poll() is not None)
+        # One thread blocks in waitpid for the command: Popen.wait(timeout) polls
+        # (~20 wake-ups a second), and every wake-up takes a core from training.
+        self._exited = threading.Event()
+        self._source = SocketSource(label, session=session, until=self._exited.is_set)
         self._thread = threading.Thread(target=self._follow, name="pitstop-headless", daemon=True)
+        self._waiter = threading.Thread(target=self._wait_child, name="pitstop-wait", daemon=True)
         self.error: str | None = None
 
     def start(self) -> None:
+        self._waiter.start()
         self._thread.start()
+
+    def _wait_child(self) -> None:
+        self._proc.wait()
+        self._exited.set()
 
     def _follow(self) -> None:
         try:
@@ -191,17 +200,14 @@ class LiveStatus:
         next_t = time.monotonic() + STATUS_INTERVAL_S
         while True:
             try:
-                code = self._proc.wait(timeout=max(0.05, next_t - time.monotonic()))
-                break
-            except subprocess.TimeoutExpired:
-                pass
+                if self._exited.wait(timeout=max(0.05, next_t - time.monotonic())):
+                    break
             except KeyboardInterrupt:
                 # From a terminal the child got the same SIGINT; a SIGINT sent to
                 # pitstop alone is passed on if the child is still running 1 s later.
                 try:
-                    self._proc.wait(timeout=1.0)
-                except subprocess.TimeoutExpired:
-                    self._proc.send_signal(signal.SIGINT)
+                    if not self._exited.wait(timeout=1.0):
+                        self._proc.send_signal(signal.SIGINT)
                 except KeyboardInterrupt:
                     pass
                 continue
@@ -210,6 +216,8 @@ class LiveStatus:
             if line:
                 print(f"pitstop | {line}", file=self._out, flush=True)
         self._source.close()
+        code = self._proc.returncode
+        assert code is not None  # set by _wait_child before _exited
         return code
 
 

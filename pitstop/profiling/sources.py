@@ -8,6 +8,7 @@ A source yields `StreamBatch`es (one training process's events at a time):
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -17,6 +18,9 @@ from pitstop.errors import SchemaError, TransportError
 from pitstop.events import Event, decode
 from pitstop.profiling.record import iter_record, record_files
 from pitstop.profiling.transport import Client, TcpEndpoint, list_agents
+
+
+DISCOVERY_S = 1.0  # how often a session's source looks for new ranks once it has found some
 
 
 class EventSource(Protocol):
@@ -149,8 +153,16 @@ class SocketSource:
                 wake.set()
 
         first_attempt = True
+        next_discovery = 0.0
         while not self._stop.is_set():
-            for path in self._discover():
+            # The loop wakes for every batch; the runtime directory is read at most
+            # once a second (new ranks still show up within a second).
+            now = time.monotonic()
+            paths: list[Path | TcpEndpoint] = []
+            if now >= next_discovery:
+                paths = self._discover()
+                next_discovery = now + (DISCOVERY_S if paths else self._poll)  # none yet: ranks are starting
+            for path in paths:
                 if path in active:
                     continue
                 try:

@@ -1,10 +1,16 @@
 """Provides the per-process Unix socket: the agent's server and the viewers' client.
 
 Layout: one per-user directory (0700) holding `<pid>.sock` (0600) and
-`<pid>.json` (who is behind it). The server runs on one named daemon thread
-that does all socket I/O; the agent's writer thread hands it encoded lines
-through a queue, so a stalled or vanished client can never slow training: a
-client whose unsent backlog passes MAX_BACKLOG is dropped.
+`<pid>.json` (who is behind it). The agent's writer thread publishes: it files
+the lines into the history and sends them to each viewer itself, non-blocking,
+under one lock. The server's named daemon thread accepts, reads commands and
+flushes what a slow viewer could not take at once; it sleeps in select until
+one of those happens, so a run with viewers costs no wake-ups beyond the
+writer's own (each wake-up of a Python thread is a GIL hand-off with the
+training thread: in a 2-rank job on 2 saturated cores, ten a second of them
+cost ~1% of the step time, benchmarks/distributed_overhead.py). A stalled or
+vanished client can never slow training: a client whose unsent backlog passes
+MAX_BACKLOG is dropped.
 
 Wire format: newline-delimited JSON both ways. Server to client: history
 (sticky events, then the recent ring) and then live events; replies to
@@ -16,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import selectors
 import socket
 import struct
@@ -71,6 +76,7 @@ class _Client:
     inbuf: bytearray
     authed: bool = True  # TCP clients start False and must send the token first
     since: float = 0.0
+    dead: bool = False  # set by the publisher; the server thread drops it
 
 
 AUTH_TIMEOUT_S = 5.0  # a TCP client that has not sent its token by then is dropped
@@ -123,7 +129,7 @@ class AgentServer:
         token: str | None = None,
     ) -> None:
         self._on_command = on_command
-        self._incoming: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # clients, their buffers and the history: publisher vs server thread
         self._history: deque[bytes] = deque(maxlen=HISTORY_LINES)
         self._hello = b""
         self._sticky: deque[bytes] = deque(maxlen=256)  # bounded: a DataLoader per epoch adds one each
@@ -165,29 +171,64 @@ class AgentServer:
         self._thread.start()
 
     def publish(self, lines: list[str]) -> None:
-        """Hand encoded events to the server thread (never blocks).
+        """File encoded events into the history and send them to every viewer (never blocks).
 
-        With no client connected the server thread is not woken: it files the
-        lines into its history on its next tick (<= 0.5 s), and a connecting
-        client gets them after the history, in order (a wake is a GIL hand-off
-        with the training thread: ten a second, for no one, were dropped).
+        Runs on the caller's thread (the agent's writer). Sends are
+        non-blocking: what a viewer cannot take now stays in its buffer and
+        the server thread is woken to flush it when the socket drains; a
+        viewer whose buffer passes MAX_BACKLOG is dropped. A client that
+        connects gets the history and then every later line, in order.
         """
-        if lines:
-            self._incoming.put(lines)
-            if not self._clients:
-                return
+        if not lines:
+            return
+        payload = bytearray()
+        with self._lock:
+            for line in lines:
+                raw = line.encode() + b"\n"
+                payload += raw
+                kind = line[9:].split('"', 1)[0] if line.startswith('{"kind":"') else ""
+                if kind == "hello":
+                    self._hello = raw
+                elif kind in STICKY_KINDS:
+                    self._sticky.append(raw)
+                else:
+                    self._history.append(raw)
+            wake = False
+            for client in self._clients.values():
+                if not client.authed or client.dead:
+                    continue
+                pending = bool(client.out)  # the server thread is already waiting to flush it
+                client.out += payload
+                if len(client.out) > MAX_BACKLOG:
+                    client.dead = True
+                    wake = True
+                elif not pending and not self._send(client):
+                    wake = True
+        if wake:
+            self._wake()
+
+    def _send(self, client: _Client) -> bool:
+        """Send what the socket takes now; True when nothing is left (lock held)."""
+        while client.out:
             try:
-                self._wake_w.send(b"\0")
-            except OSError:  # the wake pipe is full: the server is awake anyway
-                pass
+                sent = client.conn.send(client.out[:262144])
+            except BlockingIOError:
+                return False
+            except OSError:
+                client.dead = True
+                return False
+            del client.out[:sent]
+        return True
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # the wake pipe is full: the server is awake anyway
+            pass
 
     def close(self) -> None:
         self._stop.set()
-        self._incoming.put(None)
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:
-            pass
+        self._wake()
         self._thread.join(timeout=2.0)
         self._cleanup()
 
@@ -222,64 +263,51 @@ class AgentServer:
             sel.register(self._tcp, selectors.EVENT_READ, "accept-tcp")
         while not self._stop.is_set():
             try:
-                ready = sel.select(timeout=0.5)
+                ready = sel.select(timeout=self._auth_wait())
             except OSError:
                 return
-            now = time.monotonic()
-            for fd, client in list(self._clients.items()):
-                if not client.authed and now - client.since > AUTH_TIMEOUT_S:
-                    self._drop(sel, fd)
-            for key, mask in ready:
-                if key.data == "accept":
-                    self._accept(sel)
-                elif key.data == "accept-tcp":
-                    self._accept_tcp(sel)
-                elif key.data == "wake":
-                    try:
-                        while self._wake_r.recv(4096):
-                            pass
-                    except OSError:
-                        pass
-                else:
-                    client = self._clients.get(key.data)
-                    if client is None:
-                        continue
-                    try:
-                        if mask & selectors.EVENT_READ:
-                            self._read(sel, client)
-                        if mask & selectors.EVENT_WRITE and key.data in self._clients:
-                            self._flush(sel, client)
-                    except Exception:  # one bad client must not end the server thread
-                        self._drop(sel, key.data)
-            self._drain_incoming(sel)
+            with self._lock:
+                self._serve(sel, ready)
 
-    def _drain_incoming(self, sel: selectors.BaseSelector) -> None:
-        while True:
-            try:
-                lines = self._incoming.get_nowait()
-            except queue.Empty:
-                return
-            if lines is None:
-                return
-            payload = bytearray()
-            for line in lines:
-                raw = line.encode() + b"\n"
-                payload += raw
-                kind = line[9:].split('"', 1)[0] if line.startswith('{"kind":"') else ""
-                if kind == "hello":
-                    self._hello = raw
-                elif kind in STICKY_KINDS:
-                    self._sticky.append(raw)
-                else:
-                    self._history.append(raw)
-            for fd, client in list(self._clients.items()):
-                if not client.authed:
+    def _auth_wait(self) -> float | None:
+        """Seconds until the first unauthenticated TCP client's deadline; None (sleep) when there is none."""
+        deadlines = [c.since + AUTH_TIMEOUT_S for c in list(self._clients.values()) if not c.authed]
+        return max(0.0, min(deadlines) - time.monotonic()) + 0.01 if deadlines else None
+
+    def _serve(self, sel: selectors.BaseSelector, ready: list[tuple[selectors.SelectorKey, int]]) -> None:
+        """One wake-up of the server thread (lock held)."""
+        now = time.monotonic()
+        for fd, client in list(self._clients.items()):
+            if client.dead or (not client.authed and now - client.since > AUTH_TIMEOUT_S):
+                self._drop(sel, fd)
+        for key, mask in ready:
+            if key.data == "accept":
+                self._accept(sel)
+            elif key.data == "accept-tcp":
+                self._accept_tcp(sel)
+            elif key.data == "wake":
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except OSError:
+                    pass
+            else:
+                client = self._clients.get(key.data)
+                if client is None:
                     continue
-                client.out += payload
-                if len(client.out) > MAX_BACKLOG:
-                    self._drop(sel, fd)
-                else:
-                    self._flush(sel, client)
+                try:
+                    if mask & selectors.EVENT_READ:
+                        self._read(sel, client)
+                    if mask & selectors.EVENT_WRITE and key.data in self._clients:
+                        self._flush(sel, client)
+                except Exception:  # one bad client must not end the server thread
+                    self._drop(sel, key.data)
+        # What the publisher could not send: flush now, or wait for the socket to drain.
+        for fd, client in list(self._clients.items()):
+            if client.dead:
+                self._drop(sel, fd)
+            elif client.out and client.authed:
+                self._flush(sel, client)
 
     def _accept(self, sel: selectors.BaseSelector) -> None:
         try:

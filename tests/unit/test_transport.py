@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -43,6 +44,53 @@ def test_a_stalled_client_never_blocks_publish_and_is_dropped(rundir: Path, monk
     finally:
         server.close()
     assert not server.path.exists()
+
+
+def _step(i: int, pad: int = 0) -> str:
+    return '{"kind":"step","t":%d,"step":%d,"wall":0.1,"data_wait":0.0,"pad":"%s"}' % (i, i, "x" * pad)
+
+
+def _read_until(client: Client, n: int, timeout: float = 10.0) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    for batch in client.lines(poll=0.1):
+        got += batch
+        if len(got) >= n or time.monotonic() > deadline:
+            return got
+    return got
+
+
+def test_a_viewer_gets_history_then_live_lines_in_order_without_waking_the_server(rundir: Path) -> None:
+    server = AgentServer(lambda cmd: "ok", {"pid": os.getpid()})
+    try:
+        server.publish([_step(i) for i in range(5)])  # before anyone connects: history
+        client = Client(server.path)
+        assert [json.loads(x)["step"] for x in _read_until(client, 5)] == list(range(5))
+        wakes = []
+        serve = server._serve  # noqa: SLF001 - counting the server thread's wake-ups is the point
+        server._serve = lambda sel, ready: (wakes.append(ready), serve(sel, ready))  # type: ignore[method-assign]
+        for i in range(5, 45, 4):
+            server.publish([_step(j) for j in range(i, i + 4)])
+        assert [json.loads(x)["step"] for x in _read_until(client, 40)] == list(range(5, 45))
+        # The publisher (the agent's writer thread) sent them itself: no GIL hand-off per batch.
+        assert wakes == []
+        client.close()
+    finally:
+        server.close()
+
+
+def test_a_slow_viewer_still_gets_every_line_in_order(rundir: Path) -> None:
+    server = AgentServer(lambda cmd: "ok", {"pid": os.getpid()})
+    try:
+        client = Client(server.path)
+        time.sleep(0.2)  # accepted; from now on it reads nothing while ~3 MB are published
+        for i in range(0, 3000, 100):
+            server.publish([_step(j, pad=1000) for j in range(i, i + 100)])
+        steps = [json.loads(x)["step"] for x in _read_until(client, 3000)]
+        assert steps == list(range(3000))  # more than the socket holds: the server thread flushed the rest
+        client.close()
+    finally:
+        server.close()
 
 
 def test_stale_socket_of_a_dead_pid_is_named_and_removed(rundir: Path) -> None:
