@@ -363,16 +363,23 @@ class ProfilerWindows:
 
     @staticmethod
     def _drop(prof: Any) -> None:
-        """Let go of the C++ results and the event list now rather than at the next GC."""
+        """Free the profiler now, by refcount, rather than at the next full GC.
+
+        torch's `profile` objects sit in reference cycles (their action map holds
+        bound methods of themselves), so a stopped profiler lived on until a
+        full collection, and while it lived the training steps ran ~2-5% slower
+        (measured: 50-step blocks before vs after one window, in fresh
+        processes; gone when the objects were collected). Emptying both objects'
+        attributes breaks every cycle through them: nothing is left for the GC.
+        """
         inner = getattr(prof, "profiler", None)
-        if inner is None:
-            return
-        for attr in ("_function_events", "_old_function_events", "kineto_results"):
-            if hasattr(inner, attr):
-                try:
-                    setattr(inner, attr, None)
-                except Exception:
-                    pass
+        for obj in (inner, prof):
+            if obj is None:
+                continue
+            try:
+                vars(obj).clear()
+            except Exception:
+                pass
 
     # ------------------------------------------------------------ failure
 

@@ -359,3 +359,44 @@ def test_a_stuck_aggregation_does_not_pause_collection_for_long(monkeypatch: pyt
         time.sleep(0.5)  # torch taking far too long
         assert gc.isenabled()
     assert gc.isenabled()
+
+
+def test_a_processed_window_frees_torchs_profiler_without_waiting_for_the_gc() -> None:
+    # torch's profile objects sit in reference cycles; kept alive until a full
+    # collection, a stopped profiler slowed the training steps by a few percent.
+    import gc
+    import weakref
+
+    torch = pytest.importorskip("torch")
+    from pitstop.profiling.windows import _default_factory
+
+    made: list[weakref.ref[Any]] = []
+
+    def factory() -> Any:
+        prof = _default_factory("cpu")()
+        made.append(weakref.ref(prof))
+        return prof
+
+    c = Collector()
+    w = ProfilerWindows(every=None, active=2, first=0, trace_dir=None, device_type="cpu", emit=c.emit, note=c.note,
+                        profiler_factory=factory)
+    model = torch.nn.Linear(8, 8)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for window in range(2):
+            w.request()
+            for step in range(3 * window, 3 * window + 3):
+                model(torch.randn(4, 8)).sum().backward()
+                w.on_step(step)
+            c.wait(window + 1)
+        w.close()
+        assert len(c.events) == 2 and all(ev.ops for ev in c.events)  # real windows, aggregated
+        assert len(made) == 2
+        # The first profiler of a process can be held a while longer by the frames of a
+        # lazy `import` torch makes inside it: it is emptied (its results let go) even then.
+        assert all(ref() is None or not vars(ref()) for ref in made)
+        assert made[-1]() is None, "the profiler outlived its window"
+    finally:
+        if was_enabled:
+            gc.enable()
