@@ -1,6 +1,7 @@
 """Prints the job step time of a 2-rank torchrun job under `pitstop run` vs plain torchrun, and the ratio.
 
-Usage: python benchmarks/distributed_overhead.py [--rounds 8] [--steps 600] [--slice 1.0] [--nproc 2] [--aa]
+Usage: python benchmarks/distributed_overhead.py [--rounds 12] [--steps 600] [--slice 1.0] [--nproc 2]
+       [--aa | --pitstop-args ARGS]
 
 Each round starts two real jobs, `torchrun --nproc_per_node 2 ddp_bench.py`
 and `pitstop run --headless -- torchrun --nproc_per_node 2 ddp_bench.py`, and
@@ -33,6 +34,7 @@ import json
 import math
 import os
 import random
+import shlex
 import signal
 import statistics
 import subprocess
@@ -179,12 +181,14 @@ def run_round(arms: list[tuple[str, list[str]]], first: int, args: argparse.Name
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--slice", type=float, default=1.0, help="seconds a job runs before the other takes its turn")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a round may take")
     ap.add_argument("--aa", action="store_true", help="calibration: plain torchrun in both arms")
+    ap.add_argument("--pitstop-args", default="", metavar="ARGS",
+                    help="extra `pitstop run` options for the pitstop arm, e.g. '--profile off'")
     args = ap.parse_args()
     repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ)
@@ -201,8 +205,8 @@ def main() -> int:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                     str(args.nproc), str(script), str(args.steps)]
         for r in range(args.rounds):
-            under = [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--record", str(tmp / f"records-{r}"),
-                     "--", *torchrun]
+            under = [sys.executable, "-m", "pitstop.cli", "run", "--headless", *shlex.split(args.pitstop_args),
+                     "--record", str(tmp / f"records-{r}"), "--", *torchrun]
             arms = [("plain", torchrun), ("plain'" if args.aa else "pitstop", torchrun if args.aa else under)]
             first = r % 2
             kept = run_round(arms, first, args, env, tmp, str(r))

@@ -163,7 +163,8 @@ class LiveStatus:
         # One thread blocks in waitpid for the command: Popen.wait(timeout) polls
         # (~20 wake-ups a second), and every wake-up takes a core from training.
         self._exited = threading.Event()
-        self._source = SocketSource(label, session=session, until=self._exited.is_set)
+        # Status lines come every few seconds: the source need not look for news 4 times a second.
+        self._source = SocketSource(label, session=session, until=self._exited.is_set, poll_s=1.0)
         self._thread = threading.Thread(target=self._follow, name="pitstop-headless", daemon=True)
         self._waiter = threading.Thread(target=self._wait_child, name="pitstop-wait", daemon=True)
         self.error: str | None = None

@@ -32,7 +32,7 @@ from pitstop.profiling.record import RecordWriter, record_path_for
 _perf = time.perf_counter
 
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
-WRITE_INTERVAL_S = 0.25  # writer thread period: viewers see a step within ~0.25 s (the TUI redraws at 4 Hz)
+WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 LOSS_BATCH = 32  # losses read together, so a GPU loss costs one async copy per 32 steps
 LOSS_MAX_AGE_S = 2.0  # ...or every 2 s on slow loops
 
@@ -303,7 +303,7 @@ class Agent:
         self._boundary("manual")
 
     def _rss(self) -> int | None:
-        """Resident bytes of this process. Read on the writer thread (4 Hz), not per step:
+        """Resident bytes of this process. Read on the writer thread (2 Hz), not per step:
         a read per step on the training thread cost ~0.4% of a 10 ms step in an
         in-process A/B (benchmarks/_overhead_ab.py, the read switched off in one
         variant), far more than its 2 us in a tight loop."""

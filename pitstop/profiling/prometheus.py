@@ -1,7 +1,7 @@
 """Provides the per-rank Prometheus endpoint: `start_exporter(agent, port)` (names in docs/prometheus.md).
 
 Runs inside the training process. Events reach it through `agent.taps` on the
-agent's writer thread (every ~0.25 s, a batch at a time); the training thread is
+agent's writer thread (every ~0.5 s, a batch at a time); the training thread is
 never touched. A scrape runs on prometheus_client's HTTP thread and reads a
 small, bounded RunState under a lock. Its own CollectorRegistry is used, so the
 user's own metrics on the global registry (if any) are neither polluted nor

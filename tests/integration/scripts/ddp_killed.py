@@ -26,9 +26,9 @@ def main() -> None:
     data = TensorDataset(torch.randn(steps * 8, 32), torch.randn(steps * 8, 4))
     for i, (x, y) in enumerate(DataLoader(data, batch_size=8)):
         if rank == kill_rank and i == kill_at:
-            # The agent's writer flushes every 0.25 s; 1 s lets steps 0..9 reach the
+            # The agent's writer flushes every 0.5 s; 1.5 s lets steps 0..9 reach the
             # record, so the test can check what was measured before the death.
-            time.sleep(1.0)
+            time.sleep(1.5)
             print(f"rank {rank} pid {os.getpid()} kills itself at step {i}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         loss = torch.nn.functional.mse_loss(model(x), y)
