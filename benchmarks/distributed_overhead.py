@@ -88,16 +88,19 @@ class Job:
                                          stderr=handle, start_new_session=True)
         self.signal(signal.SIGSTOP)
 
+    def _tree(self) -> list[psutil.Process]:
+        """The launcher and every descendant; empty once the launcher is gone."""
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
     def signal(self, sig: int) -> None:
         """Signal the launcher first (it cannot start new children while stopped), then every descendant."""
         done: set[int] = set()
         while True:
-            try:
-                root = psutil.Process(self.proc.pid)
-                tree = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                return
-            fresh = [p for p in tree if p.pid not in done]
+            fresh = [p for p in self._tree() if p.pid not in done]
             if not fresh:
                 return
             for p in fresh:
@@ -123,12 +126,7 @@ class Job:
     def kill(self) -> None:
         """Kill the whole tree (gathered while the launcher is stopped, so it cannot grow)."""
         self.signal(signal.SIGSTOP)
-        try:
-            root = psutil.Process(self.proc.pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        for p in tree:
+        for p in self._tree():
             try:
                 p.kill()
             except psutil.Error:
