@@ -59,6 +59,7 @@ class Runtime:
     usable_cpus: int | None = None  # CPUs this process may run on (affinity)
     shm_bytes: int | None = None  # size of /dev/shm, None where there is none
     unavailable: dict[str, str] = field(default_factory=dict)  # metric -> reason
+    cpu_bf16: bool | None = None  # the CPU has native bf16 (avx512_bf16 / amx_bf16); None: unknown
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,12 @@ class Step:
     mem_reserved: int | None = None
     mem_peak: int | None = None  # max allocated since start
     host_rss: int | None = None  # bytes
+    # Why the step is kept out of training statistics (None: a training step):
+    # "eval" (an evaluation pass ran in it), "profiled" (inside a profiler window),
+    # "after-profile" (while a window's tables were built). See docs/events.md.
+    mark: str | None = None
+    eval_s: float = 0.0  # seconds of the step spent in evaluation (0.0 when none)
+    loader: int | None = None  # DataLoaderInfo.id of the loader whose batches fed the step (training loader)
 
     @property
     def compute(self) -> float:
@@ -120,6 +127,7 @@ class Proc:
     role: str  # "main" | "worker" (DataLoader) | "child"
     cpu: float | None  # percent of one core
     rss: int | None  # bytes
+    loader: int | None = None  # for a worker: DataLoaderInfo.id of its DataLoader, when known
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,8 @@ class DataLoaderInfo:
     batch_sampler: bool = False  # a custom batch_sampler: batch_size cannot be overridden
     overrides: dict[str, Any] = field(default_factory=dict)  # knob -> value pitstop applied
     skipped: dict[str, str] = field(default_factory=dict)  # knob -> why it did not apply
+    dataset: str = ""  # class name of the dataset
+    shuffle: bool | None = None  # its sampler shuffles (RandomSampler, a shuffling DistributedSampler)
 
 
 @dataclass(frozen=True)
@@ -172,8 +182,8 @@ class Model:
     t: float
     conv2d: int = 0  # Conv2d modules built
     optimizers: int = 0  # distinct optimizers that stepped
-    grad_scaler: bool = False  # a torch.amp GradScaler was built
-    autocast: bool = False  # the script entered autocast itself
+    grad_scaler: bool = False  # an enabled torch.amp GradScaler was built (torch disables it without CUDA)
+    autocast: bool = False  # autocast is on: entered by the script, or applied from a config
     data_parallel: bool = False  # nn.DataParallel in use
     ddp: bool = False  # DistributedDataParallel in use
     channels_last_params: int = 0  # 4-D parameters in channels_last
