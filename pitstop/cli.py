@@ -1,7 +1,9 @@
 """Provides the `pitstop` command: run | attach | ls | view | profile | tune | doctor | demo.
 
 Every PitstopError becomes one line on stderr (`pitstop: error: ...`) and a
-non-zero exit; a training script's own exit code is passed through.
+non-zero exit; a training script's own exit code is passed through. A reader
+that closes our stdout early (`pitstop view R --summary | head -3`) ends the
+command quietly with EXIT_BROKEN_PIPE, as a process killed by SIGPIPE would.
 """
 
 from __future__ import annotations
@@ -18,6 +20,16 @@ from pitstop.errors import PitstopError, RecordError, TransportError, UsageError
 from pitstop.profiling.launch import SessionSettings, Target, launch, new_session_id
 from pitstop.profiling.record import default_record_root
 from pitstop.tuning.command import VALUE_OPTIONS as TUNE_VALUE_OPTIONS
+
+# 128 + SIGPIPE: what a shell reports for `yes | head`, so `set -o pipefail`
+# scripts see the output was cut, as with any other Unix tool.
+EXIT_BROKEN_PIPE = 141
+# Sections of a tuned config, and what each one's settings apply to.
+CONFIG_SCOPES = {
+    "compute": "process-wide",
+    "dataloader": "training DataLoader",
+    "eval_dataloader": "evaluation DataLoaders",
+}
 
 # Options (per command) that take a value, so the target's start can be found
 # without argparse reading the script's own options as ours.
@@ -74,6 +86,32 @@ def _profile_setting(text: str | None) -> dict[str, int | None] | None:
     return {"every": every, "active": active, "first": first}
 
 
+def _port(text: str | None) -> int | None:
+    """--prometheus PORT: 1-65535, with a one-line error."""
+    if text is None:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise UsageError(f"--prometheus {text!r}: give a TCP port from 1 to 65535 (rank r serves PORT + LOCAL_RANK)")
+    return int(text)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def describe_config(data: dict[str, object]) -> str:
+    """What a config applies, by scope: "amp=bf16 (process-wide); num_workers=4 (training DataLoader)"."""
+    parts = []
+    for section, scope in CONFIG_SCOPES.items():
+        values = data.get(section)
+        if isinstance(values, dict) and values:
+            knobs = ", ".join(f"{k}={_toml_value(v)}" for k, v in values.items())
+            parts.append(f"{knobs} ({scope})")
+    return "; ".join(parts) if parts else "nothing (no setting in it)"
+
+
 def _prepare_record(record: str | None, session: str) -> str:
     """The record base for a session; fails early, in one line, if it cannot be written."""
     if record:
@@ -106,6 +144,9 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
         from pitstop.config import load_config
 
         config = load_config(args.config).to_dict()
+        # Said before the script starts: a script that logs its own dtype would
+        # otherwise contradict a bf16 applied behind its back (issue 10).
+        print(f"pitstop: applying {args.config}: {describe_config(config)}", file=sys.stderr, flush=True)
     session = new_session_id(target.stem)
     listen = getattr(args, "listen", None)
     token_file = None
@@ -133,7 +174,7 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
         config=config,
         profile=_profile_setting(getattr(args, "profile", None)),
         trace_dir=trace_dir,
-        prometheus=getattr(args, "prometheus", None),
+        prometheus=_port(getattr(args, "prometheus", None)),
         listen=listen,
         token_file=token_file,
     )
@@ -144,7 +185,9 @@ def _use_tui(args: argparse.Namespace) -> bool:
 
 
 def cmd_run(args: argparse.Namespace, target: Target) -> int:
-    _profile_setting(args.profile)  # options first: a bad option is named before the script is looked up
+    # Options first: a bad option is named before the script is looked up.
+    _profile_setting(args.profile)
+    _port(args.prometheus)
     target.check()
     settings = _settings(args, target)
     if _use_tui(args):
@@ -414,7 +457,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--record", metavar="PATH", help="record file (.jsonl) or directory")
     run.add_argument("--profile", metavar="SPEC", help="profiler windows: off, demand, EVERY[:ACTIVE[:FIRST]] (default 500:5:50)")
     run.add_argument("--trace-dir", metavar="DIR", help="also write each window's Chrome trace here")
-    run.add_argument("--prometheus", metavar="PORT", type=int,
+    run.add_argument("--prometheus", metavar="PORT",
                      help="serve Prometheus metrics on PORT (+LOCAL_RANK for each rank)")
     run.add_argument("--listen", metavar="HOST:PORT",
                      help="also serve viewers over TCP on PORT (+LOCAL_RANK), token required")
@@ -464,6 +507,27 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit code."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout is gone: point stdout at /dev/null so the interpreter's final flush is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.events import DataLoaderInfo, End, Hello, Loss, Sample, Step
+from pitstop.events import DataLoaderInfo, End, Event, Hello, Loss, Runtime, Sample, Step, encode
 from pitstop.profiling.record import ReadResult, iter_record
 
 from .conftest import SCRIPTS, events_of, pitstop, wait_for
@@ -113,6 +113,7 @@ def test_the_scripts_exit_code_and_traceback_are_kept(tmp_path: Path, env: dict[
         (["run", "--", "no-such-launcher-xyz", "train.py"], "launcher not found: no-such-launcher-xyz"),
         (["run"], "give a script"),
         (["run", "--profile", "often", "x.py"], "--profile 'often'"),
+        (["run", "--prometheus", "99999", "x.py"], "--prometheus '99999': give a TCP port from 1 to 65535"),
         (["view", "missing.jsonl"], "no record at missing.jsonl"),
         (["attach", "999999"], "no process with pid 999999"),
         (["profile", "1"], "pid 1 has no pitstop agent"),
@@ -158,6 +159,34 @@ def test_view_reads_records_and_refuses_newer_ones(tmp_path: Path, env: dict[str
     corrupt.write_text(lines[0] + "\n{{{\n" + lines[1] + "\n")
     result = pitstop(["view", str(corrupt), "--summary"], env)
     assert result.returncode == 2 and "corrupt.jsonl:2: corrupt record line" in result.stderr
+
+
+def _write_record(path: Path, session: str, pid: int, steps: int, wall: float = 0.02) -> None:
+    """A small, complete record as one process of `session` would write it."""
+    events: list[Event] = [
+        Hello(schema=1, pitstop_version="0", session=session, pid=pid, ppid=1, host="h", argv=["python", "t.py"],
+              cwd="/", started=1000.0, python="3.12", script="t.py"),
+        Runtime(t=1000.0, torch_version="2", cuda_version=None, device_type="cpu", cpu_count=2),
+    ]
+    events += [Step(t=1000.0 + (i + 1) * wall, step=i, wall=wall, data_wait=0.0, samples=8) for i in range(steps)]
+    events.append(End(t=1000.0 + (steps + 1) * wall, steps=steps, dropped=0, reason="exit", exit_code=0))
+    path.write_text("".join(encode(e) + "\n" for e in events))
+
+
+@pytest.mark.parametrize("command", ["view", "doctor"])
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(
+    tmp_path: Path, env: dict[str, str], command: str
+) -> None:
+    record = tmp_path / "r.jsonl"
+    _write_record(record, "s1", 11, steps=20)
+    args = ["view", str(record), "--summary"] if command == "view" else ["doctor", "--json"]
+    proc = subprocess.Popen([sys.executable, "-m", "pitstop.cli", *args], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()  # as `| head -0` does: every write to stdout now fails with EPIPE
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
+    assert proc.returncode == 141  # 128 + SIGPIPE, as a shell reports `yes | head` (docs: README)
 
 
 def _start_forever(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:

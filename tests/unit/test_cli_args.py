@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from pitstop.cli import VALUE_OPTIONS, _profile_setting, split_target
+from pitstop.cli import VALUE_OPTIONS, _profile_setting, describe_config, main, split_target
 from pitstop.errors import UsageError
 from pitstop.profiling.launch import Target
 
@@ -41,3 +43,25 @@ def test_profile_spec() -> None:
     assert _profile_setting("demand") == {"every": None, "active": 5, "first": 0}
     with pytest.raises(UsageError, match="--profile"):
         _profile_setting("often")
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1", "http"])
+def test_a_bad_prometheus_port_is_one_line_and_exit_2_before_anything_runs(
+    port: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PITSTOP_RECORD_DIR", str(tmp_path / "records"))  # were it to run after all
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    code = main(["run", "--headless", "--prometheus", port, str(script)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"pitstop: error: --prometheus {port!r}: give a TCP port from 1 to 65535 (rank r serves PORT + LOCAL_RANK)"
+    ]
+
+
+def test_a_config_is_described_by_what_each_setting_applies_to() -> None:
+    text = describe_config({"compute": {"amp": "bf16", "cudnn_benchmark": True},
+                            "dataloader": {"num_workers": 4}, "provenance": {"script": "x"}})
+    assert text == "amp=bf16, cudnn_benchmark=true (process-wide); num_workers=4 (training DataLoader)"
+    assert describe_config({}) == "nothing (no setting in it)"
