@@ -148,6 +148,7 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
         # otherwise contradict a bf16 applied behind its back (issue 10).
         print(f"pitstop: applying {args.config}: {describe_config(config)}", file=sys.stderr, flush=True)
     session = new_session_id(target.stem)
+    live = _live_viewers()
     listen = getattr(args, "listen", None)
     token_file = None
     if listen:
@@ -177,10 +178,31 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
         prometheus=_port(getattr(args, "prometheus", None)),
         listen=listen,
         token_file=token_file,
+        socket=live,
     )
 
 
-def _use_tui(args: argparse.Namespace) -> bool:
+def _live_viewers() -> bool:
+    """Find this user's socket directory before the script starts; say on stderr when it is not the usual one.
+
+    The agent would otherwise switch its socket off with a note inside the
+    record only, and the user learns nothing until `attach` fails (issue 10).
+    """
+    from pitstop.profiling.transport import resolve_runtime_dir
+
+    try:
+        where = resolve_runtime_dir()
+    except TransportError as err:
+        print(f"pitstop: warning: live viewers off: {err}", file=sys.stderr, flush=True)
+        return False
+    if where.warning:
+        print(f"pitstop: warning: {where.warning}", file=sys.stderr, flush=True)
+    return True
+
+
+def _use_tui(args: argparse.Namespace, settings: SessionSettings | None = None) -> bool:
+    if settings is not None and not settings.socket:
+        return False  # no socket, no live view: status lines and the summary come from the record
     return not getattr(args, "headless", False) and sys.stdout.isatty() and sys.stdin.isatty()
 
 
@@ -190,7 +212,7 @@ def cmd_run(args: argparse.Namespace, target: Target) -> int:
     _port(args.prometheus)
     target.check()
     settings = _settings(args, target)
-    if _use_tui(args):
+    if _use_tui(args, settings):
         return _run_tui(target, settings)
     return _run_headless(target, settings)
 
@@ -276,7 +298,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         demo_args += ["--num-workers", str(args.num_workers)]
     target = Target(module="pitstop.demo.train", args=tuple(demo_args))
     settings = _settings(args, target)
-    if _use_tui(args):
+    if _use_tui(args, settings):
         return _run_tui(target, settings)
     return _run_headless(target, settings)
 

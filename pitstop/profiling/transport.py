@@ -25,6 +25,7 @@ import json
 import os
 import selectors
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -42,23 +43,93 @@ HISTORY_LINES = 20_000  # recent events replayed to a client on connect, besides
 STICKY_KINDS = frozenset({"hello", "runtime", "model", "dataloader", "applied"})
 
 
-def runtime_dir(create: bool = True) -> Path:
-    """The per-user socket directory, created 0700 and checked to be ours."""
-    base = os.environ.get("PITSTOP_RUNTIME_DIR")
-    if base:
-        path = Path(base)
-    elif os.environ.get("XDG_RUNTIME_DIR") and os.path.isdir(os.environ["XDG_RUNTIME_DIR"]):
-        path = Path(os.environ["XDG_RUNTIME_DIR"]) / "pitstop"
-    else:
-        path = Path(tempfile.gettempdir()) / f"pitstop-{os.getuid()}"
-    if create:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.stat()
-        if st.st_uid != os.getuid():
-            raise TransportError(f"{path} belongs to another user; set PITSTOP_RUNTIME_DIR")
-        if st.st_mode & 0o077:
+@dataclass(frozen=True)
+class RuntimeDir:
+    """The directory this user's agents put their sockets in, and why a preferred one was passed over."""
+
+    path: Path
+    warning: str | None = None  # "/tmp/pitstop-1000 is not usable (...); live viewers use ... instead"
+
+
+def _candidates() -> list[Path]:
+    """Where this user's sockets may live, most preferred first.
+
+    PITSTOP_RUNTIME_DIR is a choice, so it is the only candidate. Otherwise
+    $XDG_RUNTIME_DIR/pitstop, then /tmp/pitstop-<uid>, then a directory under
+    the user's own cache: any local user can create /tmp/pitstop-<uid> first
+    (issue 10), and a private fallback keeps live viewers working then.
+    """
+    explicit = os.environ.get("PITSTOP_RUNTIME_DIR")
+    if explicit:
+        return [Path(explicit)]
+    out = []
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        out.append(Path(xdg) / "pitstop")
+    out.append(Path(tempfile.gettempdir()) / f"pitstop-{os.getuid()}")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    out.append(Path(cache) / "pitstop" / "run")
+    return out
+
+
+def _unusable(path: Path, create: bool) -> str | None:
+    """Why `path` cannot hold our sockets (None: it can); creates it 0700 when asked."""
+    try:
+        if create:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                path.mkdir(mode=0o700)
+            except FileExistsError:
+                pass
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "it does not exist"
+    except OSError as err:
+        return f"cannot create it: {err.strerror or err}"
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if st.st_uid != os.getuid():
+        return f"it belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o077:
+        try:
             os.chmod(path, 0o700)
-    return path
+        except OSError as err:
+            return f"others may enter it (mode {stat.S_IMODE(st.st_mode):o}) and it cannot be fixed: {err.strerror}"
+    return None
+
+
+def resolve_runtime_dir() -> RuntimeDir:
+    """The socket directory to use now (created 0700, checked to be ours), or a TransportError."""
+    passed: list[tuple[Path, str]] = []
+    for path in _candidates():
+        why = _unusable(path, create=True)
+        if why is None:
+            warning = None
+            if passed:
+                first, reason = passed[0]
+                warning = f"{first} is not usable ({reason}); live viewers use {path} instead"
+            return RuntimeDir(path, warning)
+        passed.append((path, why))
+    if len(passed) == 1:
+        path, why = passed[0]
+        raise TransportError(f"{path} cannot hold pitstop's sockets: {why}; set PITSTOP_RUNTIME_DIR")
+    tried = "; ".join(f"{p}: {why}" for p, why in passed)
+    raise TransportError(f"no private directory for pitstop's sockets ({tried}); set PITSTOP_RUNTIME_DIR")
+
+
+def runtime_dir(create: bool = True) -> Path:
+    """The per-user socket directory (see `resolve_runtime_dir`); without `create`, the first that exists."""
+    if create:
+        return resolve_runtime_dir().path
+    dirs = runtime_dirs()
+    return dirs[0] if dirs else _candidates()[0]
+
+
+def runtime_dirs() -> list[Path]:
+    """Every candidate socket directory that exists and is ours: where viewers look for agents."""
+    return [path for path in _candidates() if _unusable(path, create=False) is None]
 
 
 def _peer_uid(conn: socket.socket) -> int | None:
@@ -443,12 +514,10 @@ def _alive(pid: int) -> bool:
 
 
 def list_agents(clean: bool = True) -> list[AgentInfo]:
-    """Live agents of this user, oldest first; stale entries (dead pid) are removed."""
-    directory = runtime_dir(create=False)
-    if not directory.is_dir():
-        return []
+    """Live agents of this user in every socket directory, oldest first; stale entries (dead pid) are removed."""
     found = []
-    for meta in sorted(directory.glob("*.json")):
+    metas = [meta for directory in runtime_dirs() for meta in sorted(directory.glob("*.json"))]
+    for meta in metas:
         try:
             data = json.loads(meta.read_text())
             pid = int(data["pid"])
@@ -480,7 +549,8 @@ def list_agents(clean: bool = True) -> list[AgentInfo]:
 
 def socket_for_pid(pid: int) -> Path:
     """The socket of a pid, or a TransportError that says why there is none."""
-    directory = runtime_dir(create=False)
+    dirs = runtime_dirs()
+    directory = next((d for d in dirs if (d / f"{pid}.sock").exists()), dirs[0] if dirs else _candidates()[0])
     path = directory / f"{pid}.sock"
     if not _alive(pid):
         if path.exists():
@@ -489,7 +559,8 @@ def socket_for_pid(pid: int) -> Path:
             raise TransportError(f"stale socket for pid {pid}: the process is gone (removed {path})")
         raise TransportError(f"no process with pid {pid}")
     if not path.exists():
-        raise TransportError(f"pid {pid} has no pitstop agent (no socket in {directory}); was it started with pitstop run?")
+        where = ", ".join(str(d) for d in dirs) or str(directory)
+        raise TransportError(f"pid {pid} has no pitstop agent (no socket in {where}); was it started with pitstop run?")
     return path
 
 

@@ -292,3 +292,36 @@ def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(tmp_path: Pa
     assert worker_pids.isdisjoint(rank_pids)  # no worker wrote a record or said hello
     for f in files:
         assert len(_steps(f)) == 20
+
+
+def test_a_socket_dir_taken_by_another_user_is_said_at_start_and_live_viewers_still_work(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to hand /tmp/pitstop-<uid> to another user")
+    base = Path(f"/tmp/pst-fb-{os.getpid()}-{tmp_path.name[-8:]}")  # short: socket paths max 107 bytes
+    shared = base / "tmp" / f"pitstop-{os.getuid()}"
+    shared.mkdir(parents=True, mode=0o777)
+    os.chown(shared, 65534, 65534)  # another local user created it first
+    for name in ("PITSTOP_RUNTIME_DIR", "XDG_RUNTIME_DIR"):
+        env.pop(name, None)
+    env.update(TMPDIR=str(base / "tmp"), XDG_CACHE_HOME=str(base / "cache"))
+    try:
+        proc, record = _start_forever(tmp_path, env)
+        hello = next(e for e in events_of(record) if isinstance(e, Hello))
+        try:
+            listing = pitstop(["ls"], env, timeout=30)
+            assert any(line.startswith(str(hello.pid)) for line in listing.stdout.splitlines()), listing.stdout
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                _, err = proc.communicate(timeout=30)
+            finally:
+                _kill_quietly(hello.pid)
+        fallback = base / "cache" / "pitstop" / "run"
+        assert err.splitlines()[0] == (f"pitstop: warning: {shared} is not usable (it belongs to another user "
+                                       f"(uid 65534)); live viewers use {fallback} instead")
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)

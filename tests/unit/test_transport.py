@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,52 @@ def test_a_directory_of_another_user_is_refused(rundir: Path) -> None:
             runtime_dir()
     finally:
         os.chown(rundir, 0, 0)
+
+
+@pytest.fixture
+def shared_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """No PITSTOP_RUNTIME_DIR or XDG_RUNTIME_DIR: /tmp/pitstop-<uid> comes first, as on many servers."""
+    base = Path(f"/tmp/pst-fb-{os.getpid()}")  # short: socket paths max 107 bytes
+    (base / "tmp").mkdir(parents=True, exist_ok=True)
+    monkeypatch.delenv("PITSTOP_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(base / "home-cache"))
+    monkeypatch.setattr(transport.tempfile, "tempdir", str(base / "tmp"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _plant_foreign(path: Path) -> str:
+    """Make `path` something another local user created first; returns what the warning names."""
+    if os.getuid() == 0:
+        path.mkdir(mode=0o777)
+        os.chown(path, 65534, 65534)
+        return "it belongs to another user (uid 65534)"
+    path.symlink_to(path.parent)  # without root: a link planted where our directory should be
+    return "it is a symbolic link"
+
+
+def test_a_socket_dir_planted_by_someone_else_falls_back_to_a_private_one_that_ls_searches(shared_tmp: Path) -> None:
+    shared = shared_tmp / "tmp" / f"pitstop-{os.getuid()}"
+    why = _plant_foreign(shared)
+    where = transport.resolve_runtime_dir()
+    fallback = shared_tmp / "home-cache" / "pitstop" / "run"
+    assert where.path == fallback
+    assert where.warning == f"{shared} is not usable ({why}); live viewers use {fallback} instead"
+    assert oct(fallback.stat().st_mode & 0o777) == "0o700"
+    server = AgentServer(lambda cmd: "ok", {"pid": os.getpid(), "session": "s1"})
+    try:
+        assert server.path.parent == fallback
+        assert [a.pid for a in list_agents()] == [os.getpid()]  # `pitstop ls` and `attach` find it
+        assert socket_for_pid(os.getpid()) == server.path
+    finally:
+        server.close()
+
+
+def test_our_socket_dir_with_loose_permissions_is_tightened_and_used(shared_tmp: Path) -> None:
+    shared = shared_tmp / "tmp" / f"pitstop-{os.getuid()}"
+    shared.mkdir(mode=0o700)
+    os.chmod(shared, 0o777)
+    where = transport.resolve_runtime_dir()
+    assert where.path == shared and where.warning is None
+    assert oct(shared.stat().st_mode & 0o777) == "0o700"
