@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pitstop.analysis._context import WARMUP
 from pitstop.analysis._state import HEAD_STEPS, RunState
 from pitstop.analysis._stats import mean, percentile
-from pitstop.events import Step
+from pitstop.events import DataLoaderInfo, Note, Sample, Step
 
 if TYPE_CHECKING:
     from pitstop.analysis._rules import Finding
@@ -17,6 +18,37 @@ if TYPE_CHECKING:
 # a minute of slow ones, short enough to show a change the user just made.
 STATUS_WINDOW = 50
 STATUS_SAMPLES = 5
+# How each way of ending reads in the summary (End.reason; docs/events.md).
+END_REASONS = {
+    "exit": "exited",
+    "exception": "died of an uncaught exception",
+    "interrupted": "interrupted by SIGINT (Ctrl-C, or k in the viewer)",
+    "trial-complete": "trial complete",
+    "signal": "ended by a signal",
+}
+# A Note from this source says a viewer asked the agent to stop the script (`k`).
+STOP_NOTE_SOURCE = "stop"
+
+
+@dataclass(frozen=True)
+class LoaderCpu:
+    """CPU of the DataLoader workers of one loader, in cores (1.0 = one core busy)."""
+
+    loader: int | None  # DataLoaderInfo.id; None for workers whose loader is not known
+    label: str  # "train", "eval loader 2 (ValSet)", "" when the loader is not known
+    workers: int  # worker processes: in the reading, or the most seen at once for a mean
+    cores: float | None
+
+
+@dataclass(frozen=True)
+class CpuFigures:
+    """CPU use in one unit, cores: the main process, each loader's workers, the whole machine."""
+
+    main: float | None
+    loaders: tuple[LoaderCpu, ...]
+    machine: float | None  # cores busy on the whole machine (all its processes)
+    machine_cores: int | None  # logical CPUs of the machine
+    machine_pct: float | None  # kept for when the CPU count is unknown
 
 
 @dataclass(frozen=True)
@@ -45,10 +77,8 @@ class Summary:
     gpu_mem_total: int | None
     gpu_power_mean: float | None  # watts, all the job's GPUs of this process together
     gpu_unavailable: str | None
-    cpu_main_mean: float | None  # percent of one core
-    cpu_workers_mean: float | None  # percent of one core, workers summed
-    workers: int  # most DataLoader workers seen at once
-    system_cpu_mean: float | None
+    cpu: CpuFigures  # means over the run, in cores (workers: while they ran, per loader)
+    workers: int  # most DataLoader workers seen at once (all loaders)
     last_loss: float | None
     nonfinite_losses: int
     first_nonfinite_step: int | None
@@ -56,9 +86,13 @@ class Summary:
     end_reason: str | None  # None while running
     exit_code: int | None
     device_type: str | None
+    stopped: bool = False  # a viewer asked the agent to stop the script (`k`)
+    applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
+    skipped: tuple[str, ...] = ()  # what it could not: "batch_size (train loader 1): a custom batch_sampler"
+    notes: tuple[str, ...] = ()  # the agent's warnings and errors: "prometheus: metrics endpoint off: ..."
 
 
-def summarize(run: RunState, warmup: int = 3) -> Summary:
+def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
     """Summary of one run; steps with an index below `warmup` are left out of timings."""
     warmup = max(0, warmup)
     window = run.measured_steps(warmup)
@@ -105,10 +139,8 @@ def summarize(run: RunState, warmup: int = 3) -> Summary:
         gpu_mem_total=run.gpu_mem_total,
         gpu_power_mean=run.gpu_power_sum / run.gpu_power_n if run.gpu_power_n else None,
         gpu_unavailable=None if run.gpu_util_n else gpu_reason(run),
-        cpu_main_mean=run.cpu_main_sum / run.cpu_main_n if run.cpu_main_n else None,
-        cpu_workers_mean=run.cpu_workers_sum / run.cpu_workers_n if run.cpu_workers_n else None,
+        cpu=cpu_mean(run),
         workers=run.workers_max,
-        system_cpu_mean=run.system_cpu_sum / run.system_cpu_n if run.system_cpu_n else None,
         last_loss=run.last_loss(),
         nonfinite_losses=run.nonfinite_total,
         first_nonfinite_step=min(run.nonfinite_steps) if run.nonfinite_steps else None,
@@ -116,7 +148,187 @@ def summarize(run: RunState, warmup: int = 3) -> Summary:
         end_reason=end.reason if end is not None else None,
         exit_code=end.exit_code if end is not None else None,
         device_type=run.device_type,
+        stopped=any(n.source == STOP_NOTE_SOURCE for n in run.notes),
+        applied=_applied(run),
+        skipped=_skipped(run),
+        notes=_notes(run),
     )
+
+
+# -- loaders, config and notes --------------------------------------------------
+def training_loader_id(run: RunState) -> int | None:
+    """The id of the loader whose batches fed the latest training step (`Step.loader`), or None."""
+    for i in range(len(run.steps) - 1, -1, -1):
+        loader = run.steps[i].loader
+        if loader is not None:
+            return loader
+    return None
+
+
+def training_loader(run: RunState) -> DataLoaderInfo | None:
+    """The training loader's DataLoaderInfo; else the only loader; else None."""
+    found = run.dataloaders.get(training_loader_id(run))  # type: ignore[arg-type]
+    if found is None and len(run.dataloaders) == 1:
+        found = next(iter(run.dataloaders.values()))
+    return found
+
+
+def loader_label(run: RunState, loader: int | None) -> str:
+    """"train" for the training loader, "eval loader 2 (ValSet)" for another, "" when unknown.
+
+    The training loader is the one whose batches feed optimizer steps
+    (`Step.loader`); any other loader iterated is an evaluation's (DESIGN rule 7).
+    """
+    if loader is None:
+        return ""
+    train = training_loader_id(run)
+    if loader == train:
+        return "train"
+    info = run.dataloaders.get(loader)
+    name = f"loader {loader}" if train is None else f"eval loader {loader}"
+    return f"{name} ({info.dataset})" if info is not None and info.dataset else name
+
+
+def _scope(run: RunState, loader: int) -> str:
+    label = loader_label(run, loader)
+    return f"{label} loader {loader}" if label == "train" else label
+
+
+def _applied(run: RunState) -> tuple[str, ...]:
+    out = []
+    if run.applied is not None:
+        out += [f"{k}={_value(v)} (process-wide)" for k, v in run.applied.applied.items()]
+    for dl in sorted(run.dataloaders.values(), key=lambda d: d.id):
+        if dl.overrides:
+            knobs = ", ".join(f"{k}={_value(v)}" for k, v in dl.overrides.items())
+            out.append(f"{knobs} ({_scope(run, dl.id)})")
+    return tuple(out)
+
+
+def _skipped(run: RunState) -> tuple[str, ...]:
+    out = []
+    if run.applied is not None:
+        out += [f"{k}: {why}" for k, why in run.applied.skipped.items()]
+    for dl in sorted(run.dataloaders.values(), key=lambda d: d.id):
+        out += [f"{k} ({_scope(run, dl.id)}): {why}" for k, why in dl.skipped.items()]
+    return tuple(out)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def note_text(note: Note) -> str:
+    """One line for a person: "warning (prometheus): metrics endpoint off: ..."."""
+    level = {"warn": "warning"}.get(note.level, note.level)
+    return f"{level} ({note.source}): {note.message}"
+
+
+def _notes(run: RunState) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for note in run.notes:
+        if note.level in ("warn", "error"):
+            seen.setdefault(note_text(note), None)
+    return tuple(seen)
+
+
+# -- CPU ----------------------------------------------------------------------
+def _cores(pct: float | None) -> float | None:
+    return None if pct is None else pct / 100.0
+
+
+def _machine_cores(run: RunState) -> int | None:
+    return run.runtime.cpu_count if run.runtime is not None else None
+
+
+def _worker_groups(run: RunState, sample: Sample) -> dict[int | None, list[float | None]]:
+    """Worker CPU percents of one sample, by the loader they serve."""
+    groups: dict[int | None, list[float | None]] = {}
+    for p in sample.procs:
+        if p.role == "worker":
+            groups.setdefault(p.loader, []).append(p.cpu)
+    return groups
+
+
+def _loader_order(run: RunState, loader: int | None) -> tuple[int, int]:
+    train = training_loader_id(run)
+    return (0 if loader == train and loader is not None else 1 if loader is not None else 2, loader or 0)
+
+
+def cpu_now(run: RunState, samples: int = STATUS_SAMPLES) -> CpuFigures:
+    """The latest reading of each CPU figure within the last `samples` samples (older is stale)."""
+    main = machine = None
+    loaders: tuple[LoaderCpu, ...] | None = None
+    for i in range(len(run.samples) - 1, max(-1, len(run.samples) - 1 - samples), -1):
+        sample = run.samples[i]
+        if main is None:
+            main = next((p.cpu for p in sample.procs if p.role == "main" and p.cpu is not None), None)
+        if loaders is None and sample.procs:
+            groups = _worker_groups(run, sample)
+            loaders = tuple(
+                LoaderCpu(loader, loader_label(run, loader), len(cpus),
+                          _cores(sum(c for c in cpus if c is not None)) if any(c is not None for c in cpus) else None)
+                for loader, cpus in sorted(groups.items(), key=lambda kv: _loader_order(run, kv[0]))
+            )
+        if machine is None:
+            machine = sample.system_cpu
+    return _figures(run, _cores(main), loaders or (), machine)
+
+
+def cpu_mean(run: RunState) -> CpuFigures:
+    """Means over the run: main and machine over every sample; each loader's workers while they ran.
+
+    Per-loader figures come from the samples kept (MAX_SAMPLES: the last 30-60
+    minutes of a longer run); workers of different loaders are never summed.
+    """
+    sums: dict[int | None, float] = {}
+    counts: dict[int | None, int] = {}
+    most: dict[int | None, int] = {}
+    for sample in run.samples:
+        for loader, cpus in _worker_groups(run, sample).items():
+            most[loader] = max(most.get(loader, 0), len(cpus))
+            known = [c for c in cpus if c is not None]
+            if known:
+                sums[loader] = sums.get(loader, 0.0) + sum(known)
+                counts[loader] = counts.get(loader, 0) + 1
+    loaders = tuple(
+        LoaderCpu(loader, loader_label(run, loader), most[loader],
+                  _cores(sums[loader] / counts[loader]) if counts.get(loader) else None)
+        for loader in sorted(most, key=lambda k: _loader_order(run, k))
+    )
+    main = run.cpu_main_sum / run.cpu_main_n if run.cpu_main_n else None
+    machine = run.system_cpu_sum / run.system_cpu_n if run.system_cpu_n else None
+    return _figures(run, _cores(main), loaders, machine)
+
+
+def _figures(run: RunState, main: float | None, loaders: tuple[LoaderCpu, ...], machine_pct: float | None) -> CpuFigures:
+    count = _machine_cores(run)
+    machine = machine_pct / 100.0 * count if machine_pct is not None and count else None
+    return CpuFigures(main=main, loaders=loaders, machine=machine, machine_cores=count, machine_pct=machine_pct)
+
+
+def _workers_label(group: LoaderCpu) -> str:
+    return f"{group.label} workers" if group.label else "workers"
+
+
+def cpu_text(cpu: CpuFigures, short: bool = False) -> str:
+    """CPU in one unit, cores (1.0 = one core busy), and saying so.
+
+    Long (summary): "main 0.93 cores, train workers 1.60 cores (2), machine 1.58 of 2 cores".
+    Short (status line): "main 0.93, train workers 1.60, machine 1.58 of 2 (cores)".
+    """
+    unit = "" if short else " cores"
+    parts = ["main " + (f"{cpu.main:.2f}{unit}" if cpu.main is not None else "n/a")]
+    for group in cpu.loaders:
+        cores = f"{group.cores:.2f}{unit}" if group.cores is not None else "n/a"
+        parts.append(f"{_workers_label(group)} {cores}" + ("" if short else f" ({group.workers})"))
+    if cpu.machine is not None:
+        parts.append(f"machine {cpu.machine:.2f} of {cpu.machine_cores}{unit}")
+    elif cpu.machine_pct is not None:
+        parts.append(f"machine {cpu.machine_pct:.0f}% (CPU count not reported)")
+    return ", ".join(parts) + (" (cores)" if short else "")
 
 
 def _measured_totals(
@@ -211,8 +423,13 @@ def format_summary(
     findings: Sequence[Finding] = (),
     title: str = "pitstop summary",
     max_findings: int = 5,
+    exit_code: int | None = None,
 ) -> str:
-    """Multi-line human summary; an unavailable figure reads "n/a (reason)", never 0."""
+    """Multi-line human summary; an unavailable figure reads "n/a (reason)", never 0.
+
+    `exit_code` is the process's own exit code where the front saw it end
+    (`pitstop run`): it is what a shell sees, and wins over the record's.
+    """
     s = summary
     lines = [title, ""]
     steps = f"{s.steps}"
@@ -259,29 +476,22 @@ def format_summary(
     else:
         gpu = f"n/a ({s.gpu_unavailable})"
     lines.append(_row("gpu", gpu))
-    cpu = "main " + _na(
-        f"{s.cpu_main_mean:.0f}%" if s.cpu_main_mean is not None else None, "no sample"
-    )
-    if s.workers:
-        workers = f"{s.cpu_workers_mean:.0f}%" if s.cpu_workers_mean is not None else "n/a"
-        cpu += f", {s.workers} workers {workers}"
-    if s.system_cpu_mean is not None:
-        cpu += f", system {s.system_cpu_mean:.0f}%"
-    lines.append(_row("cpu", cpu + " (percent of one core; system: of the machine)"))
+    lines.append(_row("cpu", cpu_text(s.cpu)))
     if s.last_loss is not None or s.nonfinite_losses:
         loss = f"last {s.last_loss:.4g}" if s.last_loss is not None else "last n/a (non-finite)"
         if s.nonfinite_losses:
             loss += f", {s.nonfinite_losses} non-finite (first at step {s.first_nonfinite_step})"
         lines.append(_row("loss", loss))
-    if s.end_reason is not None:
-        end = s.end_reason
-        if s.exit_code is not None:
-            end += f" (exit code {s.exit_code})"
+    if s.applied:
+        lines.append(_row("config", "applied " + "; ".join(s.applied)))
+    for i, text in enumerate(s.skipped):
+        lines.append(_row("skipped" if i == 0 else "", text))
+    for i, text in enumerate(s.notes):
+        lines.append(_row("notes" if i == 0 else "", text))
+    end = end_text(s, exit_code)
+    if s.dropped is not None:
         end += f", {s.dropped} events dropped"
-        lines.append(_row("end", end))
-    else:
-        lines.append(_row("end", "still running (or the stream was cut)"))
-
+    lines.append(_row("end", end))
     lines.append("")
     shown = list(findings)[: max(0, max_findings)]
     if not findings:
@@ -305,20 +515,58 @@ def _row(label: str, text: str) -> str:
     return f"  {label:<11} {text}"
 
 
-def status_line(run: RunState) -> str:
-    """One compact line for the headless front, over the last STATUS_WINDOW steps."""
+def exit_code_text(code: int) -> str:
+    """"exit code 137 (SIGKILL)": a shell's 128+N names the signal N."""
+    import signal
+
+    name = ""
+    if 128 < code < 128 + 65:
+        try:
+            name = f" ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"exit code {code}{name}"
+
+
+def end_text(s: Summary, exit_code: int | None = None) -> str:
+    """How the run ended: "exited (exit code 0)", "stopped from a viewer (k), then exited (exit code 1)".
+
+    `exit_code` is the process's own, where the front saw it end; it wins over
+    the record's (a bare `raise SystemExit(3)` is not seen from inside).
+    """
+    if s.end_reason is None:
+        if exit_code is None:
+            return "still running (or the stream was cut)"
+        return f"killed before it could record its end ({exit_code_text(exit_code)})"
+    text = END_REASONS.get(s.end_reason, s.end_reason)
+    if s.stopped:
+        text = "stopped from a viewer (k: SIGINT)" if s.end_reason == "interrupted" else f"stopped from a viewer (k), then {text}"
+    code = exit_code if exit_code is not None else s.exit_code
+    return f"{text} ({exit_code_text(code)})" if code is not None else text
+
+
+def status_line(run: RunState, warmup: int = WARMUP) -> str:
+    """One compact line for the headless front, over the last STATUS_WINDOW measured steps.
+
+    The steps are those `summarize` measures (warm-up dropped), so the line's
+    steps/s and the summary's agree: one definition (issue 10: 0.58 steps/s
+    beside a 448 ms median, where the summary said 1.92).
+    """
     if run.last_step is None:
         return "waiting for the first step"
-    recent = run.recent_steps(STATUS_WINDOW)
+    recent = run.measured_steps(warmup)[-STATUS_WINDOW:]
     wall = sum(s.wall for s in recent)
     parts = [f"step {run.last_step}"]
-    if all(s.samples is not None for s in recent) and wall > 0:
-        parts.append(f"{sum(s.samples or 0 for s in recent) / wall:.1f} samples/s")
-    elif wall > 0:
-        parts.append(f"{len(recent) / wall:.2f} steps/s")
-    p50 = percentile((s.wall for s in recent), 50)
-    parts.append(f"step {fmt_ms(p50)} (p50 last {len(recent)})")
-    parts.append(f"data {fmt_pct(sum(s.data_wait for s in recent) / wall if wall > 0 else None)}")
+    if not recent or wall <= 0:
+        parts.append(f"warming up (the first {warmup} steps are not measured)")
+    else:
+        if all(s.samples is not None for s in recent):
+            parts.append(f"{sum(s.samples or 0 for s in recent) / wall:.1f} samples/s")
+        else:
+            parts.append(f"{len(recent) / wall:.2f} steps/s")
+        p50 = percentile((s.wall for s in recent), 50)
+        parts.append(f"step {fmt_ms(p50)} (p50 last {len(recent)})")
+        parts.append(f"data {fmt_pct(sum(s.data_wait for s in recent) / wall)}")
     last = run.steps[-1]
     if last.mem_allocated is not None:
         parts.append(f"mem {fmt_bytes(last.mem_allocated)}")
@@ -327,15 +575,14 @@ def status_line(run: RunState) -> str:
     # The latest reading of each figure within the last few samples (2-5 s at
     # 1-2 Hz): older than that would be stale for a live line.
     utils: list[float] = []
-    main_cpu = None
     for i in range(len(run.samples) - 1, max(-1, len(run.samples) - 1 - STATUS_SAMPLES), -1):
-        sample = run.samples[i]
-        if not utils:
-            utils = [g.util for g in sample.gpus if g.util is not None]
-        if main_cpu is None:
-            main_cpu = next((p.cpu for p in sample.procs if p.role == "main" and p.cpu is not None), None)
+        utils = [g.util for g in run.samples[i].gpus if g.util is not None]
+        if utils:
+            break
     parts.append(f"gpu {mean(utils):.0f}%" if utils else "gpu n/a")
-    parts.append(f"cpu {main_cpu:.0f}%" if main_cpu is not None else "cpu n/a")
+    cpu = cpu_now(run)
+    has_cpu = cpu.main is not None or cpu.machine_pct is not None or any(g.cores is not None for g in cpu.loaders)
+    parts.append(f"cpu {cpu_text(cpu, short=True)}" if has_cpu else "cpu n/a")
     if run.nonfinite_total:
         parts.append(f"loss NaN/inf x{run.nonfinite_total}")
     else:

@@ -16,7 +16,7 @@ from pitstop.analysis import (
     summarize,
 )
 from pitstop.analysis import _state
-from pitstop.events import End, Gpu, Hello, Loss, Proc, Runtime, Sample, Step
+from pitstop.events import Applied, DataLoaderInfo, End, Gpu, Hello, Loss, Note, Proc, Runtime, Sample, Step
 
 
 def hello(started: float = 100.0) -> Hello:
@@ -125,14 +125,14 @@ def test_summarize_gpu_and_cpu_means_and_end() -> None:
     run.add(End(t=4.0, steps=0, dropped=2, reason="exit", exit_code=0))
     s = summarize(run)
     assert s.gpu_util_mean == 60.0 and s.gpu_power_mean == 200.0 and s.gpu_unavailable is None
-    assert s.gpu_mem_peak == 4 << 30 and s.cpu_main_mean == 95.0 and s.cpu_workers_mean == 50.0
-    assert s.workers == 1 and s.system_cpu_mean == 40.0 and s.peak_rss == 2 << 30
+    assert s.gpu_mem_peak == 4 << 30 and s.cpu.main == 0.95 and [g.cores for g in s.cpu.loaders] == [0.5]
+    assert s.workers == 1 and s.cpu.machine_pct == 40.0 and s.peak_rss == 2 << 30
     assert s.last_loss == 1.0 and s.nonfinite_losses == 1 and s.first_nonfinite_step == 1
     assert (s.end_reason, s.exit_code, s.dropped) == ("exit", 0, 2)
     text = format_summary(s, [], title="train.py")
     assert text.startswith("train.py")
     assert "util 60%" in text and "4.0 GiB of 80.0 GiB" in text and "power 200 W" in text
-    assert "1 non-finite (first at step 1)" in text and "exit (exit code 0), 2 events dropped" in text
+    assert "1 non-finite (first at step 1)" in text and "exited (exit code 0), 2 events dropped" in text
 
 
 def test_gpu_reason_comes_from_the_sampler() -> None:
@@ -176,16 +176,18 @@ def test_status_line_reports_the_last_window() -> None:
     run = RunState()
     assert status_line(run) == "waiting for the first step"
     fill(run, 80, wall=0.031, wait=0.0, samples=8)
+    run.add(Runtime(t=100.0, torch_version="2.13", cuda_version="12", device_type="cuda", cpu_count=8))
     t = 200.0
     for i in range(80, 130):
         t += 0.031
         run.add(Step(t=t, step=i, wall=0.031, data_wait=0.0192, samples=16, mem_allocated=int(1.2 * (1 << 30))))
-    run.add(Sample(t=t, gpus=[Gpu(index=0, name="A100", util=87.0)], procs=[Proc(pid=1, role="main", cpu=98.0, rss=1)]))
+    run.add(Sample(t=t, gpus=[Gpu(index=0, name="A100", util=87.0)], procs=[Proc(pid=1, role="main", cpu=98.0, rss=1)],
+                   system_cpu=25.0))
     run.add(Loss(t=t, steps=[129], values=[0.5]))
     line = status_line(run)
     assert line == (
         "step 129 | 516.1 samples/s | step 31.0 ms (p50 last 50) | data 62% | mem 1.2 GiB"
-        " | gpu 87% | cpu 98% | loss 0.5"
+        " | gpu 87% | cpu main 0.98, machine 2.00 of 8 (cores) | loss 0.5"
     )
 
 
@@ -194,7 +196,7 @@ def test_status_line_without_batch_sizes_or_samples_says_na() -> None:
     fill(run, 5, wall=0.5, wait=0.0, samples=None, host_rss=3 << 20)
     run.add(Loss(t=1.0, steps=[4], values=[None], nonfinite=[4]))
     line = status_line(run)
-    assert line.startswith("step 4 | 2.00 steps/s | step 500.0 ms (p50 last 5) | data 0% | rss 3.0 MiB")
+    assert line.startswith("step 4 | 2.00 steps/s | step 500.0 ms (p50 last 2) | data 0% | rss 3.0 MiB")
     assert "gpu n/a | cpu n/a | loss NaN/inf x1" in line
 
 
@@ -203,7 +205,97 @@ def test_status_line_reads_gpu_and_cpu_from_recent_samples_only() -> None:
     fill(run, 5, wall=0.1, wait=0.0)
     run.add(Sample(t=1.0, gpus=[Gpu(index=0, name="A", util=70.0)]))
     run.add(Sample(t=1.5, procs=[Proc(pid=1, role="main", cpu=50.0, rss=1)]))
-    assert "| gpu 70% | cpu 50%" in status_line(run)
+    assert "| gpu 70% | cpu main 0.50 (cores)" in status_line(run)
     for i in range(5):  # five newer samples without readings: the old ones are stale
         run.add(Sample(t=2.0 + i))
     assert "| gpu n/a | cpu n/a" in status_line(run)
+
+
+def test_status_line_rates_leave_out_the_warm_up_as_the_summary_does() -> None:
+    # Issue 10: a 20 s first step (imports, model build) made the line say 0.58 steps/s
+    # beside a 448 ms median, where the summary said 1.92.
+    run = RunState()
+    run.add(Step(t=120.0, step=0, wall=20.0, data_wait=0.0, samples=None))
+    t = 120.0
+    for i in range(1, 27):
+        t += 0.448
+        run.add(Step(t=t, step=i, wall=0.448, data_wait=0.0, samples=None))
+    line = status_line(run)
+    summary = summarize(run)
+    assert f"{summary.steps_per_s:.2f} steps/s" in line
+    assert line.startswith("step 26 | 2.23 steps/s | step 448.0 ms (p50 last 24)")
+
+
+def test_status_line_during_the_warm_up_says_so_instead_of_a_rate() -> None:
+    run = RunState()
+    run.add(Step(t=120.0, step=0, wall=20.0, data_wait=0.0, samples=32))
+    assert status_line(run).startswith("step 0 | warming up (the first 3 steps are not measured) | gpu n/a")
+
+
+def _two_loader_run() -> RunState:
+    run = RunState()
+    run.add(Runtime(t=100.0, torch_version="2.13", cuda_version=None, device_type="cpu", cpu_count=2))
+    run.add(DataLoaderInfo(t=100.0, id=1, num_workers=2, batch_size=64, pin_memory=False,
+                           persistent_workers=False, prefetch_factor=2, dataset="TrainSet"))
+    run.add(DataLoaderInfo(t=100.5, id=2, num_workers=2, batch_size=100, pin_memory=False,
+                           persistent_workers=False, prefetch_factor=2, dataset="ValSet"))
+    fill(run, 10, wall=0.1, wait=0.0, loader=1)
+    for _ in range(2):
+        run.add(Sample(t=101.0, procs=[Proc(pid=1, role="main", cpu=93.0, rss=1),
+                                       Proc(pid=2, role="worker", cpu=80.0, rss=1, loader=1),
+                                       Proc(pid=3, role="worker", cpu=80.0, rss=1, loader=1),
+                                       Proc(pid=4, role="worker", cpu=10.0, rss=1, loader=2),
+                                       Proc(pid=5, role="worker", cpu=10.0, rss=1, loader=2)],
+                       system_cpu=79.0))
+    return run
+
+
+def test_the_cpu_line_is_in_cores_and_keeps_each_loaders_workers_apart() -> None:
+    # Issue 10: "main 93%" (of one core) beside "system 79%" (of the machine), and
+    # the train and eval loaders' workers summed into one "4 workers" figure.
+    run = _two_loader_run()
+    text = format_summary(summarize(run), [])
+    cpu_row = next(line for line in text.splitlines() if line.strip().startswith("cpu"))
+    assert cpu_row == ("  cpu         main 0.93 cores, train workers 1.60 cores (2), "
+                       "eval loader 2 (ValSet) workers 0.20 cores (2), machine 1.58 of 2 cores")
+    assert "cpu main 0.93, train workers 1.60, eval loader 2 (ValSet) workers 0.20, machine 1.58 of 2 (cores)" in (
+        status_line(run))
+
+
+def test_the_end_row_says_how_the_process_really_ended() -> None:
+    run = RunState()
+    fill(run, 5, wall=0.1, wait=0.0)
+    # A `k` in the viewer: the agent noted the stop; the script caught the SIGINT and exited 1.
+    run.add(Note(t=101.0, level="info", source="stop", message="stop requested by a viewer: SIGINT sent"))
+    run.add(End(t=101.0, steps=5, dropped=0, reason="exit", exit_code=1))
+    text = format_summary(summarize(run), [])
+    assert "  end         stopped from a viewer (k), then exited (exit code 1), 0 events dropped" in text
+    # A bare `raise SystemExit(3)` is not seen from inside (the record says 0); the front's code wins.
+    clean = RunState()
+    fill(clean, 5, wall=0.1, wait=0.0)
+    clean.add(End(t=101.0, steps=5, dropped=0, reason="exit", exit_code=0))
+    assert "  end         exited (exit code 3), 0 events dropped" in format_summary(summarize(clean), [], exit_code=3)
+    killed = RunState()
+    fill(killed, 5, wall=0.1, wait=0.0)
+    assert "killed before it could record its end (exit code 137 (SIGKILL))" in format_summary(
+        summarize(killed), [], exit_code=137)
+    assert "  end         still running (or the stream was cut)" in format_summary(summarize(killed), [])
+
+
+def test_the_summary_says_what_a_config_applied_and_skipped_and_the_agents_warnings() -> None:
+    run = RunState()
+    run.add(Applied(t=100.0, applied={"amp": "bf16"}, skipped={"channels_last": "no Conv2d module"}))
+    run.add(DataLoaderInfo(t=100.0, id=1, num_workers=4, batch_size=64, pin_memory=False, persistent_workers=False,
+                           prefetch_factor=2, overrides={"num_workers": 4},
+                           skipped={"batch_size": "a custom batch_sampler"}))
+    fill(run, 5, wall=0.1, wait=0.0, loader=1)
+    run.add(Note(t=101.0, level="warn", source="prometheus",
+                 message="metrics endpoint off: cannot serve metrics on 0.0.0.0:9400: Address already in use"))
+    run.add(Note(t=101.0, level="info", source="profiler", message="window 1 done"))
+    text = format_summary(summarize(run), [])
+    assert "  config      applied amp=bf16 (process-wide); num_workers=4 (train loader 1)" in text
+    assert "  skipped     channels_last: no Conv2d module" in text
+    assert "              batch_size (train loader 1): a custom batch_sampler" in text
+    assert ("  notes       warning (prometheus): metrics endpoint off: cannot serve metrics on 0.0.0.0:9400: "
+            "Address already in use") in text
+    assert "window 1 done" not in text
