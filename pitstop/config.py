@@ -59,6 +59,13 @@ _DOCS: dict[str, dict[str, str]] = {
         "prefetch_factor": "batches each worker loads ahead (needs num_workers > 0)",
         "batch_size": "samples per batch; changing it changes training dynamics (see [guidance])",
     },
+    "eval_dataloader": {
+        "num_workers": "worker processes of evaluation DataLoaders ([dataloader] targets the training one)",
+        "pin_memory": "page-locked host batches in evaluation DataLoaders",
+        "persistent_workers": "keep evaluation workers alive between evaluation passes",
+        "prefetch_factor": "batches each evaluation worker loads ahead (needs num_workers > 0)",
+        "batch_size": "samples per evaluation batch",
+    },
     "compute": {
         "amp": 'autocast dtype: "bf16", "fp16" (only with a GradScaler) or "off"',
         "cudnn_benchmark": "torch.backends.cudnn.benchmark: pick the fastest conv algorithms",
@@ -69,6 +76,13 @@ _DOCS: dict[str, dict[str, str]] = {
 # Expected Python type per settings key, and the words an error uses for it.
 _TYPES: dict[str, dict[str, tuple[type, str]]] = {
     "dataloader": {
+        "num_workers": (int, "an integer"),
+        "pin_memory": (bool, "true or false"),
+        "persistent_workers": (bool, "true or false"),
+        "prefetch_factor": (int, "an integer"),
+        "batch_size": (int, "an integer"),
+    },
+    "eval_dataloader": {
         "num_workers": (int, "an integer"),
         "pin_memory": (bool, "true or false"),
         "persistent_workers": (bool, "true or false"),
@@ -88,14 +102,24 @@ _FREE_SECTIONS = ("provenance", "guidance")  # free-form tables written by the t
 class Config:
     """A tuned configuration: what to apply, where it came from, what to keep in mind."""
 
-    dataloader: DataLoaderSettings = field(default_factory=DataLoaderSettings)
+    dataloader: DataLoaderSettings = field(default_factory=DataLoaderSettings)  # the training loader
     compute: ComputeSettings = field(default_factory=ComputeSettings)
+    eval_dataloader: DataLoaderSettings = field(default_factory=DataLoaderSettings)  # evaluation loaders
     provenance: dict[str, Any] = field(default_factory=dict)
     guidance: dict[str, Any] = field(default_factory=dict)
 
     def dataloader_kwargs(self) -> dict[str, Any]:
         """The DataLoader keyword arguments this config sets (only the keys set)."""
         return {k: v for k, v in dataclasses.asdict(self.dataloader).items() if v is not None}
+
+    def eval_dataloader_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments this config sets for evaluation DataLoaders (only the keys set)."""
+        return {k: v for k, v in dataclasses.asdict(self.eval_dataloader).items() if v is not None}
+
+    def section(self, name: str) -> dict[str, Any]:
+        """The keys set in one applied section ("dataloader", "eval_dataloader", "compute")."""
+        return {"dataloader": self.dataloader_kwargs, "eval_dataloader": self.eval_dataloader_kwargs,
+                "compute": self.compute_settings}[name]()
 
     def compute_settings(self) -> dict[str, Any]:
         """The compute switches this config sets (only the keys set)."""
@@ -108,6 +132,8 @@ class Config:
             data["dataloader"] = self.dataloader_kwargs()
         if self.compute_settings():
             data["compute"] = self.compute_settings()
+        if self.eval_dataloader_kwargs():
+            data["eval_dataloader"] = self.eval_dataloader_kwargs()
         if self.provenance:
             data["provenance"] = dict(self.provenance)
         if self.guidance:
@@ -165,6 +191,7 @@ def _validate(data: Any) -> Config:
     return Config(
         dataloader=DataLoaderSettings(**parts["dataloader"]),
         compute=ComputeSettings(**parts["compute"]),
+        eval_dataloader=DataLoaderSettings(**parts["eval_dataloader"]),
         provenance=dict(data.get("provenance", {})),
         guidance=dict(data.get("guidance", {})),
     )
@@ -282,7 +309,9 @@ def save_config(cfg: Config, path: str | os.PathLike[str], force: bool = False) 
     script = cfg.provenance.get("script") or "train.py"
     out = [_HEADER.format(name=file.name, script=script)]
     for section, docs in _DOCS.items():
-        values = cfg.dataloader_kwargs() if section == "dataloader" else cfg.compute_settings()
+        values = cfg.section(section)
+        if section == "eval_dataloader" and not values:
+            continue  # written only when set: most configs tune the training loader alone
         out.append(f"\n[{section}]\n")
         for key, doc in docs.items():
             out.append(f"# {doc}\n")

@@ -68,13 +68,40 @@ class Context:
         return sum(per) / len(per) if per else None
 
     def loader(self) -> DataLoaderInfo | None:
-        """The DataLoader built last (the training loop's, as a rule), or None."""
-        loaders = list(self.run.dataloaders.values())
-        return max(loaders, key=lambda d: d.t) if loaders else None
+        """The training DataLoader: the one whose batches fed the steps (`Step.loader`).
+
+        Records written before steps named their loader: the one whose sampler
+        shuffles, else the one built first (eval loaders are built after it).
+        """
+        found = self.run.training_loader()
+        if found is not None:
+            return found
+        loaders = sorted(self.run.dataloaders.values(), key=lambda d: d.id)
+        shuffled = [d for d in loaders if d.shuffle]
+        return (shuffled or loaders or [None])[0]
 
     def max_workers(self) -> int:
         """Most num_workers of any DataLoader seen (0 when none)."""
         return max((d.num_workers for d in self.run.dataloaders.values()), default=0)
+
+    def loader_worker_cpu(self, loader: DataLoaderInfo | None) -> tuple[int, float] | None:
+        """(workers, mean CPU percent of one core, summed over them) of one loader's workers.
+
+        Over the samples in which they ran; None when no sample saw them. Workers
+        whose loader is unknown (older records) count for every loader.
+        """
+        want = loader.id if loader is not None else None
+        total = 0.0
+        n = 0
+        most = 0
+        for sample in self.run.samples:
+            cpus = [p.cpu for p in sample.procs
+                    if p.role == "worker" and (p.loader is None or p.loader == want) and p.cpu is not None]
+            if cpus:
+                total += sum(cpus)
+                n += 1
+                most = max(most, len(cpus))
+        return (most, total / n) if n else None
 
     def usable_cpus(self) -> int | None:
         """CPUs the process may run on (affinity), else the machine's count, else None."""
@@ -113,6 +140,12 @@ def measure(run: RunState, warmup: int = WARMUP) -> Context:
         data_frac=wait_sum / wall_sum if steps and wall_sum > 0 else None,
         gpu_samples=gpu_samples,
     )
+
+
+def describe_loader(dl: DataLoaderInfo, role: str = "training") -> str:
+    """A DataLoader as people recognise it: "training DataLoader (MNIST, batch_size=64, num_workers=4)"."""
+    what = f"{dl.dataset}, " if dl.dataset else ""
+    return f"{role} DataLoader ({what}batch_size={dl.batch_size}, num_workers={dl.num_workers})"
 
 
 def ms(seconds: float | None) -> str:

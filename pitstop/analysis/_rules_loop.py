@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding, ms
+from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding, describe_loader, ms
 
 # Above 20% of the step spent blocked on the DataLoader the loader, not the
 # model, sets the pace: a healthy loader with prefetching keeps this near 0-5%.
@@ -51,19 +51,18 @@ def data_wait(ctx: Context) -> Finding | None:
     workers = dl.num_workers if dl is not None else None
     if dl is not None:
         evidence.append(
-            f"DataLoader: num_workers={dl.num_workers}, pin_memory={dl.pin_memory}, "
-            f"persistent_workers={dl.persistent_workers}, prefetch_factor={dl.prefetch_factor}, "
-            f"batch_size={dl.batch_size}"
+            f"{describe_loader(dl)}: pin_memory={dl.pin_memory}, "
+            f"persistent_workers={dl.persistent_workers}, prefetch_factor={dl.prefetch_factor}"
         )
     else:
         evidence.append("no torch DataLoader seen: the wait is in another iterator")
     if usable is not None:
         evidence.append(f"{usable} usable CPU cores")
     s = ctx.run
-    if s.cpu_workers_n and s.workers_max:
-        evidence.append(
-            f"{s.workers_max} workers use {s.cpu_workers_sum / s.cpu_workers_n:.0f}% CPU together"
-        )
+    cpu = ctx.loader_worker_cpu(dl) if workers else None
+    if cpu is not None:
+        n, pct = cpu
+        evidence.append(f"its {n} worker{'s' if n != 1 else ''} use {pct / 100:.2f} cores together")
 
     # A batch takes `load` seconds in one worker. With W workers the loader
     # hands over one batch per step when it is the bottleneck, so each worker

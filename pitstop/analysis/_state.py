@@ -77,7 +77,15 @@ class RunState:
         self.notes: deque[Note] = deque(maxlen=MAX_NOTES)
         self.unknown_events = 0
         # Running totals over every step seen.
+        # total_steps counts every step; the other step totals count training steps
+        # only: a marked step (an eval pass, a profiler window) is kept out of
+        # throughput and step statistics (DESIGN rule 7) and counted in `marked`.
         self.total_steps = 0
+        self.train_steps = 0
+        self.marked: dict[str, int] = {}  # Step.mark -> steps
+        self.eval_steps = 0  # steps marked "eval"
+        self.eval_wall = 0.0  # their wall time
+        self.eval_s = 0.0  # time spent evaluating inside them (Step.eval_s)
         self.total_wall = 0.0
         self.total_data_wait = 0.0
         self.total_samples = 0
@@ -156,14 +164,7 @@ class RunState:
 
     def _add_step(self, s: Step) -> None:
         self.steps.append(s)
-        if s.step < HEAD_STEPS:
-            self.head.append(s)
         self.total_steps += 1
-        self.total_wall += s.wall
-        self.total_data_wait += s.data_wait
-        if s.samples is not None:
-            self.total_samples += s.samples
-            self.steps_with_samples += 1
         if self.first_step_t is None:
             self.first_step_t = s.t
             self.first_step_start = s.t - s.wall
@@ -173,6 +174,22 @@ class RunState:
         self.peak_mem_allocated = _max(self.peak_mem_allocated, s.mem_allocated)
         self.peak_mem_reserved = _max(self.peak_mem_reserved, s.mem_reserved)
         self.peak_rss = _max(self.peak_rss, s.host_rss)
+        mark = s.mark
+        if mark is not None:
+            self.marked[mark] = self.marked.get(mark, 0) + 1
+            if mark == "eval":
+                self.eval_steps += 1
+                self.eval_wall += s.wall
+                self.eval_s += s.eval_s
+            return
+        if s.step < HEAD_STEPS:
+            self.head.append(s)
+        self.train_steps += 1
+        self.total_wall += s.wall
+        self.total_data_wait += s.data_wait
+        if s.samples is not None:
+            self.total_samples += s.samples
+            self.steps_with_samples += 1
 
     def _add_sample(self, s: Sample) -> None:
         self.samples.append(s)
@@ -232,8 +249,22 @@ class RunState:
 
     # -- reading ----------------------------------------------------------
     def measured_steps(self, warmup: int = 3) -> list[Step]:
-        """Steps in the window whose index is at or past `warmup` (warm-up dropped)."""
-        return [s for s in self.steps if s.step >= warmup]
+        """Training steps in the window whose index is at or past `warmup` (warm-up and marked steps dropped)."""
+        return [s for s in self.steps if s.step >= warmup and s.mark is None]
+
+    def training_loader(self) -> DataLoaderInfo | None:
+        """The DataLoader whose batches fed the latest steps (`Step.loader`), or None."""
+        for s in reversed(self.steps):
+            if s.loader is not None:
+                return self.dataloaders.get(s.loader)
+        return None
+
+    def loader_role(self, loader_id: int) -> str:
+        """"train" for the training loader, "eval" for another one iterated, "" when unknown."""
+        train = self.training_loader()
+        if train is None:
+            return ""
+        return "train" if loader_id == train.id else "eval"
 
     def recent_steps(self, n: int) -> list[Step]:
         """The last n steps in the window."""

@@ -9,6 +9,7 @@ the model (Conv2d, GradScaler, DataParallel, DDP) and to apply a tuned config.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.abc
 import importlib.util
@@ -18,6 +19,7 @@ import time
 from typing import Any
 
 from pitstop.events import Model, Runtime
+from pitstop.profiling._patch import patch
 
 _PERF = time.perf_counter
 
@@ -79,6 +81,46 @@ def _leading_dim(batch: Any, tensor_type: type) -> int | None:
     return None
 
 
+def _cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
+    """True when the CPU has native bf16 (AVX512_BF16 or AMX); None where it cannot be read."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[-1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        return None
+    return None
+
+
+def find_root(module_type: type, optimizer: Any) -> Any:
+    """The outermost module holding the optimizer's parameters (see Hooks.watch_model).
+
+    One pass over the objects the GC tracks (a few tens of ms on a big heap),
+    once per run, at the first step.
+    """
+    modules = [o for o in gc.get_objects() if isinstance(o, module_type)]
+    inner = {id(child) for m in modules for child in m._modules.values() if child is not None}
+    tops = [m for m in modules if id(m) not in inner]
+    if optimizer is not None:
+        wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+        def score(m: Any) -> int:
+            return sum(1 for p in m.parameters() if id(p) in wanted)
+    else:
+
+        def score(m: Any) -> int:
+            return sum(p.numel() for p in m.parameters() if p.requires_grad)
+
+    best, best_score = None, 0
+    for m in tops:
+        value = score(m)
+        if value > best_score:
+            best, best_score = m, value
+    return best
+
+
 def _shm_bytes() -> int | None:
     try:
         st = os.statvfs("/dev/shm")
@@ -112,7 +154,7 @@ class Hooks:
         importlib.import_module("torch.nn.parallel")
         self.torch = torch
         agent.torch = torch
-        agent.t_torch = _PERF()
+        agent.clock.t_start = _PERF()  # step 0 starts here unless a DataLoader fetch comes first
         agent.hooks = self
         self._emit_runtime()
         from pitstop.profiling.overrides import Overrides
@@ -177,6 +219,7 @@ class Hooks:
                 usable_cpus=usable,
                 shm_bytes=_shm_bytes(),
                 unavailable=unavailable,
+                cpu_bf16=_cpu_bf16(),
             )
         )
         self.device_type = device_type
@@ -190,11 +233,13 @@ class Hooks:
         except Exception:
             benchmark = None
         cl_params = self.overrides.channels_last_params if self.overrides is not None else 0
+        optimizers = len(self.agent.clock.optimizers)
+        self.agent._model_optimizers = optimizers
         self.agent.emit(
             Model(
                 t=time.time(),
                 conv2d=self.conv2d,
-                optimizers=len(self.agent.optimizers),
+                optimizers=optimizers,
                 grad_scaler=self.grad_scaler,
                 autocast=self.autocast,
                 data_parallel=self.data_parallel,
@@ -211,103 +256,129 @@ class Hooks:
 
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if not agent.disabled:
-                agent.on_optimizer_step(optimizer)
+                try:
+                    agent.on_optimizer_step(optimizer)
+                except Exception as err:  # never into the training loop
+                    agent.fail("the optimizer-step hook", err)
 
         self.optimizer_mod.register_optimizer_step_post_hook(post_hook)
 
     def _hook_dataloader(self) -> None:
         agent = self.agent
+        clock = agent.clock
         dataloader = self.dataloader_mod
         base = dataloader._BaseDataLoaderIter
-        original_next = base.__next__
         tensor_type = self.torch.Tensor
         perf = _PERF
 
-        def __next__(it: Any) -> Any:
-            if agent.disabled:
-                return original_next(it)
-            started = perf()
-            batch = original_next(it)  # StopIteration passes through untimed: not a wait
-            waited = perf() - started
-            try:
-                samples = _leading_dim(batch, tensor_type)
-            except Exception:
-                samples = None
-            agent.on_data_wait(started, waited, samples)
-            return batch
+        def make_next(original_next: Any) -> Any:
+            def __next__(it: Any) -> Any:
+                if agent.disabled:
+                    return original_next(it)
+                started = perf()
+                batch = original_next(it)  # StopIteration passes through untimed: not a wait
+                waited = perf() - started
+                try:
+                    samples = _leading_dim(batch, tensor_type)
+                    clock.on_fetch(it.__dict__.get("_pitstop_loader"), started, waited, samples)
+                except Exception as err:  # never into the training loop
+                    agent.fail("the DataLoader hook", err)
+                return batch
 
-        base.__next__ = __next__
+            return __next__
+
+        patch(base, "__next__", make_next)
+
+        def make_iter_init(original_init: Any) -> Any:
+            def __init__(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+                original_init(it, loader, *args, **kwargs)
+                # Which DataLoader a batch came from: the training loader is told from eval ones.
+                it.__dict__["_pitstop_loader"] = getattr(loader, "__dict__", {}).get("_pitstop_id")
+
+            return __init__
+
+        patch(base, "__init__", make_iter_init)
         multi = dataloader._MultiProcessingDataLoaderIter
-        original_init = multi.__init__
 
-        def multi_init(it: Any, *args: Any, **kwargs: Any) -> None:
-            original_init(it, *args, **kwargs)
-            try:
-                agent.worker_pids.update(w.pid for w in it._workers if w.pid)
-            except Exception:
-                pass
+        def make_multi_init(original_init: Any) -> Any:
+            def __init__(it: Any, *args: Any, **kwargs: Any) -> None:
+                original_init(it, *args, **kwargs)
+                try:
+                    loader = it.__dict__.get("_pitstop_loader")
+                    agent.worker_pids.update((w.pid, loader) for w in it._workers if w.pid)
+                except Exception:
+                    pass
 
-        multi.__init__ = multi_init
+            return __init__
+
+        patch(multi, "__init__", make_multi_init)
         overrides = self.overrides
-        loader_cls = dataloader.DataLoader
-        original_loader_init = loader_cls.__init__
 
-        def loader_init(loader: Any, *args: Any, **kwargs: Any) -> None:
-            if agent.disabled:
-                original_loader_init(loader, *args, **kwargs)
-                return
-            try:
-                new_args, new_kwargs, applied, skipped = overrides.dataloader_kwargs(
-                    original_loader_init, loader, args, kwargs
-                )
-            except Exception as err:  # our bug must not change the script's DataLoader
-                agent.note("warn", "overrides", f"DataLoader overrides off: {err}", once="loader-kwargs")
-                new_args, new_kwargs, applied, skipped = args, kwargs, {}, {}
-            original_loader_init(loader, *new_args, **new_kwargs)
-            try:
-                overrides.report_dataloader(loader, applied, skipped)
-            except Exception as err:
-                agent.note("warn", "overrides", f"DataLoader report failed: {err}", once="loader-report")
+        def make_loader_init(original_loader_init: Any) -> Any:
+            def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+                if agent.disabled:
+                    original_loader_init(loader, *args, **kwargs)
+                    return
+                try:
+                    new_args, new_kwargs, applied, skipped = overrides.dataloader_kwargs(
+                        original_loader_init, loader, args, kwargs
+                    )
+                except Exception as err:  # our bug must not change the script's DataLoader
+                    agent.note("warn", "overrides", f"DataLoader overrides off: {err}", once="loader-kwargs")
+                    new_args, new_kwargs, applied, skipped = args, kwargs, {}, {}
+                original_loader_init(loader, *new_args, **new_kwargs)
+                try:
+                    overrides.report_dataloader(loader, applied, skipped)
+                except Exception as err:
+                    agent.note("warn", "overrides", f"DataLoader report failed: {err}", once="loader-report")
 
-        loader_cls.__init__ = loader_init
+            return __init__
+
+        patch(dataloader.DataLoader, "__init__", make_loader_init)
 
     def _hook_backward(self) -> None:
         agent = self.agent
-        tensor_cls = self.torch.Tensor
-        original = tensor_cls.backward
         hooks = self
 
-        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(tensor, *args, **kwargs)
-            if not agent.disabled:
-                loss = None
-                if hooks.capture_loss:
+        def make(original: Any) -> Any:
+            def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+                result = original(tensor, *args, **kwargs)
+                if not agent.disabled:
+                    loss = None
+                    if hooks.capture_loss:
+                        try:
+                            if tensor.numel() == 1:
+                                # On the CPU the value is there: read it now (no sync, nothing
+                                # held). Elsewhere keep it for one batched async copy.
+                                loss = tensor.item() if tensor.device.type == "cpu" else tensor.detach()
+                        except Exception:
+                            loss = None
                     try:
-                        if tensor.numel() == 1:
-                            # On the CPU the value is there: read it now (no sync, nothing
-                            # held). Elsewhere keep it for one batched async copy.
-                            loss = tensor.item() if tensor.device.type == "cpu" else tensor.detach()
-                    except Exception:
-                        loss = None
-                agent.on_backward(loss)
-            return result
+                        agent.on_backward(loss)
+                    except Exception as err:  # never into the training loop
+                        agent.fail("the backward hook", err)
+                return result
 
-        backward.__doc__ = original.__doc__
-        tensor_cls.backward = backward
+            return backward
+
+        patch(self.torch.Tensor, "backward", make)
 
     # ---- model facts ----------------------------------------------------------
     def _wrap_init(self, cls: Any, on_init: Any) -> None:
-        original = cls.__init__
+        agent = self.agent
 
-        def init(obj: Any, *args: Any, **kwargs: Any) -> None:
-            original(obj, *args, **kwargs)
-            if not self.agent.disabled:
-                try:
-                    on_init(obj)
-                except Exception as err:
-                    self.agent.note("warn", "hooks", f"{cls.__name__} hook: {err}", once=f"init-{cls.__name__}")
+        def make(original: Any) -> Any:
+            def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
+                original(obj, *args, **kwargs)
+                if not agent.disabled:
+                    try:
+                        on_init(obj)
+                    except Exception as err:
+                        agent.note("warn", "hooks", f"{cls.__name__} hook: {err}", once=f"init-{cls.__name__}")
 
-        cls.__init__ = init
+            return __init__
+
+        patch(cls, "__init__", make)
 
     def _hook_constructors(self) -> None:
         torch = self.torch
@@ -319,8 +390,12 @@ class Hooks:
 
         self._wrap_init(nn.Conv2d, on_conv)
 
-        def on_scaler(_: Any) -> None:
-            self.grad_scaler = True
+        def on_scaler(scaler: Any) -> None:
+            # torch turns a GradScaler off where it cannot work (no CUDA): only an
+            # enabled one counts as "the script scales its loss".
+            is_enabled = getattr(scaler, "is_enabled", None)
+            if is_enabled is None or is_enabled():
+                self.grad_scaler = True
 
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler is not None:
@@ -335,16 +410,62 @@ class Hooks:
             self.ddp = True
 
         self._wrap_init(nn.parallel.DistributedDataParallel, on_ddp)
-        autocast_cls = torch.autocast
-        original_enter = autocast_cls.__enter__
+        if self.overrides is not None and self.overrides.autocast_applied:
+            self.autocast = True  # a config's autocast is on for the whole run
         hooks = self
 
-        def enter(ctx: Any) -> Any:
-            if getattr(ctx, "_enabled", True):
-                hooks.autocast = True
-            return original_enter(ctx)
+        def make_enter(original_enter: Any) -> Any:
+            def __enter__(ctx: Any) -> Any:
+                if getattr(ctx, "_enabled", True):
+                    hooks.autocast = True
+                return original_enter(ctx)
 
-        autocast_cls.__enter__ = enter
+            return __enter__
+
+        patch(torch.autocast, "__enter__", make_enter)
+
+    # ---- the model's root module ----------------------------------------------
+    def watch_model(self, optimizer: Any) -> None:
+        """Find the model (once, at the first step) and watch its forwards.
+
+        The root module is the outermost module holding the first optimizer's
+        parameters (without an optimizer: the outermost module with the most
+        trainable parameters). A forward pre-hook on it (one hook call per
+        forward, not per submodule) tells the clock whether the forward trains
+        (grad on, train mode) or evaluates, and gives samples (the leading
+        dimension of its input) to loops that slice batches without a DataLoader.
+        """
+        try:
+            root = find_root(self.torch.nn.Module, optimizer)
+        except Exception as err:
+            self.agent.note("warn", "hooks", f"model not found: {err}", once="root")
+            return
+        if root is None:
+            return
+        agent = self.agent
+        clock = agent.clock
+        torch = self.torch
+        grad_enabled = torch.is_grad_enabled
+        tensor_type = torch.Tensor
+        perf = _PERF
+
+        def pre_hook(module: Any, args: Any, kwargs: Any) -> None:
+            if agent.disabled:
+                return None
+            try:
+                training = module.training and grad_enabled()
+                samples = None
+                if training and clock.wants_forward_samples:
+                    samples = _leading_dim(args, tensor_type) if args else _leading_dim(kwargs, tensor_type)
+                clock.on_forward(training, samples, perf())
+            except Exception as err:  # never into the training loop
+                agent.fail("the model's forward hook", err)
+            return None
+
+        try:
+            root.register_forward_pre_hook(pre_hook, with_kwargs=True)
+        except Exception as err:
+            self.agent.note("warn", "hooks", f"model forwards not watched: {err}", once="root-hook")
 
     # ---- profiler windows -----------------------------------------------------
     def _start_windows(self) -> None:

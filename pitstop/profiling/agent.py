@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pitstop import __version__
 from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.record import RecordWriter, record_path_for
+from pitstop.profiling.stepclock import StepClock
 
 _perf = time.perf_counter
 
@@ -57,6 +59,7 @@ class Agent:
     def __init__(self, settings: SessionSettings, reason: str = "") -> None:
         self.settings = settings
         self.disabled = False
+        self.failed = False  # switched off by an internal error (fail): the record still gets its End
         self.pid = os.getpid()
         self.rank = _env_int("RANK")
         self._queue: deque[Event | tuple[Any, ...]] = deque(maxlen=QUEUE_MAX)  # tuples: steps (_boundary)
@@ -65,18 +68,9 @@ class Agent:
         self._noted: set[str] = set()
         self._write_lock = threading.Lock()
         # step clock (training thread only)
-        self.step_index = 0
-        self.t_last: float | None = None
-        self.t_torch: float | None = None  # perf_counter() when torch finished importing
-        self.acc_wait = 0.0
-        self.acc_samples = 0
-        self.samples_known = False
-        self.mode: str | None = None  # "optimizer" | "backward" | "manual" once decided
-        self.primary_opt: int | None = None
-        self.others_since_primary = 0
-        self.optimizers: set[int] = set()
-        self.backward_calls_without_opt = 0
-        self._first_backward = 0.0
+        self.clock = StepClock(self._on_step, self._on_eval)
+        self._model_optimizers = 0  # optimizers counted in the last Model event
+        self.first_optimizer: Any = None  # weakref to the clock's first optimizer (finding the model)
         self._pending_losses: dict[int, Any] = {}
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
         self._last_loss_flush = _perf()
@@ -87,7 +81,7 @@ class Agent:
         self.torch: Any = None
         self.windows: Any = None
         self.hooks: Any = None
-        self.worker_pids: set[int] = set()
+        self.worker_pids: dict[int, int | None] = {}  # DataLoader worker pid -> its DataLoader's id
         self.finished = False
         # Callables fed every batch of events on the writer thread (exporters); one
         # that raises is removed and noted.
@@ -167,9 +161,13 @@ class Agent:
                 start_exporter(self, settings.prometheus + (_env_int("LOCAL_RANK") or 0))
             except Exception as err:
                 self.note("warn", "prometheus", f"metrics endpoint off: {err}")
-        self._exit = ("exit", None)
+        # How the process ends, as far as it can be seen from inside: an uncaught
+        # exception (excepthook), sys.exit(code) (wrapped), else a clean exit, 0.
+        # A bare `raise SystemExit(n)` outside sys.exit is not seen (docs/events.md).
+        self._exit: tuple[str, int | None] = ("exit", 0)
         self._excepthook = sys.excepthook
         sys.excepthook = self._on_uncaught
+        self._watch_sys_exit()
         os.register_at_fork(after_in_child=self._after_fork_child)
         atexit.register(self.shutdown)
 
@@ -237,70 +235,78 @@ class Agent:
     @staticmethod
     def _step_event(item: tuple[Any, ...], offset: float) -> Step:
         """The `Step` event of a tuple queued by `_boundary` (writer thread)."""
-        index, now, wall, wait, samples, source, mem, rss = item
+        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader = item
         alloc, reserved, peak = mem if mem is not None else (None, None, None)
         return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
-                    mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss)
+                    mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss, mark=mark,
+                    eval_s=eval_s, loader=loader if isinstance(loader, int) else None)
 
     # ---- the step clock (training thread) ------------------------------
-    def on_data_wait(self, started: float, waited: float, samples: int | None) -> None:
-        if self.t_last is None:
-            self.t_last = started
-        self.acc_wait += waited
-        if samples is not None:
-            self.acc_samples += samples
-            self.samples_known = True
+    @property
+    def step_index(self) -> int:
+        """Steps emitted so far (the index of the step being accumulated)."""
+        return self.clock.index
 
     def on_optimizer_step(self, optimizer: Any) -> None:
-        key = id(optimizer)
-        if key == self.primary_opt and self.mode == "optimizer":  # every step after the first
-            self.others_since_primary = 0
-            self._boundary("optimizer")
-            return
-        if self.mode == "manual":
-            return
-        self.optimizers.add(key)
-        if self.primary_opt is None:
-            self.primary_opt = key
-        if key != self.primary_opt:
-            # Several optimizers per iteration (a GAN): one step per iteration, marked by
-            # the first optimizer. If it stops stepping (a later training phase) switch.
-            self.others_since_primary += 1
-            if self.others_since_primary <= 16:
-                return
-            self.primary_opt = key
-        self.others_since_primary = 0
-        self.mode = "optimizer"
-        self._boundary("optimizer")
+        clock = self.clock
+        known = len(clock.optimizers)
+        merged = clock.on_optimizer_step(id(optimizer), _perf())
+        if len(clock.optimizers) != known:
+            self._new_optimizer(optimizer)
+        if merged:
+            self._merge_losses(merged)
+
+    def _new_optimizer(self, optimizer: Any) -> None:
+        """A new optimizer stepped (rare): remember the first; say so when the Model was sent."""
+        if self.first_optimizer is None:
+            try:
+                self.first_optimizer = weakref.ref(optimizer)
+            except TypeError:
+                self.first_optimizer = None
+        if self._model_optimizers and self.hooks is not None:
+            self.hooks.report_model()
+
+    def _merge_losses(self, merged: int) -> None:
+        """Held backward boundaries became one optimizer step: their losses are that step's."""
+        step = self.clock.index - 1
+        keys = [k for k in self._pending_losses if step <= k <= step + merged]
+        if keys:
+            last = self._pending_losses[max(keys)]
+            for k in keys:
+                del self._pending_losses[k]
+            self._pending_losses[step] = last
 
     def on_backward(self, loss: Any) -> None:
         if loss is not None:
-            self._pending_losses[self.step_index] = loss
-        if self.mode in ("optimizer", "manual"):
-            return
-        # No optimizer has stepped: count backward calls, but only from the second
-        # one, so a script whose optimizer steps after its first backward is not
-        # counted twice at the start.
-        self.backward_calls_without_opt += 1
-        if self.mode == "backward":
-            self._boundary("backward")
-        elif self.backward_calls_without_opt == 1:
-            self._first_backward = time.perf_counter()
-        else:
-            # Second backward and still no optimizer: steps are backward calls. The
-            # first one ended at the first backward; emit it now, then this one.
-            self.mode = "backward"
-            self._boundary("backward", now=self._first_backward)
-            self._boundary("backward")
+            self._pending_losses[self.clock.next_index] = loss
+        self.clock.on_backward(_perf())
 
     def manual_step(self, samples: int | None = None) -> None:
         if self.disabled:
             return
-        self.mode = "manual"
-        if samples is not None:
-            self.acc_samples += samples
-            self.samples_known = True
-        self._boundary("manual")
+        self.clock.manual(samples, _perf())
+
+    def fail(self, where: str, err: BaseException) -> None:
+        """An error of ours reached a hook: switch the agent off, loudly, once; training goes on."""
+        self.note("error", "agent", f"pitstop switched itself off after an internal error in {where}: "
+                  f"{type(err).__name__}: {err}", once="agent-failed")
+        try:
+            sys.stderr.write(f"pitstop: internal error in {where} ({type(err).__name__}: {err}); "
+                             "pitstop stopped measuring, training goes on\n")
+        except Exception:
+            pass
+        self.failed = True
+        self.disabled = True  # every hook passes through from now on
+
+    def _on_eval(self) -> None:
+        """The clock saw an evaluation pass begin: a profiler window must not record it."""
+        windows = self.windows
+        if windows is not None:
+            try:
+                windows.on_eval()
+            except Exception as err:
+                self.windows = None
+                self.note("warn", "profiler", f"profiler windows off: {err}")
 
     def _rss(self) -> int | None:
         """Resident bytes of this process. Read on the writer thread (2 Hz), not per step:
@@ -315,8 +321,9 @@ class Agent:
         except (OSError, IndexError, ValueError):
             return None
 
-    def _boundary(self, source: str, now: float | None = None) -> None:
-        """End a step: the training thread's whole cost per step, so kept to a few lines.
+    def _on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
+                 mark: str | None, eval_s: float, loader: Any) -> None:
+        """A step ended (the clock calls this): the training thread's whole cost per step.
 
         Measured in place (caches cold from the step's own work) every Python
         operation costs several times its tight-loop time: building the `Step`
@@ -325,13 +332,6 @@ class Agent:
         """
         if self.disabled or self.finished:
             return
-        if now is None:
-            now = _perf()
-        t_last = self.t_last
-        if t_last is None:
-            # The first step is timed from the first DataLoader fetch when there is
-            # one (on_data_wait), else from when torch finished importing.
-            t_last = self.t_torch if self.t_torch is not None else now
         mem = None
         if self.cuda_mem:
             try:
@@ -342,29 +342,27 @@ class Agent:
                 self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
         elif self.cuda_device and self.hooks.cuda_ready():
             self.cuda_mem = True
+        windows = self.windows
+        if mark is None and windows is not None:
+            mark = getattr(windows, "mark", None)
         queue = self._queue
         if len(queue) == QUEUE_MAX:
             self.dropped += 1
-        index = self.step_index
-        queue.append((index, now, now - t_last, self.acc_wait, self.acc_samples if self.samples_known else None,
-                      source, mem, self.rss_now))
+        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader))
         if index == 0 and self.hooks is not None:
             self.hooks.report_model()
-        self.step_index = index + 1
-        self.t_last = now
-        self.acc_wait = 0.0
-        self.acc_samples = 0
+            self.hooks.watch_model(self.first_optimizer() if self.first_optimizer is not None else None)
         pending = self._pending_losses
         if pending and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):
             self.flush_losses(block=False)
-        if self.windows is not None:
+        if windows is not None:
             try:
-                self.windows.on_step(self.step_index - 1)
+                windows.on_step(index)
             except Exception as err:
                 self.windows = None
                 self.note("warn", "profiler", f"profiler windows off: {err}")
         trial = self.settings.trial_steps
-        if trial is not None and self.step_index >= trial:
+        if trial is not None and index + 1 >= trial:
             self.finish_trial()
 
     # ---- losses -----------------------------------------------------------
@@ -439,6 +437,32 @@ class Agent:
             pass
         os._exit(0)
 
+    def _watch_sys_exit(self) -> None:
+        agent = self
+
+        def exit_code(code: Any = None) -> None:
+            if code is None or isinstance(code, int):
+                agent._exit = ("exit", code or 0)
+            else:  # a message: Python prints it and exits with 1
+                agent._exit = ("exit", 1)
+
+        try:
+            from pitstop.profiling._patch import patch
+
+            def make(original: Any) -> Any:
+                def exit(*args: Any, **kwargs: Any) -> Any:
+                    try:
+                        exit_code(*args, **kwargs)
+                    except Exception:  # never in the way of the script's exit
+                        pass
+                    return original(*args, **kwargs)
+
+                return exit
+
+            patch(sys, "exit", make)
+        except Exception as err:
+            self.note("warn", "agent", f"exit codes from sys.exit not recorded: {err}")
+
     def _on_uncaught(self, kind: Any, value: Any, tb: Any) -> None:
         # Chained, never replacing the script's own hook: the record learns that the
         # process is dying of an exception (exit code 1), the traceback prints as usual.
@@ -450,13 +474,18 @@ class Agent:
 
     def shutdown(self, reason: str | None = None, exit_code: int | None = None) -> None:
         """Flush everything and close; idempotent; runs at exit."""
-        if self.disabled or self._stop.is_set():
+        if (self.disabled and not self.failed) or self._stop.is_set():
             return
+        self.disabled = False  # a failed agent still ends its record (hooks no longer matter at exit)
         if reason is None:
             reason, exit_code = self._exit
         try:
             if self.windows is not None:
                 self.windows.close()
+        except Exception:
+            pass
+        try:
+            self.clock.flush()
         except Exception:
             pass
         if self.torch is not None:

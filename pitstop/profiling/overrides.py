@@ -1,7 +1,12 @@
 """Provides how a tuned config is applied inside the training process, with no code change.
 
-DataLoader knobs are applied where the script builds its DataLoader (every
-DataLoader it builds); autocast, cudnn.benchmark and channels-last are applied
+DataLoader knobs are applied where the script builds its DataLoader:
+`[dataloader]` to the training loader, `[eval_dataloader]` to evaluation
+loaders. Which is which is decided as the loader is built, before any batch:
+a loader whose sampler shuffles (or is the script's own sampler), or the first
+DataLoader the script builds, is a training loader; a sequential one built
+after the first is an evaluation loader (Lightning, HF Trainer and most
+scripts shuffle their training loader and not their eval loaders). autocast, cudnn.benchmark and channels-last are applied
 process-wide when torch is imported. What applied and what did not (and why)
 goes into the stream as DataLoaderInfo and Applied events, so a record proves
 what a run really used.
@@ -29,9 +34,11 @@ class Overrides:
         self.torch = torch
         config = config or {}
         self.loader = {k: v for k, v in (config.get("dataloader") or {}).items() if v is not None}
+        self.eval_loader = {k: v for k, v in (config.get("eval_dataloader") or {}).items() if v is not None}
         self.compute = {k: v for k, v in (config.get("compute") or {}).items() if v is not None}
         self.channels_last = bool(self.compute.get("channels_last"))
         self.channels_last_params = 0
+        self.autocast_applied = False
         self._loaders = 0
         self._signature: inspect.Signature | None = None
 
@@ -68,6 +75,7 @@ class Overrides:
                 torch.set_autocast_dtype(device, dtype)
                 torch.set_autocast_cache_enabled(False)
                 applied["amp"] = f"{amp} on {device}"
+                self.autocast_applied = True
         elif amp == "off":
             applied["amp"] = "off"
         if self.channels_last:
@@ -90,7 +98,7 @@ class Overrides:
         """The DataLoader arguments with the config applied, and what applied or not."""
         applied: dict[str, Any] = {}
         skipped: dict[str, str] = {}
-        if not self.loader:
+        if not self.loader and not self.eval_loader:
             return args, kwargs, applied, skipped
         try:
             if self._signature is None:
@@ -105,7 +113,15 @@ class Overrides:
         extra = values.pop("kwargs", None)  # a subclass signature with **kwargs
         if extra:
             values.update(extra)
-        want = dict(self.loader)
+        if self._is_training(values):
+            want = dict(self.loader)
+        else:
+            want = dict(self.eval_loader)
+            for knob in self.loader:
+                if knob not in want:
+                    skipped[knob] = "an evaluation DataLoader (sequential, built after the first): [dataloader] sets the training one"
+        if not want:
+            return args, kwargs, applied, skipped
         cuda = self.torch.cuda.is_available() if getattr(self.torch.version, "cuda", None) else False
         if "batch_size" in want:
             if values.get("batch_sampler") is not None:
@@ -128,8 +144,20 @@ class Overrides:
             values[knob] = value
         return (), values, applied, skipped
 
-    def report_dataloader(self, loader: Any, applied: dict[str, Any], skipped: dict[str, str]) -> None:
+    def _is_training(self, values: dict[str, Any]) -> bool:
+        """Training or evaluation loader, from its arguments (see the module docstring)."""
+        first = self._loaders == 0
+        if values.get("shuffle"):
+            return True
+        sampler = values.get("batch_sampler") or values.get("sampler")
+        if sampler is not None:
+            return type(sampler).__name__ != "SequentialSampler" or first
+        return first
+
+    def report_dataloader(self, loader: Any, applied: dict[str, Any], skipped: dict[str, str]) -> int:
+        """Send the DataLoaderInfo of a loader just built; returns the id it is known by."""
         self._loaders += 1
+        loader.__dict__["_pitstop_id"] = self._loaders
         try:
             length = len(loader.dataset)
         except Exception:
@@ -149,5 +177,20 @@ class Overrides:
                 batch_sampler=custom,
                 overrides=applied,
                 skipped=skipped,
+                dataset=type(getattr(loader, "dataset", None)).__name__,
+                shuffle=_shuffles(loader),
             )
         )
+        return self._loaders
+
+
+def _shuffles(loader: Any) -> bool | None:
+    """Whether a DataLoader's sampler shuffles (RandomSampler, a shuffling DistributedSampler)."""
+    sampler = getattr(loader, "sampler", None)
+    name = type(sampler).__name__
+    if name == "RandomSampler":
+        return True
+    if name == "SequentialSampler":
+        return False
+    shuffle = getattr(sampler, "shuffle", None)
+    return bool(shuffle) if isinstance(shuffle, bool) else None

@@ -133,13 +133,15 @@ class Sampler:
                 rss = proc.memory_info().rss
             except psutil.Error:
                 continue
+            loader = None
             if pid == self.me.pid:
                 role = "main"
             elif pid in self.agent.worker_pids:
                 role = "worker"
+                loader = self.agent.worker_pids.get(pid)
             else:
                 role = "child"
-            procs.append(Proc(pid=pid, role=role, cpu=None if fresh else cpu, rss=rss))
+            procs.append(Proc(pid=pid, role=role, cpu=None if fresh else cpu, rss=rss, loader=loader))
             self._primed.add(pid)
         for gone in set(self._procs) - seen:
             self._procs.pop(gone, None)

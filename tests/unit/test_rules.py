@@ -74,7 +74,7 @@ def test_data_wait_fires_and_sizes_workers_from_the_evidence() -> None:
     f = rule(run, "data-wait")
     assert f is not None and f.severity == "high" and f.knob == "num_workers"
     assert f.evidence[0] == "data wait is 67% of step time (p50 20.0 ms of 30.0 ms over 27 steps)"
-    assert "num_workers=0, pin_memory=False" in f.evidence[1]
+    assert "training DataLoader (batch_size=32, num_workers=0): pin_memory=False" in f.evidence[1]
     # One batch takes 20 ms to load and 10 ms to consume: 2 workers keep up.
     assert "num_workers=2" in f.fix and "batch_size=32" in f.fix and "pin_memory" not in f.fix
     assert f.gain.startswith("up to 3.0x") and "to ~10.0 ms" in f.gain

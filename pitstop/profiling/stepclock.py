@@ -1,0 +1,231 @@
+"""Provides the step clock: where training steps begin and end, and which of them evaluated.
+
+Pure and torch-free (the hooks feed it perf_counter stamps), so every rule here
+has a unit test (tests/unit/test_stepclock.py). It runs on the training thread;
+each method is a few compares and stores.
+
+What it decides:
+- Step boundaries: one optimizer's steps (the first one to step; a GAN's second
+  optimizer does not add steps), else backward calls, else `pitstop.step()`.
+  Backward boundaries are held until it is clear that no optimizer steps
+  (`PENDING_MAX` calls or `PENDING_S`): a GAN calls backward twice before its
+  first `optimizerD.step()`, and emitting those as steps invented two steps.
+- The training loader: the one whose batch fed the step (the last fetched before
+  the boundary). Data wait and samples count its batches only.
+- Evaluation: a step in which another loader was iterated, or the model's root
+  module ran `EVAL_FORWARDS` or more forwards without grad (or in eval mode) that
+  no backward followed, is marked "eval"; `eval_s` spans that evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# Backward calls held before deciding that no optimizer steps in this script.
+# nanoGPT accumulates 40 micro-steps per optimizer step by default: fewer would
+# invent steps there. 60 s bounds the wait on a slow manual-SGD loop.
+PENDING_MAX = 64
+PENDING_S = 60.0
+# No-grad forwards of the root module in one stretch that make an eval pass: one
+# such forward a step is a training pattern (a target computed under no_grad).
+EVAL_FORWARDS = 2
+# A second optimizer takes over as the clock after this many of its steps with
+# none of the first's: a later training phase that steps another optimizer.
+SWITCH_AFTER = 16
+
+# on_step(index, start, now, data_wait, samples, source, mark, eval_s, loader)
+StepSink = Callable[[int, float, float, float, "int | None", str, "str | None", float, Any], None]
+
+
+class StepClock:
+    """The step boundaries of one training thread, from stamps the hooks pass in."""
+
+    def __init__(self, on_step: StepSink, on_eval: Callable[[], None] | None = None) -> None:
+        self.on_step = on_step
+        self.on_eval = on_eval
+        self.index = 0  # the step being accumulated now (steps emitted so far)
+        self.t_start: float | None = None  # where step 0 starts when nothing else says (torch imported)
+        self.t_last: float | None = None  # end of the previous step (or first fetch)
+        self.mode: str | None = None  # "optimizer" | "backward" | "manual" once decided
+        self.primary: Any = None  # key of the optimizer whose steps are the clock
+        self.optimizers: set[Any] = set()
+        self._others = 0  # steps of other optimizers since the primary's last
+        self.train_loader: Any = None
+        self._pending: list[list[Any]] = []  # held backward boundaries (see module doc)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._fetch: dict[Any, list[Any]] = {}  # loader -> [wait, samples|None, first start, last end]
+        self._last_loader: Any = None
+        self._fwd_samples: int | None = None
+        self._seg_t0: float | None = None  # open stretch of eval forwards
+        self._seg_n = 0
+        self._eval_t0: float | None = None  # evidence of evaluation in this step
+        self._eval_t1 = 0.0
+        self._eval_told = False
+
+    # ---- inputs ---------------------------------------------------------------
+    def on_fetch(self, loader: Any, started: float, waited: float, samples: int | None) -> None:
+        """A batch came out of a DataLoader iterator (`loader` identifies its DataLoader)."""
+        if self.t_last is None:
+            self.t_last = started
+        acc = self._fetch.get(loader)
+        if acc is None:
+            acc = self._fetch[loader] = [0.0, None, started, 0.0]
+            if self.train_loader is not None and loader != self.train_loader:
+                self._tell_eval()  # counted at the boundary: it may be a new training loader
+        acc[0] += waited
+        if samples is not None:
+            acc[1] = samples if acc[1] is None else acc[1] + samples
+        acc[3] = started + waited
+        self._last_loader = loader
+        if loader == self.train_loader and self._seg_t0 is not None:
+            self._close_segment(started)
+
+    @property
+    def wants_forward_samples(self) -> bool:
+        """True until a DataLoader is seen feeding steps: samples then come from the model's input."""
+        return self.train_loader is None and not self._fetch
+
+    def on_forward(self, training: bool, samples: int | None, now: float) -> None:
+        """The model's root module starts a forward; `training`: grad on and train mode."""
+        if not training:
+            if self._seg_t0 is None:
+                self._seg_t0 = now
+            self._seg_n += 1
+            if self._seg_n == EVAL_FORWARDS:
+                self._evidence(self._seg_t0)
+            return
+        if self._seg_t0 is not None:
+            self._close_segment(now)
+        if samples is not None:
+            self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
+
+    def on_backward(self, now: float) -> int:
+        """A backward call. Returns the steps emitted (0, 1, or the held ones at once)."""
+        if self._seg_t0 is not None:
+            # Forwards that a backward follows were training (eval-mode fine-tuning).
+            self._seg_t0, self._seg_n = None, 0
+        mode = self.mode
+        if mode == "optimizer" or mode == "manual":
+            return 0
+        if mode == "backward":
+            self._cut("backward", now)
+            return 1
+        self._pending.append(self._measure(now))
+        self.t_last = now
+        self._reset()
+        if len(self._pending) >= PENDING_MAX or now - self._pending[0][0] >= PENDING_S:
+            return self.flush()
+        return 0
+
+    def flush(self) -> int:
+        """The script is ending: held backward boundaries were steps after all (no optimizer came)."""
+        if not self._pending or self.mode is not None:
+            return 0
+        self.mode = "backward"
+        held, self._pending = self._pending, []
+        for step in held:
+            self._emit(step, "backward")
+        return len(held)
+
+    def on_optimizer_step(self, key: Any, now: float) -> int:
+        """An optimizer stepped. Returns how many held backward boundaries merged into this step."""
+        if key == self.primary and self.mode == "optimizer":  # every step after the first
+            self._others = 0
+            self._cut("optimizer", now)
+            return 0
+        if self.mode == "manual":
+            return 0
+        self.optimizers.add(key)
+        if self.primary is None:
+            self.primary = key
+        if key != self.primary:
+            self._others += 1
+            if self._others <= SWITCH_AFTER:
+                return 0
+            self.primary = key
+        self._others = 0
+        self.mode = "optimizer"
+        merged = len(self._pending)
+        self._cut("optimizer", now)
+        return merged
+
+    def manual(self, samples: int | None, now: float) -> None:
+        """`pitstop.step()`: the script marks its steps itself."""
+        self.mode = "manual"
+        self._pending = []
+        if samples is not None:
+            self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
+        self._cut("manual", now)
+
+    @property
+    def next_index(self) -> int:
+        """The index the step now accumulating will get (held backward steps counted)."""
+        return self.index + len(self._pending)
+
+    # ---- boundaries ------------------------------------------------------------
+    def _evidence(self, t0: float) -> None:
+        if self._eval_t0 is None or t0 < self._eval_t0:
+            self._eval_t0 = t0
+        self._tell_eval()
+
+    def _tell_eval(self) -> None:
+        if not self._eval_told:
+            self._eval_told = True
+            if self.on_eval is not None:
+                self.on_eval()
+
+    def _close_segment(self, now: float) -> None:
+        if self._seg_n >= EVAL_FORWARDS:
+            self._eval_t1 = max(self._eval_t1, now)
+        self._seg_t0, self._seg_n = None, 0
+
+    def _measure(self, now: float) -> list[Any]:
+        """This step as [end, start, wait, samples, eval_s, eval, loader]."""
+        if self._seg_t0 is not None:
+            self._close_segment(now)
+        fetched = self._fetch
+        train = self.train_loader
+        if (train is None or train not in fetched) and self._last_loader is not None:
+            train = self._last_loader  # the batch that fed this step (a new loader each epoch, too)
+        self.train_loader = train
+        acc = fetched.get(train)
+        wait = acc[0] if acc is not None else 0.0
+        samples = acc[1] if acc is not None else None
+        if samples is None:
+            samples = self._fwd_samples
+        evaluated = self._eval_t0 is not None or len(fetched) > (1 if acc is not None else 0)
+        eval_s = 0.0
+        if evaluated:
+            starts = [a[2] for k, a in fetched.items() if k != train]
+            ends = [a[3] for k, a in fetched.items() if k != train]
+            if self._eval_t0 is not None:
+                starts.append(self._eval_t0)
+            if self._eval_t1:
+                ends.append(self._eval_t1)
+            eval_s = max(0.0, max(ends, default=now) - min(starts))
+        start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
+        return [now, start, wait, samples, eval_s, evaluated, train]
+
+    def _cut(self, source: str, now: float) -> None:
+        step = self._measure(now)
+        if self._pending:  # held backward boundaries were one optimizer step after all
+            for held in self._pending:
+                step[1] = min(step[1], held[1])
+                step[2] += held[2]
+                if held[3] is not None:
+                    step[3] = held[3] if step[3] is None else step[3] + held[3]
+                step[4] += held[4]
+                step[5] = step[5] or held[5]
+            self._pending = []
+        self.t_last = now
+        self._reset()
+        self._emit(step, source)
+
+    def _emit(self, step: list[Any], source: str) -> None:
+        end, start, wait, samples, eval_s, evaluated, loader = step
+        index = self.index
+        self.index = index + 1
+        self.on_step(index, start, end, wait, samples, source, "eval" if evaluated else None, eval_s, loader)

@@ -1,0 +1,48 @@
+"""The training loader is the one whose batches fed the steps: advice and figures are about it."""
+
+from __future__ import annotations
+
+from pitstop.analysis import RunState, findings, summarize
+from pitstop.events import DataLoaderInfo, Proc, Runtime, Sample, Step
+
+
+def _run(eval_every: int = 10) -> RunState:
+    run = RunState()
+    run.add(Runtime(t=0.0, torch_version="2.13", cuda_version=None, device_type="cpu", cpu_count=8, usable_cpus=8))
+    run.add(DataLoaderInfo(t=0.1, id=1, num_workers=4, batch_size=64, pin_memory=False, persistent_workers=False,
+                           prefetch_factor=2, dataset="TokenSet", shuffle=True))
+    # The eval loader is built after the training one, as real scripts do.
+    run.add(DataLoaderInfo(t=0.2, id=2, num_workers=0, batch_size=100, pin_memory=False, persistent_workers=False,
+                           prefetch_factor=None, dataset="TokenSet", shuffle=False))
+    t = 1.0
+    for i in range(60):
+        evaluating = i % eval_every == 0 and i > 0
+        wall = 5.0 if evaluating else 0.1
+        t += wall
+        run.add(Step(t=t, step=i, wall=wall, data_wait=0.06, samples=64, loader=1,
+                     mark="eval" if evaluating else None, eval_s=4.9 if evaluating else 0.0))
+        procs = [Proc(pid=10, role="main", cpu=90.0, rss=1)]
+        procs += [Proc(pid=20 + k, role="worker", cpu=50.0, rss=1, loader=1) for k in range(4)]
+        if evaluating:
+            procs += [Proc(pid=40, role="worker", cpu=100.0, rss=1, loader=2)]
+        run.add(Sample(t=t, procs=procs, system_cpu=50.0))
+    return run
+
+
+def test_data_wait_advice_names_the_training_loader_not_the_eval_loader_built_last() -> None:
+    found = {f.rule: f for f in findings(_run())}
+    f = found["data-wait"]
+    text = "\n".join(f.evidence) + f.fix
+    assert "training DataLoader (TokenSet, batch_size=64, num_workers=4)" in text
+    assert "batch_size=100" not in text
+    assert "DataLoader(dataset, batch_size=64, num_workers=7," in f.fix  # more than the 4 it has
+    assert "its 4 workers use 2.00 cores together" in f.evidence  # the eval loader's worker is apart
+
+
+def test_eval_steps_are_kept_out_of_throughput_and_step_statistics() -> None:
+    run = _run()
+    s = summarize(run)
+    assert run.eval_steps == 5 and run.train_steps == 55
+    assert s.step_p95_s is not None and s.step_p95_s < 0.2  # the 5 s eval steps do not enter p95
+    assert s.samples_per_s is not None and abs(s.samples_per_s - 640.0) < 1e-6  # 64 per 0.1 s step
+    assert run.loader_role(1) == "train" and run.loader_role(2) == "eval"

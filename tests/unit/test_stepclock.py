@@ -1,0 +1,180 @@
+"""Unit tests of the step clock: boundaries, the training loader, evaluation marks (no torch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pitstop.profiling.stepclock import EVAL_FORWARDS, PENDING_MAX, StepClock
+
+TRAIN, VAL = 1, 2
+
+
+class Recorder:
+    """A clock whose emitted steps are kept as dicts, with a settable time."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.evals = 0
+        self.clock = StepClock(self.on_step, self.on_eval)
+        self.clock.t_start = 0.0
+        self.now = 0.0
+
+    def on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
+                mark: str | None, eval_s: float, loader: Any) -> None:
+        self.steps.append(dict(index=index, wall=now - start, wait=wait, samples=samples, source=source,
+                               mark=mark, eval_s=eval_s, loader=loader))
+
+    def on_eval(self) -> None:
+        self.evals += 1
+
+    def tick(self, dt: float) -> float:
+        self.now += dt
+        return self.now
+
+    def fetch(self, loader: int, wait: float, samples: int | None) -> None:
+        started = self.now
+        self.clock.on_fetch(loader, started, wait, samples)
+        self.now += wait
+
+    def train_step(self, opt: str = "opt", batch: int = 16, wait: float = 0.01, compute: float = 0.1) -> None:
+        self.fetch(TRAIN, wait, batch)
+        self.clock.on_forward(True, None, self.tick(0.001))
+        self.clock.on_backward(self.tick(compute / 2))
+        self.clock.on_optimizer_step(opt, self.tick(compute / 2))
+
+    def eval_pass(self, batches: int = 5, batch: int = 100, each: float = 0.05) -> None:
+        for _ in range(batches):
+            self.fetch(VAL, 0.002, batch)
+            self.clock.on_forward(False, None, self.tick(each))
+
+
+def test_optimizer_steps_are_the_clock() -> None:
+    r = Recorder()
+    for _ in range(5):
+        r.train_step()
+    assert [s["index"] for s in r.steps] == [0, 1, 2, 3, 4]
+    assert all(s["source"] == "optimizer" and s["mark"] is None and s["loader"] == TRAIN for s in r.steps)
+    assert r.steps[2]["wall"] == pytest.approx(0.111)
+    assert r.steps[2]["wait"] == pytest.approx(0.01)
+    assert r.steps[2]["samples"] == 16
+
+
+def test_an_eval_loader_iterated_between_steps_marks_the_step_and_is_not_counted() -> None:
+    r = Recorder()
+    for i in range(30):
+        r.train_step()
+        if i % 10 == 9:
+            r.eval_pass(batches=5)
+    marked = [s for s in r.steps if s["mark"] == "eval"]
+    assert [s["index"] for s in marked] == [10, 20]  # the step after each eval pass holds it
+    for s in marked:
+        assert s["samples"] == 16  # the eval batches of 100 are not training samples
+        assert s["wait"] == pytest.approx(0.01)  # nor is the eval loader's wait
+        assert s["eval_s"] == pytest.approx(5 * 0.052, abs=1e-6)  # first eval fetch to the next training batch
+        assert s["loader"] == TRAIN
+    assert r.evals == 3  # the third pass, after the last step, is told too (a window must stop)
+    assert all(s["mark"] is None for s in r.steps if s not in marked)
+
+
+def test_the_training_loader_is_the_one_whose_batch_fed_the_step_even_when_eval_comes_first() -> None:
+    r = Recorder()
+    r.eval_pass(batches=2)  # Lightning's sanity check: the val loader is iterated before any step
+    r.train_step()
+    r.train_step()
+    assert r.steps[0]["mark"] == "eval" and r.steps[0]["loader"] == TRAIN and r.steps[0]["samples"] == 16
+    assert r.steps[1]["mark"] is None
+
+
+def test_a_new_loader_each_epoch_becomes_the_training_loader() -> None:
+    r = Recorder()
+    r.train_step()
+    r.fetch(7, 0.01, 16)  # epoch 2 builds a new DataLoader
+    r.clock.on_optimizer_step("opt", r.tick(0.1))
+    r.fetch(7, 0.01, 16)
+    r.clock.on_optimizer_step("opt", r.tick(0.1))
+    assert [s["loader"] for s in r.steps] == [TRAIN, 7, 7]
+    assert [s["mark"] for s in r.steps] == [None, None, None]
+
+
+def test_no_grad_forwards_between_steps_are_an_eval_pass_and_one_is_not() -> None:
+    r = Recorder()
+    c = r.clock
+    for i in range(6):
+        if i == 3:  # nanoGPT's estimate_loss: many forwards under no_grad, batches sliced by hand
+            for _ in range(EVAL_FORWARDS + 3):
+                c.on_forward(False, None, r.tick(0.05))
+        c.on_forward(False, None, r.tick(0.01))  # a target computed under no_grad every step: training
+        c.on_forward(True, 8, r.tick(0.01))
+        c.on_backward(r.tick(0.05))
+        c.on_optimizer_step("opt", r.tick(0.05))
+    assert [s["mark"] for s in r.steps] == [None, None, None, "eval", None, None]
+    assert r.steps[3]["eval_s"] == pytest.approx(4 * 0.05 + 0.01 + 0.01, abs=1e-6)  # first no-grad forward to the training one
+    assert all(s["samples"] == 8 for s in r.steps)  # no DataLoader: the model input's leading dimension
+
+
+def test_eval_mode_forwards_that_a_backward_follows_are_training() -> None:
+    r = Recorder()
+    c = r.clock
+    for _ in range(4):  # frozen-BN fine-tuning with gradient accumulation: model.eval(), grad on
+        for _ in range(3):
+            c.on_forward(False, None, r.tick(0.01))
+            c.on_backward(r.tick(0.01))
+        c.on_optimizer_step("opt", r.tick(0.01))
+    assert [s["mark"] for s in r.steps] == [None] * 4
+
+
+def test_a_gan_gets_one_step_per_iteration_from_the_first_iteration() -> None:
+    r = Recorder()
+    c = r.clock
+    for _ in range(16):
+        r.fetch(TRAIN, 0.01, 64)
+        c.on_backward(r.tick(0.01))  # errD_real
+        c.on_backward(r.tick(0.01))  # errD_fake
+        c.on_optimizer_step("D", r.tick(0.01))
+        c.on_backward(r.tick(0.01))  # errG
+        c.on_optimizer_step("G", r.tick(0.01))
+    assert len(r.steps) == 16
+    assert {s["source"] for s in r.steps} == {"optimizer"}
+    assert r.steps[0]["wall"] == pytest.approx(0.04)  # fetch + two backwards + D (G's time is the next step's)
+    assert c.optimizers == {"D", "G"}
+
+
+def test_gradient_accumulation_does_not_invent_steps() -> None:
+    r = Recorder()
+    c = r.clock
+    for _ in range(3):  # nanoGPT: 40 micro-steps per optimizer step
+        for _ in range(40):
+            c.on_forward(True, 12, r.tick(0.01))
+            c.on_backward(r.tick(0.01))
+        c.on_optimizer_step("opt", r.tick(0.01))
+    assert len(r.steps) == 3
+    assert r.steps[0]["samples"] == 40 * 12
+
+
+def test_manual_sgd_steps_are_backward_calls_once_no_optimizer_steps() -> None:
+    r = Recorder()
+    c = r.clock
+    emitted = [c.on_backward(r.tick(0.01)) for _ in range(PENDING_MAX + 10)]
+    assert sum(emitted) == PENDING_MAX + 10  # held at first, then all at once, then one each
+    assert emitted[: PENDING_MAX - 1] == [0] * (PENDING_MAX - 1)
+    assert len(r.steps) == PENDING_MAX + 10
+    assert all(s["wall"] == pytest.approx(0.01) for s in r.steps)
+    assert {s["source"] for s in r.steps} == {"backward"}
+
+
+def test_manual_steps() -> None:
+    r = Recorder()
+    for _ in range(3):
+        r.clock.manual(32, r.tick(0.1))
+    assert [(s["source"], s["samples"]) for s in r.steps] == [("manual", 32)] * 3
+
+
+def test_held_backward_steps_are_steps_when_the_script_ends_before_the_decision() -> None:
+    r = Recorder()
+    for _ in range(20):
+        r.clock.on_backward(r.tick(0.01))
+    assert r.steps == []
+    assert r.clock.flush() == 20
+    assert [s["index"] for s in r.steps] == list(range(20))
