@@ -230,7 +230,7 @@ def _run_headless(target: Target, settings: SessionSettings) -> int:
     except PitstopError as err:
         print(f"pitstop: no summary: {err}", file=sys.stderr)
         return code
-    print("\n" + summary_text(runs, notes), file=sys.stderr)
+    print("\n" + summary_text(runs, notes, pid=proc.pid, exit_code=code), file=sys.stderr)
     print(f"pitstop: record: {settings.record}", file=sys.stderr)
     if code != 0:
         print(f"pitstop: {target.label} exited with code {code}", file=sys.stderr)
@@ -271,7 +271,7 @@ def _run_tui(target: Target, settings: SessionSettings) -> int:
     code = exit_code_of(proc.returncode)
     try:
         runs, notes = load_runs(record)
-        print(summary_text(runs, notes), file=sys.stderr)
+        print(summary_text(runs, notes, pid=proc.pid, exit_code=code), file=sys.stderr)
     except PitstopError as err:
         print(f"pitstop: no summary: {err}", file=sys.stderr)
     if code != 0:
@@ -413,16 +413,19 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session, label = _choose_agent(pid)
         source = SocketSource(label, session=session)
     if args.headless or not sys.stdout.isatty():
-        from pitstop.analysis import JobState, status_line
+        from pitstop.analysis import JobState
+        from pitstop.headless import STATUS_INTERVAL_S, StatusPrinter
 
         job = JobState()
-        last = 0.0
+        printer = StatusPrinter()
+        next_t = 0.0
         for batch in source.batches():
             job.add(batch)
-            if time.monotonic() - last > 5:
-                last = time.monotonic()
-                for _, run in job.ranks():
-                    print(f"pitstop | {status_line(run)}", file=sys.stderr, flush=True)
+            printer.notes(batch, job)
+            if time.monotonic() >= next_t:
+                next_t = time.monotonic() + STATUS_INTERVAL_S
+                printer.tick(job)
+        printer.tick(job)
         return 0
     from pitstop.tui import run_viewer
     from pitstop.tui.tunelaunch import TuneRequest
@@ -443,7 +446,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from pitstop.headless import load_runs, summary_text
+    from pitstop.headless import load_runs, sessions, summary_text
 
     target = Path(args.record)
     if args.summary or not sys.stdout.isatty():
@@ -453,7 +456,13 @@ def cmd_view(args: argparse.Namespace) -> int:
     from pitstop.profiling.sources import RecordSource
     from pitstop.tui import run_viewer
 
-    load_runs(target)  # one-line errors (corrupt, newer schema) before the screen opens
+    runs, _ = load_runs(target)  # one-line errors (corrupt, newer schema) before the screen opens
+    groups = sessions(runs)
+    if len(groups) > 1:
+        # The viewer shows one job: records of unrelated runs would pass for its ranks.
+        names = ", ".join(session or "unknown" for session, _ in groups)
+        raise UsageError(f"{target} holds records of {len(groups)} different runs ({names}): "
+                         "view one run's file or directory, or use --summary")
     return run_viewer(RecordSource(target))
 
 

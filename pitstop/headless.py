@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -34,11 +35,17 @@ from pitstop.analysis import (
     status_line,
     summarize,
 )
+from pitstop.analysis._summary import note_text
 from pitstop.errors import PitstopError
+from pitstop.events import Note
 from pitstop.profiling.record import ReadResult, iter_record, record_files
 from pitstop.profiling.sources import SocketSource
 
 STATUS_INTERVAL_S = float(os.environ.get("PITSTOP_STATUS_INTERVAL", "5"))
+# A line is printed when it changed (a new step, a rank that ended); an unchanged
+# one is repeated once a minute, saying for how long nothing moved, so a hang
+# shows without 10 copies of "waiting for the first step" (issue 10).
+QUIET_REPEAT_S = 60.0
 
 
 def _label(run: RunState) -> str:
@@ -49,23 +56,52 @@ def _label(run: RunState) -> str:
     return f"{hello.script or 'run'}{rank} (pid {hello.pid})"
 
 
-def summary_text(runs: list[RunState], notes: list[str] | None = None) -> str:
+def summary_text(
+    runs: list[RunState], notes: list[str] | None = None, pid: int | None = None, exit_code: int | None = None
+) -> str:
     """The end-of-run summary for one or several processes; several get a job block first.
 
+    Records of different runs (different `hello.session`) are never taken for
+    ranks of one job: each run gets its own summary, after a line saying so.
+    `pid` and `exit_code`: the process the front started and how it ended,
+    which wins over what that process's record says.
     Called once every stream has ended (after the run, or on records), so a
     rank whose stream has no End event is reported as gone.
     """
+    groups = sessions(runs)
     blocks = []
-    if len(runs) > 1:
-        job = JobState.of_runs(runs, closed=True)
-        blocks.append(job_text(job_summary(job), job_findings(job)))
-    for run in runs:
-        summary = summarize(run)
-        title = f"pitstop summary: {_label(run)}"
-        blocks.append(format_summary(summary, findings(run), title=title))
+    if len(groups) > 1:
+        names = ", ".join(session or "unknown" for session, _ in groups)
+        blocks.append(f"pitstop: these records belong to {len(groups)} different runs ({names}); "
+                      "each is summarized on its own")
+    for session, members in groups:
+        if len(groups) > 1:
+            script = next((r.hello.script for r in members if r.hello is not None and r.hello.script), "run")
+            blocks.append(f"== run {session or 'unknown'}: {script}, {len(members)} process(es) ==")
+        if len(members) > 1:
+            job = JobState.of_runs(members, closed=True)
+            blocks.append(job_text(job_summary(job), job_findings(job)))
+        for run in members:
+            summary = summarize(run)
+            title = f"pitstop summary: {_label(run)}"
+            code = exit_code if pid is not None and run.pid == pid else None
+            blocks.append(format_summary(summary, findings(run), title=title, exit_code=code))
     if notes:
         blocks.append("\n".join(notes))
     return "\n\n".join(blocks)
+
+
+def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
+    """Runs grouped by job (`hello.session`), earliest first; a run with no Hello is a group of its own."""
+    groups: dict[str, list[RunState]] = {}
+    for i, run in enumerate(runs):
+        key = run.hello.session if run.hello is not None else f"\0{i}"
+        groups.setdefault(key, []).append(run)
+
+    def started(item: tuple[str, list[RunState]]) -> float:
+        return min((r.hello.started for r in item[1] if r.hello is not None), default=float("inf"))
+
+    return [(None if key.startswith("\0") else key, members) for key, members in sorted(groups.items(), key=started)]
 
 
 def job_text(job: JobSummary, found: list[Finding]) -> str:
@@ -152,13 +188,55 @@ def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
     return runs, notes
 
 
+class StatusPrinter:
+    """Prints a job's status line at a steady cadence, only when it changed, and the agent's warnings at once."""
+
+    def __init__(self, out: TextIO = sys.stderr, clock: Callable[[], float] = time.monotonic) -> None:
+        self._out = out
+        self._clock = clock
+        self._lock = threading.Lock()  # notes come from the reader thread, lines from the waiting one
+        self._key: tuple[tuple[str, int | None, bool], ...] | None = None
+        self._changed_at = 0.0
+        self._printed_at = 0.0
+
+    def _print(self, text: str) -> None:
+        with self._lock:
+            print(text, file=self._out, flush=True)
+
+    def notes(self, batch: StreamBatch, job: JobState) -> None:
+        """Say the agent's warnings and errors now (a metrics port that cannot be bound, a part switched off)."""
+        for event in batch.events:
+            if isinstance(event, Note) and event.level in ("warn", "error"):
+                run = job.runs.get(batch.stream)
+                who = f" [{_label(run)}]" if run is not None and run.hello is not None and len(job.runs) > 1 else ""
+                self._print(f"pitstop: {note_text(event)}{who}")
+
+    def tick(self, job: JobState) -> None:
+        """Print the line if it changed since the last one, or once a minute if it did not."""
+        ranks = job.ranks()
+        if not ranks:
+            return
+        key = tuple((label, run.last_step, run.end is not None) for label, run in ranks)
+        now = self._clock()
+        if len(ranks) == 1:
+            line = status_line(ranks[0][1])
+        else:
+            line = " || ".join(f"r{i} {status_line(run)}" for i, (_, run) in enumerate(ranks))
+        if key != self._key:
+            self._key, self._changed_at, self._printed_at = key, now, now
+            self._print(f"pitstop | {line}")
+        elif now - self._printed_at >= QUIET_REPEAT_S:
+            self._printed_at = now
+            self._print(f"pitstop | {line} | unchanged for {now - self._changed_at:.0f} s")
+
+
 class LiveStatus:
-    """Follows a session's sockets on a thread and prints a status line every few seconds."""
+    """Follows a session's sockets on a thread and prints a status line every few seconds (on change)."""
 
     def __init__(self, session: str, label: str, proc: subprocess.Popen[bytes], out: TextIO = sys.stderr) -> None:
         self.job = JobState()
         self._lock = threading.Lock()
-        self._out = out
+        self._printer = StatusPrinter(out)
         self._proc = proc
         # One thread blocks in waitpid for the command: Popen.wait(timeout) polls
         # (~20 wake-ups a second), and every wake-up takes a core from training.
@@ -182,19 +260,18 @@ class LiveStatus:
             for batch in self._source.batches():
                 with self._lock:
                     self.job.add(batch)
+                    self._printer.notes(batch, self.job)
         except PitstopError as err:
             self.error = str(err)
         except Exception as err:  # the viewer dies, training goes on
             self.error = f"{type(err).__name__}: {err}"
+        if self.error:
+            print(f"pitstop: warning: status lines stopped: {self.error}", file=sys.stderr, flush=True)
 
-    def line(self) -> str | None:
+    def tick(self) -> None:
+        """One status line, if it changed (see StatusPrinter)."""
         with self._lock:
-            ranks = self.job.ranks()
-            if not ranks:
-                return None
-            if len(ranks) == 1:
-                return status_line(ranks[0][1])
-            return " || ".join(f"r{i} {status_line(run)}" for i, (_, run) in enumerate(ranks))
+            self._printer.tick(self.job)
 
     def wait(self) -> int:
         """Wait for the training command, printing status lines; returns its exit code."""
@@ -213,9 +290,7 @@ class LiveStatus:
                     pass
                 continue
             next_t += STATUS_INTERVAL_S
-            line = self.line()
-            if line:
-                print(f"pitstop | {line}", file=self._out, flush=True)
+            self.tick()
         self._source.close()
         code = self._proc.returncode
         assert code is not None  # set by _wait_child before _exited
@@ -227,4 +302,4 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-__all__ = ["LiveStatus", "StreamBatch", "exit_code_of", "load_runs", "summary_text"]
+__all__ = ["LiveStatus", "StatusPrinter", "StreamBatch", "exit_code_of", "load_runs", "sessions", "summary_text"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pitstop.analysis import JobState, JobSummary, RunState, percentile
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
-from pitstop.analysis._summary import STATUS_WINDOW, gpu_reason
+from pitstop.analysis._summary import STATUS_WINDOW, cpu_now, gpu_reason, training_loader
 from pitstop.events import Gpu, ProfileWindow, Sample, Step
 from pitstop.tui import format as fmt
 from pitstop.tui.widgets import ChartData, Row, Series
@@ -263,23 +263,40 @@ def _gpu_rows(g: Gpu, many: bool) -> list[Row]:
 
 
 def cpu_rows(run: RunState | None) -> tuple[Row, ...]:
+    """The latest CPU reading in cores (1.0 = one core busy): main, each loader's workers, the machine."""
     if run is None:
         return ()
-    sample = latest_sample(run)
-    if sample is None:
+    if latest_sample(run) is None:
         return (Row("CPU", fmt.na("no sample yet")),)
-    main = next((p for p in sample.procs if p.role == "main"), None)
-    workers = [p for p in sample.procs if p.role == "worker"]
-    rows = [Row("main", fmt.pct(main.cpu if main else None, "not reported") + " of a core")]
-    if workers:
-        cpus = [p.cpu for p in workers if p.cpu is not None]
-        total = fmt.pct(sum(cpus)) if cpus else fmt.na("not reported")
-        rows.append(Row(f"{len(workers)} workers", f"{total} (sum)"))
-    else:
-        rows.append(Row("workers", "none (num_workers=0)" if run.dataloaders else "none seen"))
-    if sample.system_cpu is not None:
-        rows.append(Row("machine", fmt.pct(sample.system_cpu)))
+    cpu = cpu_now(run, samples=1)
+    rows = [Row("main", f"{cpu.main:.2f} cores" if cpu.main is not None else fmt.na("not reported"))]
+    for group in cpu.loaders:
+        # Short labels: the panel is ~25 columns at 80; the Data screen names each loader in full.
+        label = "workers" if not group.label else "train workers" if group.label == "train" else (
+            f"loader {group.loader} workers")
+        cores = f"{group.cores:.2f} cores" if group.cores is not None else fmt.na("not reported")
+        rows.append(Row(label, f"{cores} ({group.workers})"))
+    if not cpu.loaders:
+        rows.append(Row("workers", _no_workers_text(run)))
+    if cpu.machine is not None:
+        rows.append(Row("machine", f"{cpu.machine:.2f}/{cpu.machine_cores} cores"))
+    elif cpu.machine_pct is not None:
+        rows.append(Row("machine", f"{fmt.pct(cpu.machine_pct)} (CPU count not reported)"))
     return tuple(rows)
+
+
+def _no_workers_text(run: RunState) -> str:
+    """Why no worker runs now, from the training loader's settings (else any loader's), never a guess.
+
+    At the end of a run that used 2 workers they have exited: that is not
+    "num_workers=0" (issue 10).
+    """
+    info = training_loader(run) or max(run.dataloaders.values(), key=lambda d: d.num_workers, default=None)
+    if info is None:
+        return "none seen"
+    if info.num_workers == 0:
+        return "none (num_workers=0: batches load in the main process)"
+    return f"none running now (num_workers={info.num_workers})"
 
 
 def memory_rows(run: RunState | None, *, detail: bool = False) -> tuple[Row, ...]:
@@ -386,7 +403,7 @@ def worker_rows(run: RunState | None) -> tuple[Row, ...]:
                         f"pin_memory {dl.pin_memory}, prefetch {dl.prefetch_factor or 'n/a'}"))
     workers = [p for p in sample.procs if p.role == "worker"]
     if not workers:
-        rows.append(Row("workers", "none: batches load in the main process"))
+        rows.append(Row("workers", _no_workers_text(run)))
     for p in workers:
         rows.append(Row(f"pid {p.pid}", f"cpu {fmt.pct(p.cpu, 'n/a')}  rss {fmt.size(p.rss, 'n/a')}"))
     return tuple(rows)

@@ -204,3 +204,27 @@ def test_headless_summary_of_one_process_has_no_job_block() -> None:
     run = RunState()
     run.add_all([hello(0), *steps(20, 0.05), end()])
     assert "pitstop job summary" not in summary_text([run])
+
+
+def test_records_of_unrelated_runs_are_summarized_apart_and_said_to_be_different_runs() -> None:
+    # Issue 10: a folder of unrelated records became a 14-rank job with stragglers.
+    runs = []
+    for i, wall in enumerate((0.01, 0.05, 0.2)):
+        run = RunState()
+        other = Hello(schema=1, pitstop_version="0", session=f"2026-run-{i}", pid=200 + i, ppid=1, host="h",
+                      argv=["python", f"t{i}.py"], cwd="/", started=1000.0 + i, python="3.12", script=f"t{i}.py")
+        run.add_all([other, *steps(30, wall), end()])
+        runs.append(run)
+    text = summary_text(runs)
+    assert text.splitlines()[0] == ("pitstop: these records belong to 3 different runs (2026-run-0, 2026-run-1, "
+                                    "2026-run-2); each is summarized on its own")
+    assert "pitstop job summary" not in text and "straggler" not in text
+    assert "== run 2026-run-1: t1.py, 1 process(es) ==" in text
+    assert text.count("pitstop summary: t") == 3
+
+
+def test_the_front_s_exit_code_is_given_to_the_process_it_started() -> None:
+    run = RunState()
+    run.add_all([hello(0, pid=4242), *steps(20, 0.05), end(code=0)])
+    assert "end         exited (exit code 3)" in summary_text([run], pid=4242, exit_code=3)
+    assert "end         exited (exit code 0)" in summary_text([run], pid=999, exit_code=3)  # a launcher's code

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
 
 from pitstop.analysis import (
     Finding,
+    JobState,
     RunState,
+    StreamBatch,
     format_summary,
     median_and_spread,
     percentile,
@@ -16,6 +19,7 @@ from pitstop.analysis import (
     summarize,
 )
 from pitstop.analysis import _state
+from pitstop.headless import StatusPrinter
 from pitstop.events import Applied, DataLoaderInfo, End, Gpu, Hello, Loss, Note, Proc, Runtime, Sample, Step
 
 
@@ -299,3 +303,74 @@ def test_the_summary_says_what_a_config_applied_and_skipped_and_the_agents_warni
     assert ("  notes       warning (prometheus): metrics endpoint off: cannot serve metrics on 0.0.0.0:9400: "
             "Address already in use") in text
     assert "window 1 done" not in text
+
+
+# -- the headless printer ---------------------------------------------------------
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_status_lines_come_on_change_and_a_quiet_run_is_said_once_a_minute() -> None:
+    # Issue 10: 52 lines for 27 steps, "waiting for the first step" 10 times.
+    out, clock, job = io.StringIO(), _Clock(), JobState()
+    printer = StatusPrinter(out, clock=clock)
+    job.add(StreamBatch("s", [hello()]))
+    for _ in range(14):  # 14 ticks of 5 s before the first step
+        clock.now += 5
+        printer.tick(job)
+    job.add(StreamBatch("s", [Step(t=101.0, step=0, wall=1.0, data_wait=0.0)]))
+    for _ in range(3):
+        clock.now += 5
+        printer.tick(job)
+    job.add(StreamBatch("s", [Step(t=102.0, step=1, wall=1.0, data_wait=0.0)]))
+    clock.now += 5
+    printer.tick(job)
+    for _ in range(12):  # a minute without a step
+        clock.now += 5
+        printer.tick(job)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "pitstop | waiting for the first step"
+    assert lines[1] == "pitstop | waiting for the first step | unchanged for 60 s"
+    assert [line.split(" | ")[1] for line in lines[2:4]] == ["step 0", "step 1"]
+    assert lines[4].startswith("pitstop | step 1") and lines[4].endswith("| unchanged for 60 s")
+    assert len(lines) == 5
+
+
+def test_the_agents_warnings_are_said_at_once_and_its_info_notes_are_not() -> None:
+    out, job = io.StringIO(), JobState()
+    printer = StatusPrinter(out, clock=_Clock())
+    batch = StreamBatch("s", [hello(), Note(t=1.0, level="info", source="profiler", message="window done"),
+                              Note(t=1.0, level="warn", source="prometheus",
+                                   message="metrics endpoint off: cannot serve metrics on 0.0.0.0:9400: "
+                                           "Address already in use")])
+    job.add(batch)
+    printer.notes(batch, job)
+    assert out.getvalue() == ("pitstop: warning (prometheus): metrics endpoint off: cannot serve metrics on "
+                              "0.0.0.0:9400: Address already in use\n")
+
+
+# -- the TUI's CPU rows (pitstop/tui/view.py) ---------------------------------------
+def test_the_tui_cpu_rows_are_in_cores_per_loader() -> None:
+    from pitstop.tui.view import cpu_rows
+
+    rows = [(r.label, r.value) for r in cpu_rows(_two_loader_run())]
+    assert rows == [("main", "0.93 cores"), ("train workers", "1.60 cores (2)"),
+                    ("loader 2 workers", "0.20 cores (2)"), ("machine", "1.58/2 cores")]
+
+
+def test_the_tui_does_not_say_num_workers_0_when_the_workers_of_a_2_worker_run_have_exited() -> None:
+    from pitstop.tui.view import cpu_rows
+
+    run = _two_loader_run()
+    run.add(Sample(t=110.0, procs=[Proc(pid=1, role="main", cpu=5.0, rss=1)], system_cpu=10.0))  # the end of the run
+    assert ("workers", "none running now (num_workers=2)") in [(r.label, r.value) for r in cpu_rows(run)]
+    solo = RunState()
+    solo.add(DataLoaderInfo(t=100.0, id=1, num_workers=0, batch_size=8, pin_memory=False, persistent_workers=False,
+                            prefetch_factor=None))
+    solo.add(Sample(t=101.0, procs=[Proc(pid=1, role="main", cpu=99.0, rss=1)]))
+    assert ("workers", "none (num_workers=0: batches load in the main process)") in [
+        (r.label, r.value) for r in cpu_rows(solo)]
