@@ -350,7 +350,7 @@ def _measured_totals(
         )
     early = [s for s in run.head if s.step < warmup]
     return (
-        run.total_steps - len(early),
+        run.train_steps - len(early),  # marked steps (eval, profiler) are in no total but total_steps
         run.total_wall - sum(s.wall for s in early),
         run.total_data_wait - sum(s.data_wait for s in early),
         run.total_samples - sum(s.samples for s in early if s.samples is not None),
