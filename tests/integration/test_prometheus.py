@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -190,3 +191,46 @@ def test_gpu_figures_are_exported_per_gpu_and_unavailable_ones_are_absent() -> N
     assert m["pitstop_data_wait_ratio"].samples[0].value == pytest.approx(0.2)
     assert m["pitstop_memory_allocated_bytes"].samples[0].value == 5 * 2**30
     assert m["pitstop_events_dropped"].samples[0].value == 2
+
+
+def test_a_busy_port_is_said_on_stderr_while_training_runs(tmp_path: Path, env: dict[str, str]) -> None:
+    """Issue 10: a --prometheus port another process holds was silent, exit 0."""
+    env["PITSTOP_PROMETHEUS_ADDR"] = "127.0.0.1"
+    script = tmp_path / "train.py"
+    # Trains until the warning is visible (a file the test writes), so "at start" is what is checked.
+    script.write_text(
+        "import os, time, torch\n"
+        "model = torch.nn.Linear(4, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "while not os.path.exists(os.environ['STOP_FILE']):\n"
+        "    model(torch.randn(8, 4)).sum().backward(); opt.step(); opt.zero_grad(); time.sleep(0.02)\n"
+    )
+    stop = tmp_path / "stop"
+    env["STOP_FILE"] = str(stop)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--prometheus", str(port),
+             "--record", str(tmp_path / "r.jsonl"), str(script)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        assert proc.stderr is not None
+        lines: list[str] = []
+        deadline = threading.Timer(60.0, stop.write_text, args=("",))  # no warning ever: the script still ends
+        deadline.start()
+        try:
+            for line in proc.stderr:  # while the script still trains
+                lines.append(line.rstrip("\n"))
+                if "(prometheus)" in line:
+                    break
+        finally:
+            stop.write_text("")
+            deadline.cancel()
+        _, rest = proc.communicate(timeout=60)
+    warning = next((line for line in lines if "(prometheus)" in line), None)
+    assert warning == (f"pitstop: warning (prometheus): metrics endpoint off: cannot serve metrics on "
+                       f"127.0.0.1:{port}: Address already in use"), "\n".join(lines) + rest
+    assert not any(line.startswith("pitstop summary") for line in lines)  # said before the end, not only in it
+    assert "notes       warning (prometheus): metrics endpoint off" in rest  # and kept in the summary
+    assert proc.returncode == 0

@@ -325,3 +325,87 @@ def test_a_socket_dir_taken_by_another_user_is_said_at_start_and_live_viewers_st
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_view_of_a_folder_of_unrelated_records_summarizes_each_run_apart(tmp_path: Path, env: dict[str, str]) -> None:
+    folder = tmp_path / "records"
+    folder.mkdir()
+    for i, wall in enumerate((0.01, 0.05, 0.2)):  # three runs, no job: very different step times
+        _write_record(folder / f"run{i}.jsonl", f"2026-run-{i}", 300 + i, steps=30, wall=wall)
+    result = pitstop(["view", str(folder), "--summary"], env)
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first == ("pitstop: these records belong to 3 different runs (2026-run-0, 2026-run-1, 2026-run-2); "
+                     "each is summarized on its own")
+    assert "pitstop job summary" not in result.stdout and "straggler" not in result.stdout
+    assert result.stdout.count("pitstop summary: t.py (pid 30") == 3
+
+
+_CONFIGURED = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(96, 8), torch.randn(96, 1)), batch_size=8)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = (model(x) - y).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+print("dtype seen by the script:", model(x).dtype)
+"""
+
+
+def test_a_config_says_what_it_applies_at_start_and_in_the_summary(tmp_path: Path, env: dict[str, str]) -> None:
+    # Issue 10: bf16 went on silently while the script's own log said float32.
+    script = tmp_path / "train.py"
+    script.write_text(_CONFIGURED)
+    config = tmp_path / "pitstop.toml"
+    config.write_text('[compute]\namp = "bf16"\n\n[dataloader]\nnum_workers = 1\n')
+    result = pitstop(["run", "--headless", "--profile", "off", "--config", str(config), str(script)], env,
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f"pitstop: applying {config}: amp=bf16 (process-wide); num_workers=1 (training DataLoader)")
+    row = next(line for line in result.stderr.splitlines() if line.startswith("  config "))
+    assert row.startswith("  config      applied amp=bf16") and "num_workers=1 (train loader" in row, row
+
+
+_STOPPABLE = """\
+import time, torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+print("started", flush=True)
+try:
+    while True:
+        model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad(); time.sleep(0.01)
+except KeyboardInterrupt:
+    print("stopped: exiting with 1", flush=True)
+    raise SystemExit(1)  # not through sys.exit: the agent cannot see this code, the front can
+"""
+
+
+def test_after_a_stop_from_the_viewer_the_summary_says_how_the_script_really_ended(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 10: the summary said "end exit" after a `k` stop whose script exited 1.
+    from pitstop.profiling.transport import request, socket_for_pid
+
+    script = tmp_path / "train.py"
+    script.write_text(_STOPPABLE)
+    record = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--record", str(record),
+         str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    wait_for(lambda: record.exists() and sum(isinstance(e, Step) for e in _safe_events(record)) >= 5,
+             what="five steps in the record")
+    hello = next(e for e in events_of(record) if isinstance(e, Hello))
+    monkeypatch.setenv("PITSTOP_RUNTIME_DIR", env["PITSTOP_RUNTIME_DIR"])  # where the run's socket is
+    try:
+        reply = request(socket_for_pid(hello.pid), "stop")  # what `k` in the viewer sends
+        assert "SIGINT" in reply
+        out, err = proc.communicate(timeout=60)
+    finally:
+        _kill_quietly(hello.pid)
+    assert proc.returncode == 1 and "stopped: exiting with 1" in out
+    row = next(line for line in err.splitlines() if line.startswith("  end "))
+    assert "(exit code 1)" in row, row
