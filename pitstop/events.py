@@ -248,6 +248,19 @@ class ProfileWindow:
 
 
 @dataclass(frozen=True)
+class Rank:
+    """The process's distributed rank, learned after start: a framework (Lightning's DDP)
+    set up torch.distributed itself, without RANK in the environment. Readers apply it
+    to the stream's `hello`."""
+
+    kind: ClassVar[str] = "rank"
+    t: float
+    rank: int
+    world_size: int | None = None
+    local_rank: int | None = None
+
+
+@dataclass(frozen=True)
 class Note:
     """Something the agent wants a person to know (a part switched off, a knob skipped)."""
 
@@ -271,12 +284,12 @@ class End:
 
 
 Event = Union[
-    Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Note, End
+    Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Rank, Note, End
 ]
 
 EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
-    for cls in (Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Note, End)
+    for cls in (Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Rank, Note, End)
 }
 
 # Fields that hold nested dataclasses, so decode can rebuild them.
@@ -288,7 +301,7 @@ _NESTED: dict[tuple[str, str], tuple[type, bool]] = {
     ("profile", "copies"): (Copies, False),
 }
 
-_FLAT = frozenset({Hello, Runtime, Step, Loss, DataLoaderInfo, Applied, Model, Note, End})
+_FLAT = frozenset({Hello, Runtime, Step, Loss, DataLoaderInfo, Applied, Model, Rank, Note, End})
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 

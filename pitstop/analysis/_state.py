@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pitstop.events import (
     Model,
     Note,
     ProfileWindow,
+    Rank,
     Runtime,
     Sample,
     Step,
@@ -144,6 +146,10 @@ class RunState:
             self.runtime = event
         elif isinstance(event, Model):
             self.model = event
+        elif isinstance(event, Rank):
+            if self.hello is not None:  # every reader of hello.rank sees the rank learned late
+                self.hello = dataclasses.replace(self.hello, rank=event.rank, world_size=event.world_size,
+                                                 local_rank=event.local_rank)
         elif isinstance(event, Applied):
             self.applied = event
         elif isinstance(event, End):

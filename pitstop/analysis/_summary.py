@@ -26,6 +26,8 @@ END_REASONS = {
     "trial-complete": "trial complete",
     "signal": "ended by a signal",
 }
+# How each Step.mark reads where steps are counted (docs/events.md).
+MARK_WORDS = {"eval": "with evaluation", "profiled": "in profiler windows", "after-profile": "after profiler windows"}
 # A Note from this source says a viewer asked the agent to stop the script (`k`).
 STOP_NOTE_SOURCE = "stop"
 
@@ -87,6 +89,9 @@ class Summary:
     exit_code: int | None
     device_type: str | None
     stopped: bool = False  # a viewer asked the agent to stop the script (`k`)
+    marked: tuple[tuple[str, int], ...] = ()  # (Step.mark, steps) kept out of the training figures
+    eval_passes: int = 0  # steps holding an evaluation pass
+    eval_s: float = 0.0  # time spent evaluating in them
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
     skipped: tuple[str, ...] = ()  # what it could not: "batch_size (train loader 1): a custom batch_sampler"
     notes: tuple[str, ...] = ()  # the agent's warnings and errors: "prometheus: metrics endpoint off: ..."
@@ -117,6 +122,9 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
 
     end = run.end
     return Summary(
+        marked=tuple(sorted(run.marked.items())),
+        eval_passes=run.eval_steps,
+        eval_s=run.eval_s,
         steps=run.total_steps,
         measured_steps=n,
         warmup=warmup,
@@ -438,6 +446,13 @@ def format_summary(
     if s.elapsed_s is not None:
         steps += f" in {s.elapsed_s:.1f} s"
     lines.append(_row("steps", steps))
+    if s.marked:
+        kept = ", ".join(f"{n} {MARK_WORDS.get(mark, mark)}" for mark, n in s.marked)
+        lines.append(_row("", f"kept out of training figures: {kept}"))
+    if s.eval_passes:
+        share = f", {s.eval_s / s.elapsed_s:.0%} of wall time" if s.elapsed_s else ""
+        passes = f"{s.eval_passes} pass{'es' if s.eval_passes != 1 else ''}"
+        lines.append(_row("eval", f"{passes}, {s.eval_s:.1f} s{share}"))
     if s.measured_steps == 0:
         lines.append(_row("throughput", "n/a (no measured step yet)"))
     else:

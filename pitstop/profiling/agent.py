@@ -351,6 +351,7 @@ class Agent:
         queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader))
         if index == 0 and self.hooks is not None:
             self.hooks.report_model()
+            self.hooks.report_rank()
             self.hooks.watch_model(self.first_optimizer() if self.first_optimizer is not None else None)
         pending = self._pending_losses
         if pending and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):

@@ -30,9 +30,11 @@ PENDING_S = 60.0
 # No-grad forwards of the root module in one stretch that make an eval pass: one
 # such forward a step is a training pattern (a target computed under no_grad).
 EVAL_FORWARDS = 2
-# A second optimizer takes over as the clock after this many of its steps with
-# none of the first's: a later training phase that steps another optimizer.
-SWITCH_AFTER = 16
+# Another optimizer takes over as the clock after this many of its steps in a row
+# with none of the clock's between: a later training phase with a new optimizer
+# (accelerate's test script trains 8 in turn). A GAN's optimizers alternate and
+# never switch; the first step of a new phase is counted into the second.
+SWITCH_AFTER = 2
 
 # on_step(index, start, now, data_wait, samples, source, mark, eval_s, loader)
 StepSink = Callable[[int, float, float, float, "int | None", str, "str | None", float, Any], None]
@@ -143,7 +145,7 @@ class StepClock:
             self.primary = key
         if key != self.primary:
             self._others += 1
-            if self._others <= SWITCH_AFTER:
+            if self._others < SWITCH_AFTER:
                 return 0
             self.primary = key
         self._others = 0

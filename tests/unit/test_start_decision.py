@@ -87,3 +87,20 @@ def test_starting_twice_in_one_process_is_refused() -> None:
 def test_a_script_named_like_a_launcher_but_ending_py_still_starts() -> None:
     start, _ = boot.should_start(SESSION, [PY, "torchrun_example.py"], 1)
     assert start
+
+
+@pytest.mark.parametrize(
+    "extra, argv, expected",
+    [
+        ({"LOCAL_RANK": "1"}, [PY, "train.py"], True),  # Lightning's DDP launcher re-runs the script as rank 1
+        ({"LOCAL_RANK": "1", "PITSTOP_OWNER_LOCAL_RANK": "1"}, [PY, "train.py"], False),  # rank 1's own subprocess
+        ({"LOCAL_RANK": "0"}, [PY, "tool.py"], False),  # rank 0 set LOCAL_RANK=0 in its env, then ran a tool
+        ({"LOCAL_RANK": "2"}, [PY, "-c", "from multiprocessing.spawn import spawn_main; spawn_main()",
+                               "--multiprocessing-fork"], False),  # a spawned DataLoader worker of a rank
+        ({}, [PY, "train.py"], False),  # any other child
+    ],
+)
+def test_ranks_a_script_starts_itself_get_their_own_agent(extra: dict[str, str], argv: list[str], expected: bool) -> None:
+    env = {**SESSION, "PITSTOP_OWNER_PID": "100", "PITSTOP_OWNER_LOCAL_RANK": "", **extra}
+    start, reason = boot.should_start(env, argv, 200)
+    assert start is expected, reason

@@ -178,3 +178,13 @@ def test_held_backward_steps_are_steps_when_the_script_ends_before_the_decision(
     assert r.steps == []
     assert r.clock.flush() == 20
     assert [s["index"] for s in r.steps] == list(range(20))
+
+
+def test_a_new_optimizer_for_a_later_phase_becomes_the_clock() -> None:
+    r = Recorder()
+    for _ in range(10):
+        r.train_step(opt="phase1")
+    for _ in range(10):
+        r.train_step(opt="phase2")  # phase 1's optimizer never steps again
+    assert len(r.steps) == 19  # the first step of phase 2 is counted into the second
+    assert r.steps[10]["wall"] == pytest.approx(2 * 0.111)

@@ -13,6 +13,7 @@ import sys
 
 SESSION_ENV = "PITSTOP_SESSION"
 OWNER_ENV = "PITSTOP_OWNER_PID"  # pid of the process that owns the agent; inherited by its children
+OWNER_RANK_ENV = "PITSTOP_OWNER_LOCAL_RANK"  # LOCAL_RANK of that process ("" when it had none)
 
 # Modules and scripts that launch training processes rather than train.
 LAUNCHER_MODULES = (
@@ -50,7 +51,13 @@ def should_start(env, argv, pid):
     if owner:
         if owner == str(pid):
             return False, "agent already started in this process"
-        return False, "child of the agent process %s (a worker or subprocess)" % owner
+        # A training script that starts its other ranks itself (Lightning's DDP
+        # launcher re-runs the script with LOCAL_RANK=1..N-1) makes children that
+        # are ranks, not helpers: they get their own agent. Helpers (DataLoader
+        # workers, subprocesses) inherit their parent's LOCAL_RANK.
+        local = env.get("LOCAL_RANK", "")
+        if not (local and local != "0" and local != env.get(OWNER_RANK_ENV, "")):
+            return False, "child of the agent process %s (a worker or subprocess)" % owner
     args = list(argv[1:]) if argv else []
     for arg in args:
         for marker in MP_MARKERS:
@@ -90,6 +97,7 @@ def _start():
     if not start:
         return
     os.environ[OWNER_ENV] = str(os.getpid())
+    os.environ[OWNER_RANK_ENV] = os.environ.get("LOCAL_RANK", "")
     try:
         import importlib.util
 
