@@ -256,6 +256,40 @@ def test_no_amp_fires_when_the_config_turned_amp_off() -> None:
     assert rule(run, "no-amp") is not None
 
 
+def cpu_bf16_run(bf16: bool | None, *events: object, wait: float = 0.0) -> RunState:
+    run = RunState()
+    run.add(Runtime(t=0.5, torch_version="2.13", cuda_version=None, device_type="cpu", cpu_count=8, usable_cpus=8,
+                    cpu_bf16=bf16))
+    for e in (Model(t=0.7), *events):
+        run.add(e)  # type: ignore[arg-type]
+    add_steps(run, 30, wall=0.05, wait=wait)
+    return run
+
+
+def test_no_amp_on_a_cpu_with_native_bf16_suggests_measuring_it_with_tune_never_promising() -> None:
+    f = rule(cpu_bf16_run(True), "no-amp")
+    assert f is not None and f.knob == "amp" and f.severity == "low"
+    assert f.title == "Training in float32 on a CPU with native bfloat16"
+    assert f.evidence[0].startswith("this CPU has native bfloat16 (avx512_bf16 or amx_bf16")
+    assert f.fix.splitlines()[0].startswith("pitstop tune --knobs amp train.py")
+    assert 'torch.autocast("cpu", dtype=torch.bfloat16)' in f.fix
+    assert f.gain.startswith("unknown until measured")  # something to try, never a promise
+
+
+@pytest.mark.parametrize(
+    "bf16,events,wait",
+    [
+        (False, (), 0.0),  # no native bf16: emulated bf16 is slower, nothing to suggest
+        (None, (), 0.0),  # unknown (no /proc/cpuinfo): say nothing
+        (True, (Applied(t=0.8, applied={"amp": "bf16"}),), 0.0),  # a config already applies it
+        (True, (Model(t=0.9, autocast=True),), 0.0),  # the script enters autocast itself
+        (True, (), 0.04),  # 80% data wait: faster compute would only wait longer
+    ],
+)
+def test_no_amp_on_a_cpu_stays_quiet(bf16: bool | None, events: tuple[object, ...], wait: float) -> None:
+    assert rule(cpu_bf16_run(bf16, *events, wait=wait), "no-amp") is None
+
+
 # -- 6. channels-last ---------------------------------------------------------
 def test_channels_last_fires_for_nchw_conv_nets_on_cuda() -> None:
     run = cuda_run(Model(t=0.7, conv2d=20, autocast=True))
