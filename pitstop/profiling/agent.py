@@ -87,7 +87,9 @@ class Agent:
         # that raises is removed and noted.
         self.taps: list[Any] = []
 
-        self.record_path = record_path_for(settings.record, self.rank, self.pid)
+        # A rank a script started itself (Lightning's DDP) has LOCAL_RANK but no RANK yet.
+        named = self.rank if self.rank is not None else _env_int("LOCAL_RANK")
+        self.record_path = record_path_for(settings.record, named, self.pid)
         self._writer = RecordWriter(self.record_path)
         try:
             self._rss_fd = os.open("/proc/self/statm", os.O_RDONLY)

@@ -36,9 +36,10 @@ def record_path_for(base: str, rank: int | None, pid: int) -> Path:
     """
     path = Path(base)
     if path.suffix == ".jsonl":
-        if not rank:
-            return path
-        return path.with_name(f"{path.stem}.rank{rank}.jsonl")
+        named = path if not rank else path.with_name(f"{path.stem}.rank{rank}.jsonl")
+        if named.exists():  # another process of the job without a rank of its own: never overwrite
+            named = path.with_name(f"{named.stem}.pid{pid}.jsonl")
+        return named
     name = f"rank{rank}.jsonl" if rank is not None else "rank0.jsonl"
     candidate = path / name
     if candidate.exists():  # a restarted rank, or a second non-rank process: never overwrite

@@ -61,7 +61,7 @@ def test_eval_passes_are_kept_apart_and_advice_names_the_training_loader(tmp_pat
     # evaluation is reported on its own row: "eval  5 passes, 0.3 s, 4% of wall time"
     assert re.search(r"^\s+eval\s+5 passes\b", text, re.M), text
 
-    # The training loader stalls the loop (no workers, ~10 ms to load a batch of 16):
+    # The training loader stalls the loop (no workers, ~32 ms to load a batch of 16):
     # the advice must be about it, never about the eval loader built after it.
     run = RunState()
     for event in events_of(record):

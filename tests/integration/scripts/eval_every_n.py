@@ -1,6 +1,6 @@
 """A plain PyTorch loop whose training loader is slow and whose eval loader, built after it, runs every 10 steps.
 
-Training: batch 16 from a dataset that takes ~0.6 ms a sample to load, no
+Training: batch 16 from a dataset that takes ~2 ms a sample to load, no
 workers (the loader, not the model, sets the pace). Evaluation: a loader of
 batch 100 built after the training one, iterated under torch.no_grad() at
 the top of every 10th iteration (before steps 10, 20, ...), so each pass lies
@@ -29,7 +29,7 @@ register_optimizer_step_post_hook(lambda *_: stamps.append(time.perf_counter()))
 
 
 class SlowSamples(Dataset):
-    """Random features whose loading costs ~0.6 ms a sample (a decode, say)."""
+    """Random features whose loading costs ~2 ms a sample (a decode, say)."""
 
     def __init__(self, n: int) -> None:
         g = torch.Generator().manual_seed(0)
@@ -40,7 +40,7 @@ class SlowSamples(Dataset):
         return len(self.x)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(0.0006)
+        time.sleep(0.002)
         return self.x[i], self.y[i]
 
 
