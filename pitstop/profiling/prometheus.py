@@ -17,14 +17,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from pitstop.analysis import RunState, findings, percentile
+from pitstop.analysis._context import WARMUP
+from pitstop.analysis._summary import training_loader_id
 from pitstop.events import Event, Sample
 
 ADDR_ENV = "PITSTOP_PROMETHEUS_ADDR"
 # 0.0.0.0: Prometheus scrapes from another host; set PITSTOP_PROMETHEUS_ADDR=127.0.0.1
 # to keep the endpoint on the machine (then scrape through an SSH tunnel).
 DEFAULT_ADDR = "0.0.0.0"
-# Rates, p50/p95 and the data-wait ratio are over the last 50 steps, as the
-# headless status line: a few seconds of fast steps, a minute of slow ones.
+# Rates, p50/p95 and the data-wait ratio are over the last 50 measured training
+# steps (warm-up and marked steps dropped), as the headless status line: a few
+# seconds of fast steps, a minute of slow ones.
 RECENT_STEPS = 50
 # 2000 steps (~600 KB) is plenty for the rules' medians and keeps the copy the
 # exporter holds in the training process small (the viewers keep 20000).
@@ -75,11 +78,15 @@ class Exporter:
         values = [self.labels[k] for k in keys]
         with self._lock:
             run = self.run
-            recent = run.recent_steps(RECENT_STEPS)
+            # The steps the summary and the status line measure (warm-up and marked
+            # steps dropped): one definition of the rates on every front.
+            recent = run.measured_steps(WARMUP)[-RECENT_STEPS:]
             last = run.steps[-1] if run.steps else None
             sample = run.samples[-1] if run.samples else None
             total_steps, total_wall, total_wait = run.total_steps, run.total_wall, run.total_data_wait
+            train_steps = run.train_steps  # total_wall, total_data_wait and total_samples cover these
             total_samples, with_samples = run.total_samples, run.steps_with_samples
+            train_loader = training_loader_id(run)
             window = run.profiles[-1] if run.profiles else None
             counts = self._finding_counts()
             device = run.device_type
@@ -95,8 +102,8 @@ class Exporter:
         steps = CounterMetricFamily("pitstop_steps", "Training steps completed.", labels=keys)
         steps.add_metric(values, float(total_steps))
         yield steps
-        # Every step reported its batch size: otherwise the total would be an undercount.
-        if total_steps and with_samples == total_steps:
+        # Every training step reported its batch size: otherwise the total would be an undercount.
+        if train_steps and with_samples == train_steps:
             samples = CounterMetricFamily("pitstop_samples", "Samples (batch rows) consumed.", labels=keys)
             samples.add_metric(values, float(total_samples))
             yield samples
@@ -107,13 +114,13 @@ class Exporter:
 
         if recent:
             walls = [s.wall for s in recent]
-            summary = Metric("pitstop_step_seconds", "Step wall time: quantiles over the last 50 steps; "
-                             "sum and count over the run.", "summary")
+            summary = Metric("pitstop_step_seconds", "Training step wall time: quantiles over the last 50 "
+                             "measured steps; sum and count over the run's training steps.", "summary")
             for q in (0.5, 0.95):
                 summary.add_sample("pitstop_step_seconds", {**self.labels, "quantile": str(q)},
                                    percentile(walls, q * 100))
             summary.add_sample("pitstop_step_seconds_sum", dict(self.labels), total_wall)
-            summary.add_sample("pitstop_step_seconds_count", dict(self.labels), float(total_steps))
+            summary.add_sample("pitstop_step_seconds_count", dict(self.labels), float(train_steps))
             yield summary
             wall = sum(walls)
             if wall > 0:
@@ -148,7 +155,7 @@ class Exporter:
             yield rss
 
         if sample is not None and time.time() - sample.t <= SAMPLE_MAX_AGE_S:
-            yield from self._sample_metrics(sample, keys, values)
+            yield from self._sample_metrics(sample, keys, values, train_loader)
 
         if window is not None and window.collective_ms is not None:
             coll = GaugeMetricFamily("pitstop_collective_seconds",
@@ -169,7 +176,8 @@ class Exporter:
             drops.add_metric(values, float(dropped))
             yield drops
 
-    def _sample_metrics(self, sample: Sample, keys: list[str], values: list[str]) -> Iterator[Any]:
+    def _sample_metrics(self, sample: Sample, keys: list[str], values: list[str],
+                        train: int | None) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         gpu_keys = [*keys, "gpu", "gpu_name"]
@@ -187,15 +195,21 @@ class Exporter:
                     family.add_metric([*values, str(g.index), g.name], float(value))
             if family.samples:  # an unavailable reading is absent, never 0
                 yield family
+        # Workers of different DataLoaders (a training and an eval loader) are never
+        # summed into one series: each loader's get their own (`loader`, `loader_role`).
         cpu = GaugeMetricFamily("pitstop_cpu_utilization_ratio",
                                 "CPU use of the training process tree in cores (1.0 = one core busy).",
-                                labels=[*keys, "role"])
+                                labels=[*keys, "role", "loader", "loader_role"])
         main = [p.cpu for p in sample.procs if p.role == "main" and p.cpu is not None]
-        workers = [p.cpu for p in sample.procs if p.role == "worker" and p.cpu is not None]
         if main:
-            cpu.add_metric([*values, "main"], sum(main) / 100.0)
-        if workers:
-            cpu.add_metric([*values, "workers"], sum(workers) / 100.0)
+            cpu.add_metric([*values, "main", "", ""], sum(main) / 100.0)
+        groups: dict[int | None, list[float]] = {}
+        for p in sample.procs:
+            if p.role == "worker" and p.cpu is not None:
+                groups.setdefault(p.loader, []).append(p.cpu)
+        for loader, cpus in sorted(groups.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+            role = "" if loader is None or train is None else "train" if loader == train else "eval"
+            cpu.add_metric([*values, "workers", "" if loader is None else str(loader), role], sum(cpus) / 100.0)
         if cpu.samples:
             yield cpu
 

@@ -98,9 +98,10 @@ def test_one_process_serves_its_metrics_and_the_step_counter_rises(tmp_path: Pat
         assert 0.01 <= p50 < 1.0
         assert 1.0 < (_value(m, "pitstop_steps_per_second") or 0.0) <= 100.0
         assert (_value(m, "pitstop_host_rss_bytes") or 0.0) > 10 * 2**20
-        # loop_forever builds its batches without a DataLoader: the batch size is
-        # unknown, so samples/s is absent rather than a made-up figure
-        assert "pitstop_samples_per_second" not in m and "pitstop_samples" not in m
+        # loop_forever builds its batches without a DataLoader: the batch size is read
+        # from the leading dimension of the model's input (16 rows)
+        sps, rate = _value(m, "pitstop_samples_per_second"), _value(m, "pitstop_steps_per_second")
+        assert sps is not None and rate is not None and sps == pytest.approx(16 * rate)
         assert 0.0 <= (_value(m, "pitstop_data_wait_ratio") or 0.0) <= 1.0
         # CPU only: unavailable figures are absent, never 0
         assert "pitstop_memory_allocated_bytes" not in m
@@ -234,3 +235,28 @@ def test_a_busy_port_is_said_on_stderr_while_training_runs(tmp_path: Path, env: 
     assert not any(line.startswith("pitstop summary") for line in lines)  # said before the end, not only in it
     assert "notes       warning (prometheus): metrics endpoint off" in rest  # and kept in the summary
     assert proc.returncode == 0
+
+
+def test_workers_of_the_training_and_an_eval_loader_are_separate_cpu_series() -> None:
+    """The collector on hand-made events: a training loader's workers are never summed with an eval loader's."""
+    import time as _time
+    from types import SimpleNamespace
+
+    from pitstop.events import Proc, Sample, Step
+    from pitstop.profiling.prometheus import Exporter
+
+    hello = Hello(schema=1, pitstop_version="0.1.0", session="job-9", pid=1, ppid=0, host="node7", argv=[],
+                  cwd="/", started=0.0, python="3.12", script="train.py")
+    exporter = Exporter(SimpleNamespace(hello=hello, dropped=0, taps=[]))
+    now = _time.time()
+    exporter.tap([Step(t=now - 1 + i * 0.01, step=i, wall=0.01, data_wait=0.0, samples=8, loader=1)
+                  for i in range(10)])
+    exporter.tap([Sample(t=now, procs=[Proc(pid=1, role="main", cpu=93.0, rss=1),
+                                       Proc(pid=2, role="worker", cpu=80.0, rss=1, loader=1),
+                                       Proc(pid=3, role="worker", cpu=80.0, rss=1, loader=1),
+                                       Proc(pid=4, role="worker", cpu=10.0, rss=1, loader=2)])])
+    m = {f.name: f for f in exporter.collect()}
+    cpu = {(s.labels["role"], s.labels["loader"], s.labels["loader_role"]): s.value
+           for s in m["pitstop_cpu_utilization_ratio"].samples}
+    assert cpu == {("main", "", ""): pytest.approx(0.93), ("workers", "1", "train"): pytest.approx(1.6),
+                   ("workers", "2", "eval"): pytest.approx(0.1)}
