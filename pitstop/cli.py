@@ -16,21 +16,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pitstop import __version__
-from pitstop.errors import PitstopError, RecordError, TransportError, UsageError
-from pitstop.profiling.launch import SessionSettings, Target, launch, new_session_id
-from pitstop.profiling.record import default_record_root
+from pitstop.errors import PitstopError, TransportError, UsageError
+from pitstop.profiling.launch import (
+    SessionSettings,
+    Target,
+    describe_config,
+    launch,
+    new_session_id,
+    parse_port,
+    prepare_record,
+)
 from pitstop.tuning.command import VALUE_OPTIONS as TUNE_VALUE_OPTIONS
 
 # 128 + SIGPIPE: what a shell reports for `yes | head`, so `set -o pipefail`
 # scripts see the output was cut, as with any other Unix tool.
 EXIT_BROKEN_PIPE = 141
-# Sections of a tuned config, and what each one's settings apply to.
-CONFIG_SCOPES = {
-    "compute": "process-wide",
-    "dataloader": "training DataLoader",
-    "eval_dataloader": "evaluation DataLoaders",
-}
-
 # Options (per command) that take a value, so the target's start can be found
 # without argparse reading the script's own options as ours.
 VALUE_OPTIONS = {
@@ -86,58 +86,6 @@ def _profile_setting(text: str | None) -> dict[str, int | None] | None:
     return {"every": every, "active": active, "first": first}
 
 
-def _port(text: str | None) -> int | None:
-    """--prometheus PORT: 1-65535, with a one-line error."""
-    if text is None:
-        return None
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise UsageError(f"--prometheus {text!r}: give a TCP port from 1 to 65535 (rank r serves PORT + LOCAL_RANK)")
-    return int(text)
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def describe_config(data: dict[str, object]) -> str:
-    """What a config applies, by scope: "amp=bf16 (process-wide); num_workers=4 (training DataLoader)"."""
-    parts = []
-    for section, scope in CONFIG_SCOPES.items():
-        values = data.get(section)
-        if isinstance(values, dict) and values:
-            knobs = ", ".join(f"{k}={_toml_value(v)}" for k, v in values.items())
-            parts.append(f"{knobs} ({scope})")
-    return "; ".join(parts) if parts else "nothing (no setting in it)"
-
-
-def _prepare_record(record: str | None, session: str) -> str:
-    """The record base for a session; fails early, in one line, if it cannot be written."""
-    if record:
-        path = Path(record).expanduser().resolve()
-        if path.suffix == ".jsonl":
-            if path.exists():
-                raise RecordError(f"record file exists: {path} (choose another --record; pitstop never overwrites)")
-            directory = path.parent
-        else:
-            if path.exists() and any(path.glob("*.jsonl")):
-                raise RecordError(f"record directory already holds records: {path} (choose another --record)")
-            directory = path
-    else:
-        directory = default_record_root() / session
-        path = directory
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".pitstop-write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        hint = "" if record else " (set PITSTOP_RECORD_DIR or use --record)"
-        raise RecordError(f"cannot write records to {directory}: {err.strerror or err}{hint}") from err
-    return str(path)
-
-
 def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> SessionSettings:
     config = None
     if getattr(args, "config", None):
@@ -169,13 +117,13 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
         trace_dir = str(trace)
     return SessionSettings(
         session=session,
-        record=_prepare_record(getattr(args, "record", None), session),
+        record=prepare_record(getattr(args, "record", None), session),
         script=target.label,
         mode=mode,
         config=config,
         profile=_profile_setting(getattr(args, "profile", None)),
         trace_dir=trace_dir,
-        prometheus=_port(getattr(args, "prometheus", None)),
+        prometheus=parse_port(getattr(args, "prometheus", None)),
         listen=listen,
         token_file=token_file,
         socket=live,
@@ -188,7 +136,7 @@ def _live_viewers() -> bool:
     The agent would otherwise switch its socket off with a note inside the
     record only, and the user learns nothing until `attach` fails (issue 10).
     """
-    from pitstop.profiling.transport import resolve_runtime_dir
+    from pitstop.profiling.rundir import resolve_runtime_dir
 
     try:
         where = resolve_runtime_dir()
@@ -209,7 +157,7 @@ def _use_tui(args: argparse.Namespace, settings: SessionSettings | None = None) 
 def cmd_run(args: argparse.Namespace, target: Target) -> int:
     # Options first: a bad option is named before the script is looked up.
     _profile_setting(args.profile)
-    _port(args.prometheus)
+    parse_port(args.prometheus)
     target.check()
     settings = _settings(args, target)
     if _use_tui(args, settings):

@@ -4,7 +4,9 @@ The child gets our bootstrap directory first on PYTHONPATH (its
 sitecustomize decides whether to start the agent) and one environment
 variable, PITSTOP_SESSION, carrying the session settings as JSON. Every
 process the command starts inherits both; the bootstrap's start decision
-keeps the agent out of launchers and workers.
+keeps the agent out of launchers and workers. The settings' parts a person
+types (a --prometheus port, a --record path) are checked here before anything
+starts, each with a one-line error.
 """
 
 from __future__ import annotations
@@ -22,9 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from pitstop.errors import LaunchError
+from pitstop.errors import LaunchError, RecordError, UsageError
+from pitstop.profiling.record import default_record_root
 
 SESSION_ENV = "PITSTOP_SESSION"
+# Sections of a tuned config, and what each one's settings apply to.
+CONFIG_SCOPES = {
+    "compute": "process-wide",
+    "dataloader": "training DataLoader",
+    "eval_dataloader": "evaluation DataLoaders",
+}
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
@@ -178,3 +187,56 @@ def launch(
         )
     except OSError as err:
         raise LaunchError(f"cannot start {target.describe()}: {err.strerror or err}") from err
+
+
+# -- preparing a session's settings (pitstop run / demo) ------------------------
+def parse_port(text: str | None) -> int | None:
+    """--prometheus PORT: 1-65535, with a one-line error."""
+    if text is None:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise UsageError(f"--prometheus {text!r}: give a TCP port from 1 to 65535 (rank r serves PORT + LOCAL_RANK)")
+    return int(text)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def describe_config(data: dict[str, object]) -> str:
+    """What a config applies, by scope: "amp=bf16 (process-wide); num_workers=4 (training DataLoader)"."""
+    parts = []
+    for section, scope in CONFIG_SCOPES.items():
+        values = data.get(section)
+        if isinstance(values, dict) and values:
+            knobs = ", ".join(f"{k}={_toml_value(v)}" for k, v in values.items())
+            parts.append(f"{knobs} ({scope})")
+    return "; ".join(parts) if parts else "nothing (no setting in it)"
+
+
+def prepare_record(record: str | None, session: str) -> str:
+    """The record base for a session; fails early, in one line, if it cannot be written."""
+    if record:
+        path = Path(record).expanduser().resolve()
+        if path.suffix == ".jsonl":
+            if path.exists():
+                raise RecordError(f"record file exists: {path} (choose another --record; pitstop never overwrites)")
+            directory = path.parent
+        else:
+            if path.exists() and any(path.glob("*.jsonl")):
+                raise RecordError(f"record directory already holds records: {path} (choose another --record)")
+            directory = path
+    else:
+        directory = default_record_root() / session
+        path = directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".pitstop-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        hint = "" if record else " (set PITSTOP_RECORD_DIR or use --record)"
+        raise RecordError(f"cannot write records to {directory}: {err.strerror or err}{hint}") from err
+    return str(path)

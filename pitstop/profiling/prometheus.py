@@ -18,7 +18,7 @@ from typing import Any
 
 from pitstop.analysis import RunState, findings, percentile
 from pitstop.analysis._context import WARMUP
-from pitstop.analysis._summary import training_loader_id
+from pitstop.analysis._cpu import training_loader_id
 from pitstop.events import Event, Sample
 
 ADDR_ENV = "PITSTOP_PROMETHEUS_ADDR"

@@ -1,6 +1,6 @@
 """Provides the per-process Unix socket: the agent's server and the viewers' client.
 
-Layout: one per-user directory (0700) holding `<pid>.sock` (0600) and
+Layout: one per-user directory (0700, see rundir.py) holding `<pid>.sock` (0600) and
 `<pid>.json` (who is behind it). The agent's writer thread publishes: it files
 the lines into the history and sends them to each viewer itself, non-blocking,
 under one lock. The server's named daemon thread accepts, reads commands and
@@ -25,9 +25,7 @@ import json
 import os
 import selectors
 import socket
-import stat
 import struct
-import tempfile
 import threading
 import time
 from collections import deque
@@ -37,99 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.errors import TransportError
+from pitstop.profiling.rundir import candidates, runtime_dir, runtime_dirs
 
 MAX_BACKLOG = 16 << 20  # bytes queued for one client before it is dropped (~60 s of a busy run)
 HISTORY_LINES = 20_000  # recent events replayed to a client on connect, besides sticky ones
 STICKY_KINDS = frozenset({"hello", "runtime", "model", "dataloader", "applied"})
-
-
-@dataclass(frozen=True)
-class RuntimeDir:
-    """The directory this user's agents put their sockets in, and why a preferred one was passed over."""
-
-    path: Path
-    warning: str | None = None  # "/tmp/pitstop-1000 is not usable (...); live viewers use ... instead"
-
-
-def _candidates() -> list[Path]:
-    """Where this user's sockets may live, most preferred first.
-
-    PITSTOP_RUNTIME_DIR is a choice, so it is the only candidate. Otherwise
-    $XDG_RUNTIME_DIR/pitstop, then /tmp/pitstop-<uid>, then a directory under
-    the user's own cache: any local user can create /tmp/pitstop-<uid> first
-    (issue 10), and a private fallback keeps live viewers working then.
-    """
-    explicit = os.environ.get("PITSTOP_RUNTIME_DIR")
-    if explicit:
-        return [Path(explicit)]
-    out = []
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isdir(xdg):
-        out.append(Path(xdg) / "pitstop")
-    out.append(Path(tempfile.gettempdir()) / f"pitstop-{os.getuid()}")
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    out.append(Path(cache) / "pitstop" / "run")
-    return out
-
-
-def _unusable(path: Path, create: bool) -> str | None:
-    """Why `path` cannot hold our sockets (None: it can); creates it 0700 when asked."""
-    try:
-        if create:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            try:
-                path.mkdir(mode=0o700)
-            except FileExistsError:
-                pass
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return "it does not exist"
-    except OSError as err:
-        return f"cannot create it: {err.strerror or err}"
-    if stat.S_ISLNK(st.st_mode):
-        return "it is a symbolic link"
-    if not stat.S_ISDIR(st.st_mode):
-        return "it is not a directory"
-    if st.st_uid != os.getuid():
-        return f"it belongs to another user (uid {st.st_uid})"
-    if st.st_mode & 0o077:
-        try:
-            os.chmod(path, 0o700)
-        except OSError as err:
-            return f"others may enter it (mode {stat.S_IMODE(st.st_mode):o}) and it cannot be fixed: {err.strerror}"
-    return None
-
-
-def resolve_runtime_dir() -> RuntimeDir:
-    """The socket directory to use now (created 0700, checked to be ours), or a TransportError."""
-    passed: list[tuple[Path, str]] = []
-    for path in _candidates():
-        why = _unusable(path, create=True)
-        if why is None:
-            warning = None
-            if passed:
-                first, reason = passed[0]
-                warning = f"{first} is not usable ({reason}); live viewers use {path} instead"
-            return RuntimeDir(path, warning)
-        passed.append((path, why))
-    if len(passed) == 1:
-        path, why = passed[0]
-        raise TransportError(f"{path} cannot hold pitstop's sockets: {why}; set PITSTOP_RUNTIME_DIR")
-    tried = "; ".join(f"{p}: {why}" for p, why in passed)
-    raise TransportError(f"no private directory for pitstop's sockets ({tried}); set PITSTOP_RUNTIME_DIR")
-
-
-def runtime_dir(create: bool = True) -> Path:
-    """The per-user socket directory (see `resolve_runtime_dir`); without `create`, the first that exists."""
-    if create:
-        return resolve_runtime_dir().path
-    dirs = runtime_dirs()
-    return dirs[0] if dirs else _candidates()[0]
-
-
-def runtime_dirs() -> list[Path]:
-    """Every candidate socket directory that exists and is ours: where viewers look for agents."""
-    return [path for path in _candidates() if _unusable(path, create=False) is None]
 
 
 def _peer_uid(conn: socket.socket) -> int | None:
@@ -550,7 +460,7 @@ def list_agents(clean: bool = True) -> list[AgentInfo]:
 def socket_for_pid(pid: int) -> Path:
     """The socket of a pid, or a TransportError that says why there is none."""
     dirs = runtime_dirs()
-    directory = next((d for d in dirs if (d / f"{pid}.sock").exists()), dirs[0] if dirs else _candidates()[0])
+    directory = next((d for d in dirs if (d / f"{pid}.sock").exists()), dirs[0] if dirs else candidates()[0])
     path = directory / f"{pid}.sock"
     if not _alive(pid):
         if path.exists():

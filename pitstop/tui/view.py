@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from pitstop.analysis import JobState, JobSummary, RunState, percentile
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
-from pitstop.analysis._summary import STATUS_WINDOW, cpu_now, gpu_reason, training_loader
+from pitstop.analysis._cpu import cpu_now
+from pitstop.analysis._summary import STATUS_WINDOW, gpu_reason
 from pitstop.events import Gpu, ProfileWindow, Sample, Step
 from pitstop.tui import format as fmt
 from pitstop.tui.widgets import ChartData, Row, Series
@@ -291,7 +292,7 @@ def _no_workers_text(run: RunState) -> str:
     At the end of a run that used 2 workers they have exited: that is not
     "num_workers=0" (issue 10).
     """
-    info = training_loader(run) or max(run.dataloaders.values(), key=lambda d: d.num_workers, default=None)
+    info = run.training_loader() or max(run.dataloaders.values(), key=lambda d: d.num_workers, default=None)
     if info is None:
         return "none seen"
     if info.num_workers == 0:

@@ -242,13 +242,15 @@ def test_workers_of_the_training_and_an_eval_loader_are_separate_cpu_series() ->
     import time as _time
     from types import SimpleNamespace
 
-    from pitstop.events import Proc, Sample, Step
+    from pitstop.events import DataLoaderInfo, Proc, Sample, Step
     from pitstop.profiling.prometheus import Exporter
 
     hello = Hello(schema=1, pitstop_version="0.1.0", session="job-9", pid=1, ppid=0, host="node7", argv=[],
                   cwd="/", started=0.0, python="3.12", script="train.py")
     exporter = Exporter(SimpleNamespace(hello=hello, dropped=0, taps=[]))
     now = _time.time()
+    exporter.tap([DataLoaderInfo(t=now - 2, id=i, num_workers=2, batch_size=8, pin_memory=False,
+                                 persistent_workers=False, prefetch_factor=2) for i in (1, 2)])
     exporter.tap([Step(t=now - 1 + i * 0.01, step=i, wall=0.01, data_wait=0.0, samples=8, loader=1)
                   for i in range(10)])
     exporter.tap([Sample(t=now, procs=[Proc(pid=1, role="main", cpu=93.0, rss=1),

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.cli import VALUE_OPTIONS, _profile_setting, describe_config, main, split_target
+from pitstop.cli import VALUE_OPTIONS, _profile_setting, main, split_target
 from pitstop.errors import UsageError
-from pitstop.profiling.launch import Target
+from pitstop.profiling.launch import Target, describe_config
 
 RUN = VALUE_OPTIONS["run"]
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from pitstop.errors import TransportError
 from pitstop.profiling import transport
+from pitstop.profiling.rundir import resolve_runtime_dir
 from pitstop.profiling.transport import AgentServer, Client, list_agents, runtime_dir, socket_for_pid
 
 
@@ -126,7 +128,7 @@ def shared_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.delenv("PITSTOP_RUNTIME_DIR", raising=False)
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(base / "home-cache"))
-    monkeypatch.setattr(transport.tempfile, "tempdir", str(base / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(base / "tmp"))
     yield base
     shutil.rmtree(base, ignore_errors=True)
 
@@ -144,7 +146,7 @@ def _plant_foreign(path: Path) -> str:
 def test_a_socket_dir_planted_by_someone_else_falls_back_to_a_private_one_that_ls_searches(shared_tmp: Path) -> None:
     shared = shared_tmp / "tmp" / f"pitstop-{os.getuid()}"
     why = _plant_foreign(shared)
-    where = transport.resolve_runtime_dir()
+    where = resolve_runtime_dir()
     fallback = shared_tmp / "home-cache" / "pitstop" / "run"
     assert where.path == fallback
     assert where.warning == f"{shared} is not usable ({why}); live viewers use {fallback} instead"
@@ -162,6 +164,6 @@ def test_our_socket_dir_with_loose_permissions_is_tightened_and_used(shared_tmp:
     shared = shared_tmp / "tmp" / f"pitstop-{os.getuid()}"
     shared.mkdir(mode=0o700)
     os.chmod(shared, 0o777)
-    where = transport.resolve_runtime_dir()
+    where = resolve_runtime_dir()
     assert where.path == shared and where.warning is None
     assert oct(shared.stat().st_mode & 0o777) == "0o700"

@@ -1,0 +1,156 @@
+"""Provides CPU figures in one unit, cores: the main process, each DataLoader's workers apart, the machine.
+
+Sampler readings are percent of one core per process (`Proc.cpu`) and percent
+of the whole machine (`Sample.system_cpu`); every front shows them converted
+to cores, saying so (issue 10: "main 93%" of a core beside "system 79%" of the
+machine). Workers of different loaders are never summed into one figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pitstop.analysis._state import RunState
+from pitstop.events import Sample
+
+# The latest reading within the last 5 samples (2-5 s at 1-2 Hz): older is stale for a live line.
+STATUS_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class LoaderCpu:
+    """CPU of the DataLoader workers of one loader, in cores (1.0 = one core busy)."""
+
+    loader: int | None  # DataLoaderInfo.id; None for workers whose loader is not known
+    label: str  # "train", "eval loader 2 (ValSet)", "" when the loader is not known
+    workers: int  # worker processes: in the reading, or the most seen at once for a mean
+    cores: float | None
+
+
+@dataclass(frozen=True)
+class CpuFigures:
+    """CPU use in one unit, cores: the main process, each loader's workers, the whole machine."""
+
+    main: float | None
+    loaders: tuple[LoaderCpu, ...]
+    machine: float | None  # cores busy on the whole machine (all its processes)
+    machine_cores: int | None  # logical CPUs of the machine
+    machine_pct: float | None  # kept for when the CPU count is unknown
+
+
+def training_loader_id(run: RunState) -> int | None:
+    """The id of the training loader (`RunState.training_loader`: the one whose batches fed the latest step)."""
+    info = run.training_loader()
+    return info.id if info is not None else None
+
+
+def loader_label(run: RunState, loader: int | None) -> str:
+    """"train" for the training loader, "eval loader 2 (ValSet)" for another, "" when unknown.
+
+    The training loader is the one whose batches feed optimizer steps
+    (`Step.loader`); any other loader iterated is an evaluation's (DESIGN rule 7).
+    """
+    if loader is None:
+        return ""
+    train = training_loader_id(run)
+    if loader == train:
+        return "train"
+    info = run.dataloaders.get(loader)
+    name = f"loader {loader}" if train is None else f"eval loader {loader}"
+    return f"{name} ({info.dataset})" if info is not None and info.dataset else name
+
+
+def _cores(pct: float | None) -> float | None:
+    return None if pct is None else pct / 100.0
+
+
+def _machine_cores(run: RunState) -> int | None:
+    return run.runtime.cpu_count if run.runtime is not None else None
+
+
+def _worker_groups(run: RunState, sample: Sample) -> dict[int | None, list[float | None]]:
+    """Worker CPU percents of one sample, by the loader they serve."""
+    groups: dict[int | None, list[float | None]] = {}
+    for p in sample.procs:
+        if p.role == "worker":
+            groups.setdefault(p.loader, []).append(p.cpu)
+    return groups
+
+
+def _loader_order(run: RunState, loader: int | None) -> tuple[int, int]:
+    train = training_loader_id(run)
+    return (0 if loader == train and loader is not None else 1 if loader is not None else 2, loader or 0)
+
+
+def cpu_now(run: RunState, samples: int = STATUS_SAMPLES) -> CpuFigures:
+    """The latest reading of each CPU figure within the last `samples` samples (older is stale)."""
+    main = machine = None
+    loaders: tuple[LoaderCpu, ...] | None = None
+    for i in range(len(run.samples) - 1, max(-1, len(run.samples) - 1 - samples), -1):
+        sample = run.samples[i]
+        if main is None:
+            main = next((p.cpu for p in sample.procs if p.role == "main" and p.cpu is not None), None)
+        if loaders is None and sample.procs:
+            groups = _worker_groups(run, sample)
+            loaders = tuple(
+                LoaderCpu(loader, loader_label(run, loader), len(cpus),
+                          _cores(sum(c for c in cpus if c is not None)) if any(c is not None for c in cpus) else None)
+                for loader, cpus in sorted(groups.items(), key=lambda kv: _loader_order(run, kv[0]))
+            )
+        if machine is None:
+            machine = sample.system_cpu
+    return _figures(run, _cores(main), loaders or (), machine)
+
+
+def cpu_mean(run: RunState) -> CpuFigures:
+    """Means over the run: main and machine over every sample; each loader's workers while they ran.
+
+    Per-loader figures come from the samples kept (MAX_SAMPLES: the last 30-60
+    minutes of a longer run); workers of different loaders are never summed.
+    """
+    sums: dict[int | None, float] = {}
+    counts: dict[int | None, int] = {}
+    most: dict[int | None, int] = {}
+    for sample in run.samples:
+        for loader, cpus in _worker_groups(run, sample).items():
+            most[loader] = max(most.get(loader, 0), len(cpus))
+            known = [c for c in cpus if c is not None]
+            if known:
+                sums[loader] = sums.get(loader, 0.0) + sum(known)
+                counts[loader] = counts.get(loader, 0) + 1
+    loaders = tuple(
+        LoaderCpu(loader, loader_label(run, loader), most[loader],
+                  _cores(sums[loader] / counts[loader]) if counts.get(loader) else None)
+        for loader in sorted(most, key=lambda k: _loader_order(run, k))
+    )
+    main = run.cpu_main_sum / run.cpu_main_n if run.cpu_main_n else None
+    machine = run.system_cpu_sum / run.system_cpu_n if run.system_cpu_n else None
+    return _figures(run, _cores(main), loaders, machine)
+
+
+def _figures(run: RunState, main: float | None, loaders: tuple[LoaderCpu, ...], machine_pct: float | None) -> CpuFigures:
+    count = _machine_cores(run)
+    machine = machine_pct / 100.0 * count if machine_pct is not None and count else None
+    return CpuFigures(main=main, loaders=loaders, machine=machine, machine_cores=count, machine_pct=machine_pct)
+
+
+def _workers_label(group: LoaderCpu) -> str:
+    return f"{group.label} workers" if group.label else "workers"
+
+
+def cpu_text(cpu: CpuFigures, short: bool = False) -> str:
+    """CPU in one unit, cores (1.0 = one core busy), and saying so.
+
+    Long (summary): "main 0.93 cores, train workers 1.60 cores (2), machine 1.58 of 2 cores".
+    Short (status line): "main 0.93, train workers 1.60, machine 1.58 of 2 (cores)".
+    """
+    unit = "" if short else " cores"
+    parts = ["main " + (f"{cpu.main:.2f}{unit}" if cpu.main is not None else "n/a")]
+    for group in cpu.loaders:
+        cores = f"{group.cores:.2f}{unit}" if group.cores is not None else "n/a"
+        parts.append(f"{_workers_label(group)} {cores}" + ("" if short else f" ({group.workers})"))
+    if cpu.machine is not None:
+        parts.append(f"machine {cpu.machine:.2f} of {cpu.machine_cores}{unit}")
+    elif cpu.machine_pct is not None:
+        parts.append(f"machine {cpu.machine_pct:.0f}% (CPU count not reported)")
+    return ", ".join(parts) + (" (cores)" if short else "")
