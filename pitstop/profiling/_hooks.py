@@ -16,6 +16,7 @@ import importlib.util
 import os
 import sys
 import time
+import weakref
 from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
@@ -132,6 +133,18 @@ def find_root(module_type: type, optimizer: Any) -> Any:
     return best
 
 
+def _batch_dim(batch: Any, tensor_type: type, dim: int) -> int | None:
+    """Samples in a sequence-first batch: dimension `dim` of its first tensor that has it."""
+    if isinstance(batch, tensor_type):
+        return int(batch.shape[dim]) if batch.dim() > dim else None
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for item in items:
+        found = _batch_dim(item, tensor_type, dim)
+        if found is not None:
+            return found
+    return None
+
+
 def _shm_bytes() -> int | None:
     try:
         st = os.statvfs("/dev/shm")
@@ -153,6 +166,7 @@ class Hooks:
         self.data_parallel = False
         self.ddp = False
         self._model_reported = False
+        self._model_watched = False
         self.overrides: Any = None
         self.device_type = "cpu"
 
@@ -453,15 +467,21 @@ class Hooks:
 
     # ---- the model's root module ----------------------------------------------
     def watch_model(self, optimizer: Any) -> None:
-        """Find the model (once, at the first step) and watch its forwards.
+        """Find the model (once, at the first backward) and watch its forwards.
 
-        The root module is the outermost module holding the first optimizer's
-        parameters (without an optimizer: the outermost module with the most
-        trainable parameters). A forward pre-hook on it (one hook call per
-        forward, not per submodule) tells the clock whether the forward trains
-        (grad on, train mode) or evaluates, and gives samples (the leading
-        dimension of its input) to loops that slice batches without a DataLoader.
+        The root module is the outermost module holding the optimizer's
+        parameters (without one, as at the first backward: the outermost module
+        with the most trainable parameters). Its class's `__call__` is patched
+        (`_patch`, invisible) to tell the clock whether a forward of the root
+        trains (grad on, train mode) or evaluates, and to give samples (the
+        batch dimension of its input) to loops that slice batches without a
+        DataLoader. Nothing is stored on the model itself: a forward hook lives
+        in the module's state, and `torch.save(model)` of pytorch/examples'
+        word_language_model then failed pickling pitstop's hook.
         """
+        if self._model_watched:
+            return
+        self._model_watched = True
         try:
             root = find_root(self.torch.nn.Module, optimizer)
         except Exception as err:
@@ -471,26 +491,32 @@ class Hooks:
             return
         agent = self.agent
         clock = agent.clock
-        torch = self.torch
-        grad_enabled = torch.is_grad_enabled
-        tensor_type = torch.Tensor
+        grad_enabled = self.torch.is_grad_enabled
+        tensor_type = self.torch.Tensor
         perf = _PERF
+        # Sequence-first models (an LSTM or Transformer with batch_first=False) take
+        # (seq, batch, ...) inputs: the batch is their second dimension.
+        seq_first = any(getattr(m, "batch_first", True) is False for m in root.modules())
+        root_ref = weakref.ref(root)
 
-        def pre_hook(module: Any, args: Any, kwargs: Any) -> None:
-            if agent.disabled:
-                return None
-            try:
-                training = module.training and grad_enabled()
-                samples = None
-                if training and clock.wants_forward_samples:
-                    samples = _leading_dim(args, tensor_type) if args else _leading_dim(kwargs, tensor_type)
-                clock.on_forward(training, samples, perf())
-            except Exception as err:  # never into the training loop
-                agent.fail("the model's forward hook", err)
-            return None
+        def make(original: Any) -> Any:
+            def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+                if module is root_ref() and not agent.disabled:
+                    try:
+                        training = module.training and grad_enabled()
+                        samples = None
+                        if training and clock.wants_forward_samples:
+                            found = args if args else kwargs
+                            samples = _batch_dim(found, tensor_type, 1) if seq_first else _leading_dim(found, tensor_type)
+                        clock.on_forward(training, samples, perf())
+                    except Exception as err:  # never into the training loop
+                        agent.fail("the model's forward hook", err)
+                return original(module, *args, **kwargs)
+
+            return __call__
 
         try:
-            root.register_forward_pre_hook(pre_hook, with_kwargs=True)
+            patch(type(root), "__call__", make)
         except Exception as err:
             self.agent.note("warn", "hooks", f"model forwards not watched: {err}", once="root-hook")
 

@@ -20,7 +20,6 @@ import socket
 import sys
 import threading
 import time
-import weakref
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -70,7 +69,7 @@ class Agent:
         # step clock (training thread only)
         self.clock = StepClock(self._on_step, self._on_eval)
         self._model_optimizers = 0  # optimizers counted in the last Model event
-        self.first_optimizer: Any = None  # weakref to the clock's first optimizer (finding the model)
+        self._model_watched = False
         self._pending_losses: dict[int, Any] = {}
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
         self._last_loss_flush = _perf()
@@ -259,12 +258,7 @@ class Agent:
             self._merge_losses(merged)
 
     def _new_optimizer(self, optimizer: Any) -> None:
-        """A new optimizer stepped (rare): remember the first; say so when the Model was sent."""
-        if self.first_optimizer is None:
-            try:
-                self.first_optimizer = weakref.ref(optimizer)
-            except TypeError:
-                self.first_optimizer = None
+        """A new optimizer stepped (rare): say so when the Model event was already sent."""
         if self._model_optimizers and self.hooks is not None:
             self.hooks.report_model()
 
@@ -282,6 +276,9 @@ class Agent:
         if loss is not None:
             self._pending_losses[self.clock.next_index] = loss
         self.clock.on_backward(_perf())
+        if not self._model_watched and self.hooks is not None:
+            self._model_watched = True  # once: the model is found at the first backward
+            self.hooks.watch_model(None)
 
     def manual_step(self, samples: int | None = None) -> None:
         if self.disabled:
@@ -354,7 +351,6 @@ class Agent:
         if index == 0 and self.hooks is not None:
             self.hooks.report_model()
             self.hooks.report_rank()
-            self.hooks.watch_model(self.first_optimizer() if self.first_optimizer is not None else None)
         pending = self._pending_losses
         if pending and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):
             self.flush_losses(block=False)

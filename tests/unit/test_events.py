@@ -12,6 +12,7 @@ from pitstop.events import (
     EVENT_TYPES,
     SCHEMA_VERSION,
     Applied,
+    Rank,
     Copies,
     DataLoaderInfo,
     End,
@@ -52,6 +53,7 @@ ALL = [
                   ops=[OpStat(name="aten::addmm", calls=5, self_us=10.0, total_us=12.0)],
                   kernels=[KernelStat(name="k", calls=1, total_us=2.0, mean_us=2.0)],
                   copies=Copies(h2d_bytes=100, h2d_pageable=1), syncs_per_step={"aten::item": 1.0}),
+    Rank(t=1.0, rank=1, world_size=2, local_rank=1),
     Note(t=1.0, level="warn", source="sampler", message="NVML unavailable"),
     End(t=9.0, steps=100, dropped=0, exit_code=0),
 ]
