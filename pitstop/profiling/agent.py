@@ -411,6 +411,7 @@ class Agent:
             self.windows.request()
             return f"profiling the next steps from step {self.step_index}"
         if cmd == "stop":
+            self.note("info", "stop", f"stop requested by a viewer: SIGINT sent to pid {self.pid}")
             os.kill(self.pid, signal.SIGINT)
             return f"sent SIGINT to pid {self.pid}"
         if cmd == "ping":

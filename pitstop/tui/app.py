@@ -22,6 +22,7 @@ from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from pitstop.analysis import JobState, JobSummary, RunState, StreamBatch, job_summary
+from pitstop.events import Note
 from pitstop.errors import PitstopError
 from pitstop.tui import logtail
 from pitstop.tui.inbox import Inbox
@@ -200,6 +201,10 @@ class PitstopApp(App[str]):
         batches = self._inbox.drain()
         for batch in batches:
             self.job.add(batch)
+            for event in batch.events:  # the agent's warnings are said, not only recorded
+                if isinstance(event, Note) and event.level in ("warn", "error"):
+                    self.notify(f"{event.source}: {event.message}", title="pitstop",
+                                severity="error" if event.level == "error" else "warning", timeout=12)
         if batches:
             self.request_refresh()
 

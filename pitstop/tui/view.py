@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pitstop.analysis import JobState, JobSummary, RunState, percentile
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 from pitstop.analysis._cpu import cpu_now
+from pitstop.analysis._context import WARMUP
 from pitstop.analysis._summary import STATUS_WINDOW, gpu_reason
 from pitstop.events import Gpu, ProfileWindow, Sample, Step
 from pitstop.tui import format as fmt
@@ -55,7 +56,7 @@ class Frame:
 # -- header -------------------------------------------------------------------
 def recent_rates(run: RunState) -> tuple[float | None, float | None]:
     """(steps/s, samples/s) over the last STATUS_WINDOW steps; samples/s None if unreported."""
-    recent = run.recent_steps(STATUS_WINDOW)
+    recent = run.measured_steps(WARMUP)[-STATUS_WINDOW:]  # the status line's definition (warm-up, marks out)
     wall = sum(s.wall for s in recent)
     if not recent or wall <= 0:
         return None, None
