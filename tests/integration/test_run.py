@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.events import DataLoaderInfo, End, Event, Hello, Loss, Runtime, Sample, Step, encode
+from pitstop.events import DataLoaderInfo, End, Event, Hello, Loss, Model, Runtime, Sample, Step, encode
 from pitstop.profiling.record import ReadResult, iter_record
 
 from .conftest import SCRIPTS, events_of, pitstop, wait_for
@@ -79,6 +79,14 @@ def test_step_detection_without_code_changes(
     assert len(steps) == expected, [s.source for s in steps]
     assert steps[-1].source == source
     assert all(s.wall > 0 for s in steps)
+    events = events_of(record)
+    end = next(e for e in events if isinstance(e, End))
+    assert (end.reason, end.exit_code) == ("exit", 0)
+    if script == "loop_gan.py":  # the Model event is sent again once the second optimizer stepped
+        models = [e for e in events if isinstance(e, Model)]
+        assert models[-1].optimizers == 2, models
+    if script == "loop_no_loader.py":  # no DataLoader: samples are the leading dimension of the model's input
+        assert all(s.samples == 32 for s in steps[1:]), [s.samples for s in steps]
 
 
 def test_step_times_agree_with_a_plain_optimizer_hook(tmp_path: Path, env: dict[str, str]) -> None:
