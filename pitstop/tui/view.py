@@ -365,8 +365,8 @@ def _torch_mem_reason(run: RunState) -> str | None:
 
 # -- data ---------------------------------------------------------------------
 def data_rows(run: RunState | None) -> tuple[Row, ...]:
-    """Data wait percentiles and the loader's delivery rate against the step's appetite."""
-    recent = run.recent_steps(CHART_STEPS) if run is not None else []
+    """Data wait percentiles and the loader's delivery rate against the step's appetite (training steps)."""
+    recent = run.measured_steps(WARMUP)[-CHART_STEPS:] if run is not None else []
     if not recent:
         return ()
     waits = [s.data_wait for s in recent]
@@ -400,14 +400,19 @@ def worker_rows(run: RunState | None) -> tuple[Row, ...]:
     if sample is None:
         return (Row("workers", fmt.na("no sample yet")),)
     rows = []
+    labels = {}
     for dl in sorted(run.dataloaders.values(), key=lambda d: d.id):
-        rows.append(Row(f"loader {dl.id}", f"workers {dl.num_workers}, batch {dl.batch_size or 'n/a'}, "
+        role = run.loader_role(dl.id)
+        labels[dl.id] = f"{role} {dl.id}".strip() if role else f"loader {dl.id}"
+        what = f"{dl.dataset}, " if dl.dataset else ""
+        rows.append(Row(labels[dl.id], f"{what}batch {dl.batch_size or 'n/a'}, workers {dl.num_workers}, "
                         f"pin_memory {dl.pin_memory}, prefetch {dl.prefetch_factor or 'n/a'}"))
     workers = [p for p in sample.procs if p.role == "worker"]
     if not workers:
         rows.append(Row("workers", _no_workers_text(run)))
     for p in workers:
-        rows.append(Row(f"pid {p.pid}", f"cpu {fmt.pct(p.cpu, 'n/a')}  rss {fmt.size(p.rss, 'n/a')}"))
+        of = f"  ({labels[p.loader]})" if p.loader in labels else ""
+        rows.append(Row(f"pid {p.pid}", f"cpu {fmt.pct(p.cpu, 'n/a')}  rss {fmt.size(p.rss, 'n/a')}{of}"))
     return tuple(rows)
 
 
