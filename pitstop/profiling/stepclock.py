@@ -198,6 +198,10 @@ class StepClock:
         samples = acc[1] if acc is not None else None
         if samples is None:
             samples = self._fwd_samples
+        if samples is None and acc is None and train is not None:
+            # No batch of the training loader in this step: its batch was fetched in an
+            # earlier one (accelerate's loaders fetch one ahead), which counted it.
+            samples = 0
         evaluated = self._eval_t0 is not None or len(fetched) > (1 if acc is not None else 0)
         eval_s = 0.0
         if evaluated:

@@ -188,3 +188,12 @@ def test_a_new_optimizer_for_a_later_phase_becomes_the_clock() -> None:
         r.train_step(opt="phase2")  # phase 1's optimizer never steps again
     assert len(r.steps) == 19  # the first step of phase 2 is counted into the second
     assert r.steps[10]["wall"] == pytest.approx(2 * 0.111)
+
+
+def test_a_step_fed_by_a_batch_fetched_ahead_counts_no_samples_of_its_own() -> None:
+    r = Recorder()
+    r.fetch(TRAIN, 0.01, 8)
+    r.fetch(TRAIN, 0.01, 8)  # accelerate fetches one batch ahead
+    r.clock.on_optimizer_step("opt", r.tick(0.1))
+    r.clock.on_optimizer_step("opt", r.tick(0.1))  # the last batch of the epoch was already fetched
+    assert [s["samples"] for s in r.steps] == [16, 0]
