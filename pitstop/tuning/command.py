@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import shlex
@@ -15,22 +16,25 @@ from types import FrameType
 from typing import Any
 
 import pitstop
-from pitstop.config import save_config
+from pitstop.config import load_config, save_config
 from pitstop.errors import ConfigError, TuneError, UsageError
 from pitstop.profiling.launch import Target
-from pitstop.tuning.journal import Journal, JournaledEvaluator
-from pitstop.tuning.report import format_report, progress_line, to_json
+from pitstop.tuning.guard import FileGuard
+from pitstop.tuning.journal import Journal, JournaledEvaluator, companion, default_journal
+from pitstop.tuning.report import format_report, progress_line, tick_line, to_json, tune_status
 from pitstop.tuning.results import Candidate, TrialResult
-from pitstop.tuning.runner import TrialRunner, TrialSpec
+from pitstop.tuning.runner import FIRST_STEP_TIMEOUT, FIRST_TRIAL_LIMIT, Tick, TrialRunner, TrialSpec, path_hint
 from pitstop.tuning.space import Space, build_space, parse_knobs
 from pitstop.tuning.strategy import Budget, Outcome, Search
 
 # Options that take a value, for the CLI's split of `[OPTIONS] SCRIPT ARGS...`.
 VALUE_OPTIONS = frozenset({"--budget", "--steps", "--warmup", "--min-time", "--out", "--journal",
-                           "--knobs", "--trial-timeout"})
+                           "--knobs", "--trial-timeout", "--first-step-timeout", "--confirm"})
 DEFAULT_BUDGET = "10m"
 DEFAULT_STEPS = 30
 DEFAULT_WARMUP = 5
+# Headless: a running trial reports its steps this often (the Trials view reads them twice a second).
+TICK_LINE_EVERY_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,21 +52,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="short trials measure at least this long (--steps grows to fit); "
                              "default %(default)s")
     parser.add_argument("--out", default="pitstop.toml", metavar="FILE",
-                        help="where the tuned config goes; default %(default)s")
+                        help="where the tuned config goes (written only when something beats the "
+                             "script's own settings); default %(default)s")
     parser.add_argument("--force", action="store_true",
                         help="overwrite --out and start a fresh journal")
     parser.add_argument("--resume", action="store_true",
                         help="reuse the finished trials of an interrupted tune (its journal)")
     parser.add_argument("--journal", metavar="PATH",
-                        help="journal of finished trials; default .pitstop-tune/<script>.journal.jsonl next to --out")
+                        help="journal of finished trials; default .pitstop-tune/<script>-<key>.journal.jsonl "
+                             "next to --out (the key tells scripts of the same name apart)")
     parser.add_argument("--knobs", metavar="LIST",
                         help="only these knobs: workers,pin_memory,persistent_workers,prefetch_factor,"
                              "batch_size,amp,cudnn_benchmark,channels_last")
     parser.add_argument("--trial-timeout", type=float, metavar="SECONDS",
-                        help="kill a trial after this long (a hang); default: 6x the baseline's pace + 30 s")
+                        help="kill a trial after this long (a hang); default: the first trials "
+                             f"{FIRST_TRIAL_LIMIT:.0f} s, then 30 s + 6x the baseline's pace per step")
+    parser.add_argument("--first-step-timeout", type=float, default=FIRST_STEP_TIMEOUT, metavar="SECONDS",
+                        help="until the baseline has run, a trial that reaches no training step in this "
+                             "long is ended as a hang (a stalled download, a data path it waits on); "
+                             "default %(default)g")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    parser.add_argument("--in-place", action="store_true",
-                        help="run trials in the script's own directory instead of a scratch one")
+    parser.add_argument("--scratch", action="store_true",
+                        help="run trials in an empty scratch directory instead of this one (relative "
+                             "paths then find nothing); by default trials run here, as `pitstop run` does, "
+                             "and every file a trial changes here is put back after it (docs/tuning.md)")
+    parser.add_argument("--in-place", action="store_true", help=argparse.SUPPRESS)  # the default now
+    parser.add_argument("--confirm", metavar="CONFIG",
+                        help="only confirm CONFIG (a pitstop.toml): alternate fresh runs of it and of the "
+                             "script's own settings, and report the measured ratio; writes nothing")
 
 
 def parse_budget(text: str) -> Budget:
@@ -97,8 +114,74 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
+class _Progress:
+    """Progress for a person: a line per finished trial, a line every few seconds inside a long one
+    (headless), and a small JSON file the Trials view reads for its progress bars."""
+
+    def __init__(self, path: Path, started: float) -> None:
+        self.path = path
+        self.started = started
+        self.search: Search | None = None
+        self.baseline: TrialResult | None = None
+        self.last_line = 0.0
+        self.guard_said = ""
+        self.trial: dict[str, Any] | None = None
+
+    def tune(self) -> tuple[str, dict[str, Any]]:
+        s = self.search
+        if s is None:
+            return "", {}
+        done, planned, eta = len(s.results), s.planned, s.eta()
+        state = {"done": done, "planned": planned, "budget_left": s.budget.left(), "eta": eta,
+                 "budget_trials": s.budget.trials, "budget_seconds": s.budget.seconds,
+                 "used_trials": s.budget.used_trials, "used_seconds": round(s.budget.used_seconds, 1)}
+        return tune_status(done, planned, s.budget.left(), eta), state
+
+    def on_tick(self, tick: Tick) -> None:
+        text, state = self.tune()
+        self.trial = {"index": tick.index, "label": tick.label, "stage": tick.stage,
+                      "steps_done": tick.steps_done, "steps_planned": tick.steps_planned,
+                      "elapsed": round(tick.elapsed, 1), "limit": round(tick.limit, 1),
+                      "first_step_limit": tick.first_step_limit, "done": tick.done}
+        self.write(state)
+        now = time.monotonic()
+        if tick.done:
+            self.last_line = 0.0
+        elif tick.elapsed >= TICK_LINE_EVERY_S and now - self.last_line >= TICK_LINE_EVERY_S:
+            self.last_line = now
+            print(tick_line(tick, text), file=sys.stderr, flush=True)
+
+    def on_result(self, result: TrialResult, index: int, planned: int | None, runner: TrialRunner) -> None:
+        if result.stage == "baseline" and self.baseline is None and result.ok:
+            self.baseline = result
+        text, state = self.tune()
+        print(progress_line(result, index, planned, self.baseline, text), file=sys.stderr, flush=True)
+        restored = runner.restored.summary() if runner.restored is not None and not result.from_journal else ""
+        if restored and restored != self.guard_said:
+            self.guard_said = restored
+            print(f"  (the trial wrote in your directory; pitstop {restored})", file=sys.stderr, flush=True)
+        self.trial = None
+        self.write(state)
+
+    def write(self, tune: dict[str, Any]) -> None:
+        data = {"t": time.time(), "elapsed": round(time.monotonic() - self.started, 1), "tune": tune,
+                "trial": self.trial}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.path)  # whole or not at all: the viewer never reads half
+        except OSError:
+            pass  # progress is a courtesy: the tune goes on without it
+
+
 def run(args: argparse.Namespace, target: Target) -> int:
-    """Tune `target`; 0 with a written config, 1 when no configuration could be measured, 130 interrupted."""
+    """Tune `target`.
+
+    Exit status: 0 when the tune finished (a config written when something beat the
+    script's own settings; none when nothing did), 1 when nothing could be measured
+    (the baseline failed) or --confirm did not confirm, 130 interrupted, 2 a usage
+    error or files a trial changed that could not be put back.
+    """
     cwd = Path.cwd()
     target.check(cwd)
     if args.steps < 10:
@@ -108,39 +191,50 @@ def run(args: argparse.Namespace, target: Target) -> int:
     budget = parse_budget(args.budget)
     knobs = parse_knobs(args.knobs)
     out = Path(args.out)
-    if out.exists() and not args.force:
+    confirm = _confirm_candidate(args.confirm)
+    if out.exists() and not args.force and confirm is None:
         raise ConfigError(f"{out}: exists; use --force to overwrite it")
-    journal_path = Path(args.journal) if args.journal else out.parent / ".pitstop-tune" / f"{target.stem}.journal.jsonl"
+    journal_path = Path(args.journal) if args.journal else default_journal(out, target, cwd)
+    if confirm is not None and not args.journal:
+        journal_path = companion(journal_path, ".confirm.journal.jsonl")
     header = {"target": target.describe(), "cwd": str(cwd), "steps": args.steps,
               "warmup": args.warmup, "knobs": sorted(knobs) if knobs else None,
-              "batch_size": bool(args.tune_batch), "in_place": bool(args.in_place),
-              "min_time": args.min_time}
-    journal = Journal(journal_path, header, resume=args.resume, force=args.force)
-    spec = TrialSpec(target=target, cwd=cwd, records=journal_path.parent / f"{target.stem}.records",
-                     warmup=args.warmup, in_place=args.in_place)
-    runner = TrialRunner(spec, timeout=args.trial_timeout)
+              "batch_size": bool(args.tune_batch), "workdir": "scratch" if args.scratch else "here",
+              "min_time": args.min_time, "confirm": confirm.key() if confirm is not None else None}
+    # A confirmation is short and repeatable: it starts afresh unless asked to resume.
+    journal = Journal(journal_path, header, resume=args.resume, force=args.force or confirm is not None)
+    guard = None if args.scratch else FileGuard(cwd, companion(journal_path, ".guard"), skip=(journal_path.parent,))
+    if guard is not None:
+        recovered = guard.recover()
+        if recovered is not None and (recovered.restored or recovered.removed):
+            print(f"pitstop tune: an earlier tune was killed during a trial; pitstop {recovered.summary()}",
+                  file=sys.stderr)
+    started = time.monotonic()
+    progress = _Progress(companion(journal_path, ".progress.json"), started)
+    spec = TrialSpec(target=target, cwd=cwd, records=companion(journal_path, ".records"),
+                     warmup=args.warmup, scratch=bool(args.scratch), guard=guard)
+    runner = TrialRunner(spec, timeout=args.trial_timeout, first_step_timeout=args.first_step_timeout,
+                         on_tick=progress.on_tick)
     evaluator = JournaledEvaluator(journal, runner, on_replay=runner.adopt)
-    baseline: list[TrialResult] = []
-
-    def progress(result: TrialResult, index: int, planned: int) -> None:
-        if result.stage == "baseline" and not baseline:
-            baseline.append(result)
-        print(progress_line(result, index, planned, baseline[0] if baseline else None),
-              file=sys.stderr, flush=True)
 
     def space_for(base: TrialResult) -> Space:
         if base.facts is None:
             raise TuneError("the baseline trial recorded no facts about the script")
         return build_space(base.facts, knobs, bool(args.tune_batch))
 
+    where = "in an empty scratch directory" if args.scratch else f"in {cwd}, your files guarded"
     print(f"pitstop tune: {target.describe()} (budget {args.budget}, {args.steps} steps/trial"
-          f"{', batch size on' if args.tune_batch else ''}); journal {journal_path}",
+          f"{', batch size on' if args.tune_batch else ''}); trials run {where}; journal {journal_path}",
           file=sys.stderr, flush=True)
-    started = time.monotonic()
+    search = Search(evaluator, space_for, budget, args.steps,
+                    on_result=lambda r, i, n: progress.on_result(r, i, n, runner), min_seconds=args.min_time)
+    progress.search = search
     old = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        outcome = Search(evaluator, space_for, budget, args.steps, on_result=progress,
-                         min_seconds=args.min_time).run()
+        if confirm is not None:
+            outcome = search.confirm_only(confirm)
+        else:
+            outcome = search.run()
     except (KeyboardInterrupt, _Stop) as err:
         runner.kill()
         done = sum(1 for line in journal_path.read_text().splitlines() if '"kind":"trial"' in line)
@@ -151,24 +245,57 @@ def run(args: argparse.Namespace, target: Target) -> int:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        if guard is not None:
+            guard.close()
     elapsed = time.monotonic() - started
     title = (f"pitstop tune: {target.describe()} — {len(outcome.results)} trials "
              f"({journal.resumed} from the journal) in {elapsed:.0f} s")
     written: str | None = None
-    if outcome.winner is not None:
+    if outcome.improves and confirm is None:
+        assert outcome.winner is not None
         cfg = outcome.winner.to_config(provenance(outcome, target, args, elapsed),
                                        guidance(outcome.winner, outcome.space))
         written = str(save_config(cfg, out, force=args.force))
+    again = confirm_command(outcome, args, target, written) if outcome.improves and not outcome.confirmed else ""
     if args.json:
-        print(json.dumps(to_json(outcome, written), indent=2))
+        print(json.dumps(to_json(outcome, written) | {"confirm_command": again or None}, indent=2))
     else:
-        print(format_report(outcome, title))
-        if written:
+        print(format_report(outcome, title, again))
+        if written and outcome.confirmed:
             print(f"\nWrote {written}. Train with it:  pitstop run --config {written} {script_words(target)}")
+        elif written:
+            print(f"\nWrote {written} (not confirmed). Train with it:  pitstop run --config {written} "
+                  f"{script_words(target)}")
     if outcome.winner is None:
         print(f"pitstop tune: {outcome.message}", file=sys.stderr)
+        hint = path_hint(outcome.baseline, spec) if outcome.baseline is not None else ""
+        if hint:
+            print(f"pitstop tune: {hint}", file=sys.stderr)
+        return 1
+    if confirm is not None and not (outcome.improves and outcome.winner == confirm):
         return 1
     return 0
+
+
+def _confirm_candidate(path: str | None) -> Candidate | None:
+    if path is None:
+        return None
+    candidate = Candidate.from_config(load_config(path))
+    if candidate == Candidate():
+        raise ConfigError(f"{path}: sets nothing to confirm")
+    return candidate
+
+
+def confirm_command(outcome: Outcome, args: argparse.Namespace, target: Target, written: str | None) -> str:
+    """The command that confirms an unconfirmed best: its config against the script's own settings."""
+    if not written:
+        return ""
+    words = ["pitstop", "tune", "--confirm", written, "--budget", str(max(outcome.confirm_trials, 2))]
+    if args.steps != DEFAULT_STEPS:
+        words += ["--steps", str(args.steps)]
+    if args.warmup != DEFAULT_WARMUP:
+        words += ["--warmup", str(args.warmup)]
+    return shlex.join(words) + " " + script_words(target)
 
 
 def provenance(outcome: Outcome, target: Target, args: argparse.Namespace, elapsed: float) -> dict[str, Any]:
@@ -189,8 +316,10 @@ def provenance(outcome: Outcome, target: Target, args: argparse.Namespace, elaps
         "baseline_throughput": round(outcome.baseline_throughput, 3) if outcome.baseline_throughput else None,
         "throughput": round(outcome.throughput, 3) if outcome.throughput else None,
         "speedup": round(outcome.speedup, 4) if outcome.speedup else None,
+        "speedup_interval": [round(v, 4) for v in outcome.interval] if outcome.interval else None,
         "spread": round(outcome.spread, 4) if outcome.spread is not None else None,
         "confirmed": outcome.confirmed,
+        "confirmation_rounds": outcome.rounds,
         "trials": len(outcome.results),
         "tune_seconds": round(elapsed, 1),
         "batch_size_tuned": bool(outcome.space and outcome.space.batch_tuned),

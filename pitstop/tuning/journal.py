@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -10,9 +11,49 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.errors import TuneError
+from pitstop.profiling.launch import Target
 from pitstop.tuning.results import Candidate, TrialResult
 
 JOURNAL_VERSION = 1
+SUFFIX = ".journal.jsonl"
+
+
+def default_journal(out: Path, target: Target, cwd: Path) -> Path:
+    """`.pitstop-tune/<stem>-<key>.journal.jsonl` next to --out; the key is the target's identity.
+
+    Named after the script alone, two `main.py` in different folders tuned with
+    one --out folder shared a journal, and the second was told to --resume a tune
+    that --resume then refused. The key hashes the working directory and the
+    whole command (the script's path made absolute), so each gets its own.
+    """
+    words = list(target.command("python"))
+    if target.script:
+        words[1] = str((cwd / target.script).resolve())
+    identity = "\0".join([str(cwd.resolve()), *words])
+    key = hashlib.sha1(identity.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return (cwd / out).parent / ".pitstop-tune" / f"{target.stem}-{key}{SUFFIX}"
+
+
+def companion(journal: Path, suffix: str) -> Path:
+    """A file beside the journal, of the same tune: `.records`, `.tune.log`, `.progress.json`, `.guard`."""
+    name = journal.name[: -len(SUFFIX)] if journal.name.endswith(SUFFIX) else journal.stem
+    return journal.with_name(name + suffix)
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    """The header of a journal, None when it has none (not a journal, or empty)."""
+    try:
+        with open(path, "rb") as handle:
+            first = json.loads(handle.readline())
+    except (OSError, ValueError):
+        return None
+    return first if isinstance(first, dict) and first.get("kind") == "header" else None
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The header keys two tunes differ in (version and kind aside)."""
+    keys = (set(old) | set(new)) - {"kind", "version"}
+    return sorted(k for k in keys if old.get(k) != new.get(k))
 
 
 class Journal:
@@ -32,8 +73,13 @@ class Journal:
         if path.exists() and resume:
             self._load()
         elif path.exists() and not force:
-            raise TuneError(f"a journal of an earlier tune exists: {path}; use --resume to continue "
-                            "it or --force to start afresh")
+            old = read_header(path)
+            changed = differences(old, self.header) if old is not None else ["(not a journal)"]
+            if not changed:
+                raise TuneError(f"a journal of an earlier tune of this script exists: {path}; --resume "
+                                "continues it, --force starts afresh")
+            raise TuneError(f"{path} holds the journal of another tune (it differs in: {', '.join(changed)}); "
+                            "--force replaces it, or --journal PATH keeps both")
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.unlink(missing_ok=True)
@@ -51,12 +97,10 @@ class Journal:
                 continue  # the torn line of an interrupted write: that trial did not finish
         if not records or records[0].get("kind") != "header":
             raise TuneError(f"{self.path}: not a pitstop tune journal; remove it or use --force")
-        old = {k: v for k, v in records[0].items() if k not in ("kind", "version")}
-        new = {k: v for k, v in self.header.items() if k not in ("kind", "version")}
-        if old != new:
-            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        changed = differences(records[0], self.header)
+        if changed:
             raise TuneError(f"{self.path}: journal of a different tune (differs in: "
-                            f"{', '.join(changed)}); rerun with the same options or use --force")
+                            f"{', '.join(changed)}); rerun with the same options, or --force to start afresh")
         for rec in records[1:]:
             if rec.get("kind") == "trial":
                 result = TrialResult.from_dict(rec["result"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pitstop.tuning.results import SHORT, TrialResult
-from pitstop.tuning.strategy import Outcome
+from pitstop.tuning.runner import Tick
+from pitstop.tuning.verdict import Outcome, clock
 
 
 def _size(n: int | None) -> str:
@@ -25,9 +26,17 @@ def _ratio(result: TrialResult, base: TrialResult | None) -> str:
     return f"x{(result.throughput or 0.0) / base.throughput:.2f}"
 
 
-def progress_line(result: TrialResult, index: int, planned: int, base: TrialResult | None) -> str:
-    """`[3/14] workers=2 pin=on  412.3 samples/s (x1.62 ±2.1%)  ok` (stderr, one per trial)."""
-    head = f"[{index}/{max(index, planned)}] {result.candidate.label()}"
+def steps_text(result: TrialResult) -> str:
+    """`60` as planned, or `41 of 60` when the script ended sooner (a trial says what it measured)."""
+    if result.ok and result.measured_steps and result.measured_steps < result.steps:
+        return f"{result.measured_steps} of {result.steps}"
+    return str(result.steps)
+
+
+def progress_line(result: TrialResult, index: int, planned: int | None, base: TrialResult | None,
+                  tune: str = "") -> str:
+    """`[3/14] workers=2 pin=on  412.3 samples/s (x1.62 ±2.1%)  ok  [data, 30 steps]` (stderr, one per trial)."""
+    head = f"[{index}/{max(index, planned) if planned else '?'}] {result.candidate.label()}"
     if result.ok:
         ratio = _ratio(result, base)
         spread = f" ±{result.spread:.1%}" if result.spread is not None else ""
@@ -35,11 +44,32 @@ def progress_line(result: TrialResult, index: int, planned: int, base: TrialResu
     else:
         body = "-"
     tail = result.status if result.ok else f"{result.status}: {result.reason}"
+    if result.ok and result.notes:
+        tail += " (" + "; ".join(result.notes) + ")"
     where = " (journal)" if result.from_journal else ""
-    return f"{head}  {body}  {tail}{where}  [{result.stage}, {result.steps} steps]"
+    line = f"{head}  {body}  {tail}{where}  [{result.stage}, {steps_text(result)} steps]"
+    return f"{line}  | {tune}" if tune else line
 
 
-def format_report(outcome: Outcome, title: str = "") -> str:
+def tune_status(done: int, planned: int | None, budget_left: str, eta: float | None) -> str:
+    """`tune: 3/14 trials, budget 4m10s of 10m left, ETA ~3m20s`."""
+    of = f"/{max(done, planned)}" if planned else ""
+    text = f"tune: {done}{of} trials, budget {budget_left} left"
+    return text + (f", ETA ~{clock(eta)}" if eta is not None else "")
+
+
+def tick_line(tick: Tick, tune: str) -> str:
+    """A running trial, every few seconds in headless mode: steps done of planned, elapsed, its limit."""
+    if tick.steps_done == 0 and tick.first_step_limit is not None:
+        where = (f"waiting for its first training step, {clock(tick.elapsed)} of at most "
+                 f"{clock(tick.first_step_limit)} (--first-step-timeout)")
+    else:
+        where = (f"{tick.steps_done}/{tick.steps_planned} steps, {clock(tick.elapsed)} "
+                 f"(limit {clock(tick.limit)})")
+    return f"  ... trial {tick.index} {tick.label} [{tick.stage}]: {where}  | {tune}"
+
+
+def format_report(outcome: Outcome, title: str = "", confirm_command: str = "") -> str:
     """The text report printed at the end of a tune."""
     base = outcome.baseline
     lines: list[str] = []
@@ -51,7 +81,7 @@ def format_report(outcome: Outcome, title: str = "") -> str:
         thr = f"{r.throughput:.1f} {r.unit}" if r.ok else "-"
         mem = _size(r.peak_mem) + (" (host)" if r.peak_mem and r.mem_kind == "host" else "")
         status = r.status if r.ok else f"{r.status}: {r.reason}"
-        rows.append((str(i), r.stage, r.candidate.label(), str(r.steps), thr, _ratio(r, base), mem, status))
+        rows.append((str(i), r.stage, r.candidate.label(), steps_text(r), thr, _ratio(r, base), mem, status))
     widths = [max(len(h), *(len(row[c]) for row in rows)) if rows else len(h)
               for c, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
@@ -59,7 +89,7 @@ def format_report(outcome: Outcome, title: str = "") -> str:
     lines.append(fmt.format(*("-" * w for w in widths[:-1]), "-" * len(header[-1])))
     lines += [fmt.format(*row) for row in rows]
     lines.append("")
-    lines += winner_lines(outcome)
+    lines += winner_lines(outcome, confirm_command)
     space = outcome.space
     if space is not None:
         if space.skipped:
@@ -70,8 +100,8 @@ def format_report(outcome: Outcome, title: str = "") -> str:
         if space.batch_tuned:
             lines.append("Batch size: tuned (--batch-size): see the learning-rate guidance in the config.")
         else:
-            why = space.skipped.get("batch_size", "not tuned")
-            lines.append(f"Batch size: not tuned ({why}).")
+            why = space.skipped.get("batch_size")
+            lines.append(f"Batch size: not tuned: {why}." if why else "Batch size: not tuned.")
         notes = [*space.notes, *outcome.notes]
     else:
         notes = list(outcome.notes)
@@ -86,19 +116,38 @@ def format_report(outcome: Outcome, title: str = "") -> str:
     return "\n".join(lines)
 
 
-def winner_lines(outcome: Outcome) -> list[str]:
+def winner_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:
     if outcome.winner is None:
         return [f"No configuration: {outcome.message}"]
-    how = ("confirmed in fresh processes, alternating A/B: "
-           + ", ".join(f"{c.candidate.label()} {c.median:.1f}" if c.median else
-                       f"{c.candidate.label()} {c.failure}" for c in outcome.contests)
-           if outcome.confirmed else "not confirmed (budget): figures from the exploration runs")
     unit = outcome.baseline.unit if outcome.baseline else "samples/s"
-    out = [f"Winner: {outcome.winner.label()}"]
-    if outcome.throughput is not None and outcome.speedup is not None:
-        out.append(f"  {outcome.throughput:.1f} {unit}, x{outcome.speedup:.2f} ±{(outcome.spread or 0):.1%} "
-                   f"over the script's own settings ({outcome.baseline_throughput:.1f} {unit})")
-    out.append(f"  {how}")
+    contests = ", ".join(f"{c.candidate.label()} " + (" / ".join(f"{t:.1f}" for t in c.throughputs)
+                                                      if not c.failure else c.failure)
+                         for c in outcome.contests)
+    if not outcome.improves:
+        out = ["Nothing beat the script's own settings: no config written; keep training as you do."]
+        if outcome.message:
+            out.append(f"  {outcome.message}")
+        if outcome.confirmed:
+            out.append(f"  measured in fresh processes, alternating A/B, {outcome.rounds} round(s): {contests}")
+        return out
+    label = outcome.winner.label()
+    base_thr = outcome.baseline_throughput
+    if outcome.confirmed:
+        out = [f"Winner: {label}"]
+        lo, hi = outcome.interval or (outcome.speedup or 1.0, outcome.speedup or 1.0)
+        rounds = (f"rounds measured x{lo:.2f} to x{hi:.2f}: the lower is reported" if outcome.rounds > 1
+                  else f"one round; noise ±{outcome.noise:.1%}")
+        out.append(f"  x{outcome.speedup:.2f} over the script's own settings ({rounds}): "
+                   f"{outcome.throughput:.1f} vs {base_thr:.1f} {unit}")
+        out.append(f"  confirmed in fresh processes, alternating A/B: {contests}")
+    else:
+        out = [f"Best found (not confirmed): {label}"]
+        if outcome.speedup is not None and outcome.throughput is not None and base_thr:
+            out.append(f"  x{outcome.speedup:.2f} ±{outcome.noise:.1%} over the script's own settings: "
+                       f"{outcome.throughput:.1f} vs {base_thr:.1f} {unit} in the exploration runs")
+        if confirm_command:
+            out.append(f"  confirm it ({outcome.confirm_trials} trials, ~{clock(outcome.confirm_seconds)}): "
+                       f"{confirm_command}")
     if outcome.message:
         out.append(f"  {outcome.message}")
     return out
@@ -114,11 +163,15 @@ def to_json(outcome: Outcome, config_path: str | None) -> dict[str, Any]:
         "baseline_throughput": outcome.baseline_throughput,
         "unit": outcome.baseline.unit if outcome.baseline else None,
         "speedup": outcome.speedup,
+        "interval": list(outcome.interval) if outcome.interval else None,
         "spread": outcome.spread,
         "noise": outcome.noise,
         "confirmed": outcome.confirmed,
+        "rounds": outcome.rounds,
+        "improves": outcome.improves,
         "contests": [{"config": c.candidate.as_dict(), "throughputs": c.throughputs,
                       "median": c.median, "failure": c.failure} for c in outcome.contests],
+        "confirm_trials": outcome.confirm_trials,
         "stopped": outcome.stopped,
         "message": outcome.message,
         "skipped": dict(space.skipped) if space else {},

@@ -44,6 +44,15 @@ SHORT = {
     "channels_last": "channels_last",
 }
 
+# AMP: the median loss of the measured steps may differ from the baseline's
+# (same steps) by 10% of its magnitude plus 0.02 absolute (losses near zero);
+# bf16 keeps ~3 significant digits, so honest AMP lands within ~1-3%. The same
+# tolerance tells whether two runs of the script's own settings agree: a script
+# that draws its own seed each run (a GAN printed three different seeds in three
+# trials) gives losses that differ by more, and AMP cannot be judged by them.
+DIVERGE_RELATIVE = 0.10
+DIVERGE_ABSOLUTE = 0.02
+
 # Statuses of a trial. Only "ok" can win; every other one is a rejection with a reason.
 OK = "ok"
 FAILED = ("oom", "nan", "crash", "hang", "unstable", "diverged", "rejected", "short")
@@ -68,6 +77,12 @@ class Candidate:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.settings)
+
+    @classmethod
+    def from_config(cls, config: Config) -> Candidate:
+        """The knobs a tuned config sets (its training loader and compute sections)."""
+        values = {**dataclasses.asdict(config.dataloader), **dataclasses.asdict(config.compute)}
+        return cls.of({k: v for k, v in values.items() if v is not None and k in KNOBS})
 
     def get(self, knob: str, default: Any = None) -> Any:
         return self.as_dict().get(knob, default)
@@ -169,6 +184,12 @@ class TrialResult:
     facts: Facts | None = None  # filled for the baseline
     record: str | None = None
     notes: list[str] = field(default_factory=list)
+    steps_seen: int = 0  # training steps the script ran, warm-up included
+    script_ended: bool = False  # the script ended by itself before the planned steps
+    # AMP's loss check: "" (passed, or not AMP), "pending" (differs from the one run of the
+    # script's own settings so far: whether its losses repeat is not known yet), "unjudged"
+    # (the script's own runs disagree with each other: AMP cannot be judged by losses).
+    loss_check: str = ""
     from_journal: bool = False
 
     @property
@@ -193,3 +214,37 @@ class TrialResult:
 
     def replace(self, **changes: Any) -> TrialResult:
         return dataclasses.replace(self, **changes)
+
+
+def loss_gap(mine: list[float], ref: list[float]) -> str:
+    """How the median of `mine` differs from `ref`'s over the same number of steps, when beyond the tolerance."""
+    n = min(len(mine), len(ref))
+    if n == 0:
+        return ""
+    a = sorted(ref[:n])[n // 2]
+    b = sorted(mine[:n])[n // 2]
+    limit = DIVERGE_RELATIVE * abs(a) + DIVERGE_ABSOLUTE
+    if abs(b - a) > limit:
+        return f"median loss {b:.4g} vs baseline {a:.4g} (tolerance ±{limit:.3g})"
+    return ""
+
+
+def judge_losses(mine: list[float], references: list[list[float]]) -> tuple[str, str]:
+    """(verdict, why) of losses against the runs of the script's own settings.
+
+    verdict: "" (within tolerance, or nothing to compare), "diverged", "pending"
+    (differs from the only run so far), "unjudged" (those runs disagree among themselves).
+    """
+    if not references or not mine:
+        return "", ""
+    gap = loss_gap(mine, references[0])
+    if not gap:
+        return "", ""
+    if len(references) < 2:
+        return "pending", (f"loss check pending: {gap}; the script's own settings ran once so far, so "
+                           "whether its losses repeat from run to run is not known yet")
+    spread = next((g for g in (loss_gap(r, references[0]) for r in references[1:]) if g), "")
+    if spread:
+        return "unjudged", ("AMP stability could not be judged: the script's losses differ from run to run "
+                            f"(its own seed?): two runs of its own settings: {spread}")
+    return "diverged", gap

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-
+import json
 import os
 import re
 import shutil
@@ -11,15 +11,17 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pitstop.errors import LaunchError, PitstopError
+from pitstop.errors import LaunchError, PitstopError, TuneError
 from pitstop.profiling.launch import SessionSettings, Target, child_env, launch, new_session_id
 from pitstop.profiling.record import ReadResult, iter_record
+from pitstop.tuning.guard import FileGuard, Restored
 from pitstop.tuning.measure import Measurement, measure
-from pitstop.tuning.results import Candidate, TrialResult
+from pitstop.tuning.results import Candidate, TrialResult, judge_losses
 
 # Stability thresholds (documented in docs/tuning.md; change both together).
 # Window throughputs whose IQR is above 25% of their median do not measure one
@@ -36,13 +38,16 @@ BUSY_MACHINE_CORES = 0.25
 # Any CUDA allocator retry during measured steps means the run lives at the
 # memory edge: the next, longer batch or fragmentation OOMs it in production.
 UNSTABLE_ALLOC_RETRIES = 1
-# AMP: the median loss of the measured steps may differ from the baseline's
-# (same seed, same steps) by 10% of its magnitude plus 0.02 absolute (losses
-# near zero); bf16 keeps ~3 significant digits, so honest AMP lands within ~1-3%.
-DIVERGE_RELATIVE = 0.10
-DIVERGE_ABSOLUTE = 0.02
 # The fewest measured steps a trial needs to cut into windows.
 MIN_MEASURED_STEPS = 10  # five windows of two
+# Until the baseline has set a pace, a trial gets this long in all (imports, dataset set-up)...
+FIRST_TRIAL_LIMIT = 600.0
+# ... and this long to reach its first training step (--first-step-timeout): a
+# script stuck before training (a download that stalls, a wrong data path it
+# waits on) is ended with that reason instead of after ten silent minutes.
+FIRST_STEP_TIMEOUT = 300.0
+# How often a running trial's record is read for its step count (progress).
+TICK_S = 0.5
 
 _OOM = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory", re.I)
 _ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)?)(: .*)?$")
@@ -56,20 +61,48 @@ class TrialSpec:
     cwd: Path  # the user's working directory (where relative paths mean something)
     records: Path  # directory for trial records and logs
     warmup: int = 5
-    in_place: bool = False
+    scratch: bool = False  # run in an empty scratch directory instead of `cwd` (--scratch)
+    guard: FileGuard | None = None  # puts back what a trial changes in `cwd` (None: unguarded)
     extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A running trial, as its progress shows it."""
+
+    index: int  # trials started by this runner, this one included
+    label: str
+    stage: str
+    steps_done: int  # training steps seen so far (warm-up included)
+    steps_planned: int  # warm-up + buffered + measured
+    elapsed: float
+    limit: float  # seconds it may take in all
+    first_step_limit: float | None  # seconds it may take to its first step (the baseline), else None
+    done: bool = False
+
+
+class FilesChanged(TuneError):
+    """A trial changed files in the user's directory that the guard could not put back."""
 
 
 class TrialRunner:
     """Runs candidates as fresh processes and classifies what happened."""
 
-    def __init__(self, spec: TrialSpec, timeout: float | None = None) -> None:
+    def __init__(self, spec: TrialSpec, timeout: float | None = None,
+                 first_step_timeout: float = FIRST_STEP_TIMEOUT,
+                 on_tick: Callable[[Tick], None] | None = None) -> None:
         self.spec = spec
         self.timeout = timeout  # None: adaptive, from the baseline's duration
+        self.first_step_timeout = first_step_timeout
+        self.on_tick = on_tick
         self.baseline: TrialResult | None = None
+        # Losses of every successful run of the script's own settings: two that disagree
+        # mean the script's losses do not repeat, and AMP cannot be judged by them.
+        self.references: list[list[float]] = []
+        self.restored: Restored | None = None  # what the guard did after the last trial
         self.count = 0
         self._proc: subprocess.Popen[bytes] | None = None
-        # Absolute: trials run in a scratch directory, where a relative record path means nothing.
+        # Absolute: a --scratch trial runs elsewhere, where a relative record path means nothing.
         spec.records = spec.records.resolve()
         spec.records.mkdir(parents=True, exist_ok=True)
 
@@ -77,7 +110,7 @@ class TrialRunner:
         if self.timeout is not None:
             return self.timeout
         if self.baseline is None or not self.baseline.duration:
-            return 600.0  # the first run also pays imports and dataset set-up: be generous
+            return FIRST_TRIAL_LIMIT  # the first run also pays imports and dataset set-up: be generous
         # A trial may be slower than the baseline (bf16 on some CPUs is ~5-10x
         # slower); 6x the baseline per step, plus 30 s of start-up, still ends a hang.
         per_step = self.baseline.duration / max(1, self.baseline.steps + self.spec.warmup)
@@ -96,15 +129,20 @@ class TrialRunner:
         return int(workers) * int(prefetch) if workers else 0
 
     def adopt(self, result: TrialResult) -> None:
-        """A baseline replayed from the journal sets the pace and the reference losses as a run one would."""
+        """A trial replayed from the journal sets the pace and the reference losses as a run one would."""
+        self.count += 1
+        self._learn(result)
+
+    def _learn(self, result: TrialResult) -> None:
         if result.stage == "baseline" and result.ok and self.baseline is None:
             self.baseline = result
+        if result.candidate == Candidate() and result.ok and result.losses:
+            self.references.append(list(result.losses))
 
     def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
         self.count += 1
         result = self._run(candidate, steps, stage)
-        if stage == "baseline" and result.ok and self.baseline is None:
-            self.baseline = result
+        self._learn(result)
         return result
 
     def _run(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
@@ -112,45 +150,90 @@ class TrialRunner:
         session = new_session_id(f"{spec.target.stem}-trial{self.count}")
         record = spec.records / f"{session}.jsonl"
         log_path = spec.records / f"{session}.log"
-        target = _absolute(spec.target, spec.cwd)
         drop = spec.warmup + self.buffered(candidate)
         settings = SessionSettings(
             session=session, record=str(record), script=spec.target.label, mode="trial",
             trial_steps=drop + steps, config=candidate.to_config().to_dict(),
             socket=False, profile=None,
         )
-        scratch = spec.cwd if spec.in_place else Path(tempfile.mkdtemp(prefix="pitstop-trial-"))
         env = dict(spec.extra_env)
-        if target.module and not spec.in_place:
-            # `-m pkg.mod` finds the package through the working directory, which
-            # is now a scratch one: put the user's directory on the path instead.
-            base = child_env(settings)["PYTHONPATH"]
-            env["PYTHONPATH"] = os.pathsep.join([base, str(spec.cwd)])
+        target = spec.target
+        workdir = spec.cwd
+        if spec.scratch:
+            workdir = Path(tempfile.mkdtemp(prefix="pitstop-trial-"))
+            target = _absolute(spec.target, spec.cwd)
+            if target.module:
+                # `-m pkg.mod` finds the package through the working directory, which
+                # is a scratch one: put the user's directory on the path instead.
+                base = child_env(settings)["PYTHONPATH"]
+                env["PYTHONPATH"] = os.pathsep.join([base, str(spec.cwd)])
+        elif spec.guard is not None:
+            env.update(spec.guard.env(child_env(settings)["PYTHONPATH"]))
+            spec.guard.prepare()
         timeout = self.trial_timeout(steps)
+        first_limit = self.first_step_timeout if self.baseline is None else None
+        counter = StepCounter(record)
         start = time.monotonic()
-        timed_out = False
+        ended = ""  # "limit" or "first-step" when we ended it
+        code: int | None = None
+
+        def tick(done: bool = False) -> None:
+            if self.on_tick is not None:
+                self.on_tick(Tick(self.count, candidate.label(), stage, counter.steps, drop + steps,
+                                  time.monotonic() - start, timeout, first_limit, done))
+
         try:
             with open(log_path, "wb") as log:
                 try:
-                    self._proc = launch(target, settings, cwd=scratch, new_session=True,
+                    self._proc = launch(target, settings, cwd=workdir, new_session=True,
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                         extra_env=env)
                 except LaunchError as err:
                     return TrialResult(candidate, steps, stage, "crash", reason=str(err))
                 try:
-                    code: int | None = self._proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    code = None
+                    tick()
+                    while True:
+                        try:
+                            code = self._proc.wait(timeout=TICK_S)
+                            break
+                        except subprocess.TimeoutExpired:
+                            pass
+                        counter.read()
+                        tick()
+                        elapsed = time.monotonic() - start
+                        if elapsed > timeout:
+                            ended = "limit"
+                            break
+                        if first_limit is not None and counter.steps == 0 and elapsed > first_limit:
+                            ended = "first-step"
+                            break
                 finally:
                     self.kill()  # the whole group: orphaned DataLoader workers too
         finally:
             duration = time.monotonic() - start
-            if not spec.in_place:
-                shutil.rmtree(scratch, ignore_errors=True)
+            if spec.scratch:
+                shutil.rmtree(workdir, ignore_errors=True)
+            elif spec.guard is not None:
+                counter.read()
+                self.restored = spec.guard.restore(setup_until=counter.first_step_start)
+        counter.read()
+        tick(done=True)
+        if self.restored is not None and self.restored.lost and not spec.scratch:
+            raise FilesChanged(
+                f"trial {self.count} ({candidate.label()}) changed files in {spec.cwd} that pitstop could not "
+                f"put back: {', '.join(self.restored.lost[:5])}"
+                f"{f' and {len(self.restored.lost) - 5} more' if len(self.restored.lost) > 5 else ''} "
+                "(written by code outside Python, such as a C library or a shell command, or by someone else "
+                "meanwhile). The tune stops so that no further trial changes them; rerun it with --scratch "
+                "(trials in an empty directory) or from a copy of the directory")
+        if ended == "first-step":
+            return TrialResult(candidate, steps, stage, "hang", duration=duration, record=str(record),
+                               reason=f"no training step within {first_limit:.0f} s of the start "
+                                      "(--first-step-timeout; a download or data preparation that takes "
+                                      "longer needs a larger value)")
         result = classify(
-            candidate, steps, stage, code, timed_out, timeout, record, _tail(log_path),
-            drop, self.baseline,
+            candidate, steps, stage, code, bool(ended), timeout, record, _tail(log_path),
+            drop, self.references,
         )
         return result.replace(duration=duration, record=str(record))
 
@@ -170,6 +253,38 @@ class TrialRunner:
         _signal_group(proc.pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.wait()
+
+
+class StepCounter:
+    """Counts the step events of a record as its agent writes them (for progress; never parses a line twice)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.steps = 0
+        self.first_step_start: float | None = None  # time.time() when the first training step began
+
+    def read(self) -> int:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return self.steps
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()  # a line still being written
+        for line in lines:
+            if line.startswith(b'{"kind":"step"'):
+                self.steps += 1
+                if self.first_step_start is None:
+                    try:
+                        event = json.loads(line)
+                        self.first_step_start = float(event["t"]) - float(event["wall"])
+                    except (ValueError, KeyError, TypeError):
+                        pass
+        return self.steps
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -216,7 +331,7 @@ def error_line(log: str) -> str:
 
 def classify(candidate: Candidate, steps: int, stage: str, code: int | None, timed_out: bool,
              timeout: float, record: Path, log: str, warmup: int,
-             baseline: TrialResult | None) -> TrialResult:
+             references: list[list[float]] | None = None) -> TrialResult:
     """Turn an exit status, the captured output and the record into one result with its reason."""
     m, read_problem = _read(record, warmup)
     base: dict[str, Any] = dict(
@@ -224,9 +339,10 @@ def classify(candidate: Candidate, steps: int, stage: str, code: int | None, tim
         spread=m.spread, compute_throughput=m.compute_throughput,
         compute_spread=m.compute_spread, jitter=m.jitter, step_time=m.step_time,
         measured_seconds=m.measured_seconds, other_cpu=m.other_cpu, peak_mem=m.peak_mem,
-        mem_kind=m.mem_kind, measured_steps=m.measured_steps,
+        mem_kind=m.mem_kind, measured_steps=m.measured_steps, steps_seen=m.steps_seen,
         losses=[v for _, v in m.losses if _ >= warmup],
         facts=m.facts if stage == "baseline" else None,
+        script_ended=m.agent_started and not m.trial_complete,
     )
 
     def result(status: str, reason: str = "") -> TrialResult:
@@ -257,9 +373,15 @@ def classify(candidate: Candidate, steps: int, stage: str, code: int | None, tim
     if rejected:
         knob, why = next(iter(rejected.items()))
         return result("rejected", f"{knob} not applied: {why}")
+    if m.steps_seen == 0:
+        # Fewer --steps cannot help a script that never steps: say what can.
+        return result("short", "the script ended before its first training step: does it need arguments "
+                               "or data to train, or does its loop step without an optimizer pitstop sees "
+                               "(then call pitstop.step() each step)?")
     if m.measured_steps < MIN_MEASURED_STEPS or m.throughput is None:
-        return result("short", f"the script ended after {m.steps_seen} steps; {warmup} warm-up + "
-                               f"{MIN_MEASURED_STEPS} measured are needed (lower --steps/--warmup)")
+        return result("short", f"the script ended by itself after {m.steps_seen} steps; {warmup} warm-up + "
+                               f"{MIN_MEASURED_STEPS} measured are needed: give it more steps (its own "
+                               "epochs or iterations option) or lower --warmup")
     jittery = ""
     if m.spread is not None and m.spread > UNSTABLE_WINDOW_SPREAD:
         jittery = f"window throughputs spread ±{m.spread:.0%} (limit {UNSTABLE_WINDOW_SPREAD:.0%})"
@@ -275,12 +397,15 @@ def classify(candidate: Candidate, steps: int, stage: str, code: int | None, tim
         return result("unstable", jittery)
     if m.alloc_retries is not None and m.alloc_retries >= UNSTABLE_ALLOC_RETRIES:
         return result("unstable", f"{m.alloc_retries} CUDA allocator retries: memory near the limit")
-    diverged = _diverged(candidate, m, baseline, warmup)
-    if diverged:
-        return result("diverged", diverged)
+    verdict, why = _loss_verdict(candidate, base["losses"], references or [])
+    if verdict == "diverged":
+        return result("diverged", why)
+    if why:
+        notes.append(why)
     if not m.trial_complete:
-        notes.append(f"the script ended by itself after {m.steps_seen} steps")
-    return result("ok").replace(notes=notes)
+        notes.append(f"the script ended by itself after {m.steps_seen} steps ({m.measured_steps} measured of "
+                     f"{steps} planned): judged on what it measured")
+    return result("ok").replace(notes=notes, loss_check=verdict)
 
 
 def _read(record: Path, warmup: int) -> tuple[Measurement, str]:
@@ -338,19 +463,37 @@ def combine_ranks(ranks: list[Measurement]) -> Measurement:
     )
 
 
-def _diverged(candidate: Candidate, m: Measurement, baseline: TrialResult | None,
-              warmup: int) -> str:
-    """Loss checks only AMP trials at the baseline's batch size: other knobs leave the maths alone."""
-    if baseline is None or candidate.get("amp") in (None, "off") or candidate.get("batch_size"):
+def _loss_verdict(candidate: Candidate, losses: list[float], references: list[list[float]]) -> tuple[str, str]:
+    """AMP at the script's batch size against the runs of the script's own settings (other knobs leave the maths alone)."""
+    if candidate.get("amp") in (None, "off") or candidate.get("batch_size"):
+        return "", ""
+    return judge_losses(losses, references)
+
+
+_PATH_ERROR = re.compile(r"FileNotFoundError|No such file or directory|ModuleNotFoundError|No module named|"
+                         r"NotADirectoryError|Error downloading|cannot open|can't open file")
+
+
+def path_hint(result: TrialResult, spec: TrialSpec) -> str:
+    """When a failed baseline points at paths: where trials run, and the fix that applies."""
+    if result.status != "crash" or not _PATH_ERROR.search(result.reason):
         return ""
-    base_losses = baseline.losses
-    mine = [v for s, v in m.losses if s >= warmup]
-    n = min(len(base_losses), len(mine))
-    if n == 0:
-        return ""
-    ref = sorted(base_losses[:n])[n // 2]
-    got = sorted(mine[:n])[n // 2]
-    limit = DIVERGE_RELATIVE * abs(ref) + DIVERGE_ABSOLUTE
-    if abs(got - ref) > limit:
-        return f"median loss {got:.4g} vs baseline {ref:.4g} (tolerance ±{limit:.3g})"
-    return ""
+    cwd = spec.cwd.resolve()
+    if spec.scratch:
+        return (f"the error points at a path: trials ran in an empty scratch directory (--scratch), where the "
+                f"script's relative paths find nothing; drop --scratch to run them in {cwd}, as `pitstop run` does")
+    hints = [f"the error points at a path: trials run in {cwd} (where pitstop tune was started), as "
+             "`pitstop run` does"]
+    script_dir = (cwd / spec.target.script).resolve().parent if spec.target.script else None
+    missing = re.search(r"No module named '([\w.]+)'", result.reason)
+    if missing:
+        name = missing.group(1).split(".")[0]
+        for folder in dict.fromkeys(d for d in (cwd, script_dir, *(script_dir.parents if script_dir else ()))
+                                    if d is not None):
+            if (folder / name).is_dir() or (folder / f"{name}.py").is_file():
+                hints.append(f"{name} is in {folder}: put that folder on the import path, e.g. "
+                             f"PYTHONPATH={folder} pitstop tune ...")
+                break
+    if script_dir is not None and script_dir != cwd:
+        hints.append(f"if the script expects to be started from its own folder: cd {script_dir} and tune from there")
+    return "; ".join(hints)

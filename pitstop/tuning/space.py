@@ -121,7 +121,7 @@ def build_space(facts: Facts, knobs: set[str] | None = None, tune_batch: bool = 
     else:
         own_batch = own.get("batch_size")
         if not tune_batch:
-            skipped["batch_size"] = "not tuned: it changes training dynamics (turn on with --batch-size)"
+            skipped["batch_size"] = "it changes training dynamics; turn it on with --batch-size"
         elif facts.batch_sampler:
             skipped["batch_size"] = "the DataLoader uses a custom batch_sampler: its batch size cannot be overridden"
         elif not own_batch:
