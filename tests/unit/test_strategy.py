@@ -36,12 +36,23 @@ def effective(candidate: Candidate) -> dict[str, Any]:
 
 
 class Sim:
-    """An evaluator over a landscape: noisy measurements, seeded, with a simulated clock."""
+    """An evaluator over a landscape: noisy measurements, seeded, with a simulated clock.
 
-    def __init__(self, landscape: Landscape, seed: int = 0) -> None:
+    `first` replaces the n-th call's measurement ((throughput factor, window spread),
+    e.g. a first baseline measured during a neighbour's burst); `losses` gives a
+    run's losses (None: none recorded).
+    """
+
+    def __init__(self, landscape: Landscape, seed: int = 0,
+                 first: dict[int, tuple[float, float]] | None = None,
+                 losses: Callable[[dict[str, Any], int], list[float] | None] | None = None,
+                 step_seconds: float = 0.0) -> None:
         self.landscape = landscape
         self.rng = random.Random(seed)
         self.calls: list[tuple[Candidate, int, str]] = []
+        self.first = first or {}
+        self.losses = losses
+        self.step_seconds = step_seconds
 
     def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
         self.calls.append((candidate, steps, stage))
@@ -50,16 +61,19 @@ class Sim:
         true, noise, failure = point[:3]
         compute = point[3] if len(point) > 3 else None
         duration = 2.0 + 0.05 * steps  # start-up plus steps, like a real trial
-        facts = Facts(memory_limit=MEMORY) if stage == "baseline" else None
+        facts = Facts(memory_limit=MEMORY, usable_cpus=2) if stage == "baseline" else None
         peak = cfg["batch_size"] * 900
         if failure:
             return TrialResult(candidate, steps, stage, failure, reason=f"simulated {failure}",
                                duration=duration, facts=facts)
-        measured = true * (1.0 + self.rng.gauss(0.0, noise))
-        busy = compute * (1.0 + self.rng.gauss(0.0, noise)) if compute else None
-        return TrialResult(candidate, steps, stage, "ok", throughput=measured, spread=noise,
-                           compute_throughput=busy, compute_spread=noise if busy else None,
-                           duration=duration, peak_mem=peak, facts=facts)
+        factor, spread = self.first.get(len(self.calls), (1.0, noise))
+        measured = true * factor * (1.0 + self.rng.gauss(0.0, noise))
+        busy = compute * factor * (1.0 + self.rng.gauss(0.0, noise)) if compute else None
+        losses = self.losses(cfg, len(self.calls)) if self.losses else None
+        return TrialResult(candidate, steps, stage, "ok", throughput=measured, spread=spread,
+                           compute_throughput=busy, compute_spread=spread if busy else None,
+                           duration=duration, peak_mem=peak, facts=facts, losses=losses or [],
+                           measured_steps=steps, measured_seconds=steps * self.step_seconds)
 
 
 def loader_bound(cfg: dict[str, Any]) -> tuple[float, float, str, float]:
@@ -95,9 +109,10 @@ def grid(landscape: Landscape, sp: Space) -> tuple[float, int]:
 
 
 def search(landscape: Landscape, sp: Space, budget: Budget | None = None, seed: int = 0,
-           steps: int = 30) -> tuple[Outcome, Sim]:
-    sim = Sim(landscape, seed)
-    outcome = Search(sim, lambda base: sp, budget or Budget(trials=60), steps=steps).run()
+           steps: int = 30, sim: Sim | None = None, min_seconds: float = 0.0) -> tuple[Outcome, Sim]:
+    sim = sim or Sim(landscape, seed)
+    outcome = Search(sim, lambda base: sp, budget or Budget(trials=60), steps=steps,
+                     min_seconds=min_seconds).run()
     return outcome, sim
 
 
@@ -232,3 +247,109 @@ def test_a_small_budget_on_a_loader_bound_job_still_tries_workers() -> None:
         assert outcome.winner is not None
         assert outcome.winner.get("num_workers", 0) > 0, outcome.winner
         assert any(stage == "workers" for _, _, stage in sim.calls[:6])
+
+
+def data_bound(cfg: dict[str, Any]) -> tuple[float, float, str, float]:
+    """The issue's busy 2-core run: 95% of each step waits for data; workers=2 is ~1.85x (247.8 vs 134.0)."""
+    workers = cfg["num_workers"]
+    rate = {0: 134.0, 1: 200.0, 2: 248.0}[min(workers, 2)]
+    bf16 = 0.8 if cfg.get("amp") == "bf16" else 1.0
+    return rate * bf16, 0.05, "", 2680.0 * bf16
+
+
+def two_cores(batch: bool = False) -> Space:
+    sp = space(batch)
+    return Space(own=sp.own, compute=sp.compute, batch=sp.batch, workers=[0, 1, 2], data=sp.data,
+                 batch_tuned=batch)
+
+
+def confirmed_slower(outcome: Outcome) -> bool:
+    """The pick's own confirmation measured it slower than the baseline in some round."""
+    if not outcome.confirmed or outcome.winner == Candidate():
+        return False
+    runs = {c.candidate: c.throughputs for c in outcome.contests}
+    mine, base = runs[outcome.winner], runs[Candidate()]
+    return any(a <= b for a, b in zip(mine, base))
+
+
+def test_a_noisy_first_baseline_does_not_set_the_bar_and_the_confirmed_fastest_wins() -> None:
+    for seed in range(5):
+        # The first baseline measured during a neighbour's burst: +30%, windows spread ±102%.
+        sim = Sim(data_bound, seed, first={1: (1.3, 1.02)})
+        outcome, _ = search(data_bound, two_cores(), budget=Budget(trials=10), sim=sim)
+        assert outcome.confirmed and outcome.winner == Candidate.of({"num_workers": 2}), (seed, outcome.message)
+        runs = {c.candidate: c.median for c in outcome.contests}
+        assert outcome.winner == max(runs, key=lambda c: runs[c] or 0.0)  # what the confirmation measured fastest
+        assert outcome.noise < 0.2 and not confirmed_slower(outcome)
+        lo, hi = outcome.interval or (0.0, 0.0)
+        assert outcome.speedup == lo <= hi and 1.6 < lo < 2.1  # the conservative figure of the rounds
+
+
+def test_a_budget_of_4_measures_the_knob_the_evidence_points_to_and_confirms_it() -> None:
+    for seed in range(5):
+        outcome, sim = search(data_bound, two_cores(), budget=Budget(trials=4), seed=seed)
+        assert len(sim.calls) == 4  # the reserve (a pair round) is used, not left idle
+        assert sim.calls[1][0] == Candidate.of({"num_workers": 2})  # at the value the 95% wait suggests
+        assert [stage for _, _, stage in sim.calls].count("baseline") == 1
+        assert outcome.confirmed and outcome.winner == Candidate.of({"num_workers": 2})
+        assert any("DataLoader workers tried first, at 2" in n for n in outcome.notes)
+
+
+def test_the_reserve_is_a_whole_pair_round() -> None:
+    s = Search(Sim(data_bound), lambda base: two_cores(), Budget(trials=4), steps=30)
+    assert s._reserve()[0] == 2
+    assert Search(Sim(data_bound), lambda base: two_cores(), Budget(trials=3), steps=30)._reserve()[0] == 0
+
+
+def test_a_steps_change_does_not_cost_a_second_baseline() -> None:
+    sim = Sim(data_bound, step_seconds=0.005)  # 30 steps in 0.15 s: far under --min-time
+    outcome, _ = search(data_bound, two_cores(), budget=Budget(trials=6), sim=sim, min_seconds=1.0)
+    stages = [stage for _, _, stage in sim.calls]
+    assert stages.count("baseline") == 1 and sim.calls[1][1] == 200
+    assert any("raised from 30 to 200" in n for n in outcome.notes)
+
+
+def test_a_budget_stop_keeps_a_clear_win_unconfirmed_with_what_confirming_costs() -> None:
+    def bf16_wins(cfg: dict[str, Any]) -> tuple[float, float, str]:
+        return 100.0 * (2.26 if cfg.get("amp") == "bf16" else 1.0), 0.034, ""
+
+    sp = Space(own=dict(OWN), compute={"amp": ["bf16"]}, workers=[0, 1, 2], data={"persistent_workers": [True]})
+    for budget in (Budget(trials=3), Budget(seconds=12.0)):
+        outcome, sim = search(bf16_wins, sp, budget=budget)
+        assert outcome.winner == Candidate.of({"amp": "bf16"}) and not outcome.confirmed, budget
+        assert outcome.improves and outcome.speedup is not None and outcome.speedup > 2.0
+        assert outcome.confirm_trials >= 2 and "not confirmed" in outcome.message
+
+
+def test_never_picks_what_its_own_confirmation_measured_slower() -> None:
+    def lucky_once(cfg: dict[str, Any]) -> tuple[float, float, str]:
+        return 100.0 * (0.92 if cfg.get("amp") == "bf16" else 1.0), 0.02, ""
+
+    sp = Space(own=dict(OWN), compute={"amp": ["bf16"]})
+    for seed in range(5):
+        # bf16's first (short) and second (long) exploration runs were lucky: +40%.
+        sim = Sim(lucky_once, seed, first={2: (1.5, 0.02), 4: (1.5, 0.02)})
+        outcome, _ = search(lucky_once, sp, budget=Budget(trials=12), sim=sim)
+        assert outcome.confirmed and outcome.winner == Candidate(), outcome.contests
+        assert "nothing beat" in outcome.message and not outcome.improves
+
+
+def test_amp_losses_are_judged_against_repeated_runs_of_the_scripts_own_settings() -> None:
+    def amp_helps(cfg: dict[str, Any]) -> tuple[float, float, str]:
+        return 100.0 * (1.4 if cfg.get("amp") == "bf16" else 1.0), 0.02, ""
+
+    sp = Space(own=dict(OWN), compute={"amp": ["bf16"]})
+
+    def own_seed(cfg: dict[str, Any], call: int) -> list[float]:  # a fresh seed every run (a GAN)
+        return [0.3 + 0.08 * (call % 3)] * 10
+
+    outcome, _ = search(amp_helps, sp, sim=Sim(amp_helps, losses=own_seed))
+    assert outcome.winner == Candidate.of({"amp": "bf16"})
+    assert any("AMP stability could not be judged" in n for n in outcome.notes)
+
+    def amp_diverges(cfg: dict[str, Any], call: int) -> list[float]:
+        return [0.6 if cfg.get("amp") == "bf16" else 0.3] * 10
+
+    outcome, _ = search(amp_helps, sp, sim=Sim(amp_helps, losses=amp_diverges))
+    assert outcome.winner == Candidate()
+    assert any("diverged in confirmation" in c.failure for c in outcome.contests)
