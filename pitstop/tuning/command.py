@@ -125,6 +125,7 @@ class _Progress:
         self.baseline: TrialResult | None = None
         self.last_line = 0.0
         self.guard_said = ""
+        self.warned: set[str] = set()
         self.trial: dict[str, Any] | None = None
 
     def tune(self) -> tuple[str, dict[str, Any]]:
@@ -160,6 +161,12 @@ class _Progress:
         if restored and restored != self.guard_said:
             self.guard_said = restored
             print(f"  (the trial wrote in your directory; pitstop {restored})", file=sys.stderr, flush=True)
+        new = [p for p, trial in runner.unguarded.items() if p not in self.warned]
+        if new:
+            self.warned.update(new)
+            print(f"pitstop tune: warning: {', '.join(new)} changed during trial {runner.count} where no guard "
+                  "saw it (code outside Python in the trial, or another process writing here): not put back; "
+                  "--scratch runs trials in an empty directory", file=sys.stderr, flush=True)
         self.trial = None
         self.write(state)
 
@@ -179,8 +186,7 @@ def run(args: argparse.Namespace, target: Target) -> int:
 
     Exit status: 0 when the tune finished (a config written when something beat the
     script's own settings; none when nothing did), 1 when nothing could be measured
-    (the baseline failed) or --confirm did not confirm, 130 interrupted, 2 a usage
-    error or files a trial changed that could not be put back.
+    (the baseline failed) or --confirm did not confirm, 130 interrupted, 2 a usage error.
     """
     cwd = Path.cwd()
     target.check(cwd)
@@ -248,6 +254,9 @@ def run(args: argparse.Namespace, target: Target) -> int:
         if guard is not None:
             guard.close()
     elapsed = time.monotonic() - started
+    if runner.unguarded:
+        outcome.notes.append(f"changed during trials where no guard saw it, not put back: "
+                             f"{', '.join(sorted(runner.unguarded))}")
     title = (f"pitstop tune: {target.describe()} — {len(outcome.results)} trials "
              f"({journal.resumed} from the journal) in {elapsed:.0f} s")
     written: str | None = None

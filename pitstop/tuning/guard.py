@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +67,7 @@ class Restored:
 
     restored: tuple[str, ...] = ()  # originals put back
     removed: tuple[str, ...] = ()  # paths the trial created, removed
-    lost: tuple[str, ...] = ()  # changed or removed by something the hook does not see: not put back
+    lost: tuple[str, ...] = ()  # changed or removed by something the hook does not see (or another process)
     kept: tuple[str, ...] = ()  # made before the first training step (a download): kept until the tune ends
 
     def summary(self) -> str:
@@ -86,8 +87,10 @@ def _few(paths: tuple[str, ...], n: int = 3) -> str:
     return shown + (f" and {len(paths) - n} more" if len(paths) > n else "")
 
 
-def walk(root: Path, skip: tuple[Path, ...] = (), limit: int = MAX_ENTRIES) -> Inventory:
-    """Stat every entry under `root` (symlinks not followed), at most `limit` of them."""
+def walk(root: Path, skip: tuple[Path, ...] = (), limit: int = MAX_ENTRIES,
+         exclude: frozenset[tuple[int, int]] = frozenset()) -> Inventory:
+    """Stat every entry under `root` (symlinks not followed), at most `limit` of them; files whose
+    (device, inode) is in `exclude` are left out."""
     inv = Inventory()
     skipped = {str(p) for p in skip}
     stack = [""]
@@ -116,6 +119,8 @@ def walk(root: Path, skip: tuple[Path, ...] = (), limit: int = MAX_ENTRIES) -> I
                     stack.append(child)
                 else:
                     st = entry.stat(follow_symlinks=False)
+                    if (st.st_dev, st.st_ino) in exclude:
+                        continue
                     inv.files[child] = (st.st_size, st.st_mtime_ns)
             except OSError:
                 continue
@@ -131,6 +136,9 @@ class FileGuard:
         self.root = root.resolve()
         self.store = store.resolve()
         self.skip = tuple(p.resolve() for p in skip) + (self.store,)
+        # The tuner's own output redirected into the tree (`pitstop tune ... > tune.log`)
+        # grows during every trial: it is the tuner's, not the trial's.
+        self.exclude = _own_outputs()
         self.before: Inventory | None = None
         self.kept: set[str] = set()  # made by a trial before its first step (downloads): removed at the end
         self.dirs_at_start: set[str] = set()
@@ -149,7 +157,7 @@ class FileGuard:
         """Before a trial: take the inventory (kept in the store, for a tune killed mid-trial)."""
         fresh = not self.store.exists()
         self.store.mkdir(parents=True, exist_ok=True)
-        self.before = walk(self.root, self.skip)
+        self.before = walk(self.root, self.skip, exclude=self.exclude)
         if fresh:
             self.dirs_at_start = set(self.before.dirs)
             (self.store / "dirs_at_start.json").write_text(json.dumps(sorted(self.dirs_at_start)))
@@ -165,7 +173,7 @@ class FileGuard:
         stored = set(self._stored())
         # Paths the trial created: from the hook's lists, and new entries the walk finds
         # in directories it listed whole (a path beyond the walk's limit is left alone).
-        now = walk(self.root, self.skip)
+        now = walk(self.root, self.skip, exclude=self.exclude)
         new = {p for p in (now.files.keys() | now.dirs)
                if p not in before.files and p not in before.dirs and _parent(p) in before.complete}
         created = {p for p in self._listed("created") | new
@@ -188,7 +196,7 @@ class FileGuard:
         for rel in sorted(before.dirs | self._listed("dirs")):
             (self.root / rel).mkdir(parents=True, exist_ok=True)
         lost = []
-        after = walk(self.root, self.skip)
+        after = walk(self.root, self.skip, exclude=self.exclude)
         for rel, (size, mtime) in before.files.items():
             if rel in stored:
                 continue
@@ -326,6 +334,18 @@ class FileGuard:
     def _clear_trial_notes(self) -> None:
         for kind in ("created", "dirs", "born", "tmp"):
             shutil.rmtree(self.store / kind, ignore_errors=True)
+
+
+def _own_outputs() -> frozenset[tuple[int, int]]:
+    found = set()
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.add((st.st_dev, st.st_ino))
+    return frozenset(found)
 
 
 def _parent(rel: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pitstop.errors import LaunchError, PitstopError, TuneError
+from pitstop.errors import LaunchError, PitstopError
 from pitstop.profiling.launch import SessionSettings, Target, child_env, launch, new_session_id
 from pitstop.profiling.record import ReadResult, iter_record
 from pitstop.tuning.guard import FileGuard, Restored
@@ -81,10 +81,6 @@ class Tick:
     done: bool = False
 
 
-class FilesChanged(TuneError):
-    """A trial changed files in the user's directory that the guard could not put back."""
-
-
 class TrialRunner:
     """Runs candidates as fresh processes and classifies what happened."""
 
@@ -100,6 +96,9 @@ class TrialRunner:
         # mean the script's losses do not repeat, and AMP cannot be judged by them.
         self.references: list[list[float]] = []
         self.restored: Restored | None = None  # what the guard did after the last trial
+        # Files that changed during a trial where no hook saw it (a non-Python writer, or another
+        # process writing in the directory meanwhile): not put back; path -> the trial it was seen in.
+        self.unguarded: dict[str, int] = {}
         self.count = 0
         self._proc: subprocess.Popen[bytes] | None = None
         # Absolute: a --scratch trial runs elsewhere, where a relative record path means nothing.
@@ -218,14 +217,9 @@ class TrialRunner:
                 self.restored = spec.guard.restore(setup_until=counter.first_step_start)
         counter.read()
         tick(done=True)
-        if self.restored is not None and self.restored.lost and not spec.scratch:
-            raise FilesChanged(
-                f"trial {self.count} ({candidate.label()}) changed files in {spec.cwd} that pitstop could not "
-                f"put back: {', '.join(self.restored.lost[:5])}"
-                f"{f' and {len(self.restored.lost) - 5} more' if len(self.restored.lost) > 5 else ''} "
-                "(written by code outside Python, such as a C library or a shell command, or by someone else "
-                "meanwhile). The tune stops so that no further trial changes them; rerun it with --scratch "
-                "(trials in an empty directory) or from a copy of the directory")
+        if self.restored is not None and not spec.scratch:
+            for path in self.restored.lost:
+                self.unguarded.setdefault(path, self.count)
         if ended == "first-step":
             return TrialResult(candidate, steps, stage, "hang", duration=duration, record=str(record),
                                reason=f"no training step within {first_limit:.0f} s of the start "

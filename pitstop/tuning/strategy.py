@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from pitstop.analysis import median_and_spread
 from pitstop.errors import UsageError
 from pitstop.tuning.results import Candidate, TrialResult, judge_losses
 from pitstop.tuning.space import Space, usable_cpus
@@ -484,43 +485,48 @@ class Search:
                     self.notes.append(f"{c.candidate.label()}: {why}")
 
     def _decide(self, out: Outcome, contests: dict[Candidate, Contest], rounds: int) -> Outcome:
+        """The verdict of the rounds, on paired ratios: each contestant over the baseline of the same round.
+
+        A machine whose load drifts between rounds moves both sides of a pair
+        alike; the pairs' disagreement is the noise (and the load, and the floor).
+        """
         base_c = contests[Candidate()]
-        alive = [c for c in contests.values() if not c.failure and c.runs]
-        runs = [r for c in alive for r in c.runs]
-        spreads = [s for c in alive if (s := c.rounds_spread) is not None]
-        spreads += [s for c in alive if c is not base_c and (s := ratio_spread(paired_ratios(c, base_c))) is not None]
+        alive = [c for c in contests.values() if not c.failure and c.runs and c is not base_c]
+        runs = [r for c in contests.values() for r in c.runs]
+        ratios = {c.candidate: paired_ratios(c, base_c) for c in alive}
+        spreads = [s for r in ratios.values() if (s := ratio_spread(r)) is not None]
         if spreads:
             noise = max([self.noise_floor, load_noise(runs, self._cpus), *spreads])
         else:
             noise = self.noise(*runs)
-            self.notes.append("one confirmation round: the noise is the exploration trials' "
-                              f"(±{noise:.1%}), not measured by repeated rounds")
+            if rounds < 2:
+                self.notes.append("one confirmation round: the noise is the exploration trials' "
+                                  f"(±{noise:.1%}), not measured by repeated rounds")
         out.noise = out.spread = noise
         if base_c.failure or not base_c.runs:
             out.message = (f"the script's own settings failed in confirmation ({base_c.failure}): "
                            "nothing can be compared with them; keeping them")
             out.winner = Candidate()
             return out
-        base_thr = base_c.median or 0.0
-        out.baseline_throughput = base_thr
+        out.baseline_throughput = base_c.median
         # A pick beats the baseline by more than the noise, and no round measured it slower.
-        beaters = [c for c in alive if c is not base_c and (c.median or 0.0) > base_thr * (1.0 + noise)
-                   and min(paired_ratios(c, base_c) or [0.0]) > 1.0]
+        score = {c: median_and_spread(r)[0] or 0.0 for c, r in ratios.items() if r}
+        beaters = [c for c in alive if score.get(c.candidate, 0.0) > 1.0 + noise
+                   and min(ratios[c.candidate]) > 1.0]
         if not beaters:
-            out.winner, out.throughput, out.speedup = Candidate(), base_thr, 1.0
-            faster = [c for c in alive if c is not base_c]
-            shown = ", ".join(f"{c.candidate.label()} {c.median:.1f}" for c in faster if c.median)
+            out.winner, out.throughput, out.speedup = Candidate(), base_c.median, 1.0
+            shown = ", ".join(f"{c.candidate.label()} x{score[c.candidate]:.2f}" for c in alive if c.candidate in score)
             out.message = ("nothing beat the script's own settings by more than the noise "
-                           f"(±{noise:.1%}): baseline {base_thr:.1f}" + (f" vs {shown}" if shown else ""))
+                           f"(±{noise:.1%})" + (f": {shown} in the rounds" if shown else ""))
             return out
-        top = max(beaters, key=lambda c: c.median or 0.0)
-        close = [c for c in beaters if (c.median or 0.0) * (1.0 + noise) >= (top.median or 0.0)]
+        top = max(beaters, key=lambda c: score[c.candidate])
+        close = [c for c in beaters if score[c.candidate] * (1.0 + noise) >= score[top.candidate]]
         win = min(close, key=lambda c: c.candidate.cost())
-        ratios = paired_ratios(win, base_c)
+        mine = ratios[win.candidate]
         out.winner = win.candidate
         out.throughput = win.median
-        out.interval = (min(ratios), max(ratios))
-        out.speedup = min(ratios)  # the conservative figure: every round measured at least this
+        out.interval = (min(mine), max(mine))
+        out.speedup = min(mine)  # the conservative figure: every round measured at least this
         if top is not win:
             out.message = (f"{win.candidate.label()} chosen over {top.candidate.label()}: "
                            f"within the noise (±{noise:.1%}) and simpler")

@@ -115,3 +115,18 @@ def test_the_walk_skips_caches_and_environments_and_stops_at_its_limit(tmp_path:
     assert set(inv.files) == {"src/m.py"} and not inv.truncated
     small = walk(tmp_path, limit=2)
     assert small.truncated and MAX_ENTRIES > 1000
+
+
+def test_the_tuners_own_output_redirected_into_the_tree_is_not_taken_for_a_trials_write(tmp_path: Path) -> None:
+    # `pitstop tune ... > tune.log` in the project folder: the log grows during every trial.
+    code = (
+        "import sys; from pathlib import Path; from pitstop.tuning.guard import FileGuard\n"
+        "root = Path(sys.argv[1]); g = FileGuard(root, root / '.guard'); g.prepare()\n"
+        "print('a progress line' * 100, flush=True)\n"
+        "done = g.restore(); g.close(); sys.stderr.write(repr(done.lost))\n"
+    )
+    with open(tmp_path / "tune.log", "wb") as log:
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], stdout=log, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "()"
