@@ -9,14 +9,16 @@ from pathlib import Path
 
 from pitstop.tuning.results import TrialResult
 
-# The tuner's progress line: "[3/14] workers=2 pin=on  412.3 samples/s (x1.62 ±2.1%)  ok  [data, 30 steps]".
-_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] ")
+# The tuner's progress line: "[3/14] workers=2 pin=on  412.3 samples/s (x1.62 ±2.1%)  ok  [data, 30 steps]"
+# ("[1/?]" before the baseline tells how many trials the tune will take).
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+|\?)\] ")
 # Its first line: "pitstop tune: python train.py (budget 10m, 30 steps/trial); journal ...".
 _START = re.compile(r"^pitstop tune: (.+?) \(budget ([^,)]+)")
 # The report's title: "pitstop tune: python train.py — 9 trials (0 from the journal) in 41 s".
 _TITLE = re.compile(r"^pitstop tune: .+ — \d+ trials")
-_WROTE = re.compile(r"^Wrote (.+?)\. Train with it:")
-_WINNER = re.compile(r"^Winner: (.+)$")
+_WROTE = re.compile(r"^Wrote (.+?)(?: \(not confirmed\))?\. Train with it:")
+_WINNER = re.compile(r"^(?:Winner|Best found \(not confirmed\)): (.+)$")
+_NOTHING = re.compile(r"^Nothing beat the script's own settings")
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,18 @@ class TrialRow:
     unit: str
     peak_mem: int | None
     mem_kind: str
+    measured_steps: int = 0
 
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.throughput is not None
+
+    @property
+    def steps_text(self) -> str:
+        """`60 steps`, or `41 of 60 steps` when the script ended sooner."""
+        if self.ok and self.measured_steps and self.measured_steps < self.steps:
+            return f"{self.measured_steps} of {self.steps} steps"
+        return f"{self.steps} steps"
 
 
 def read_journal(path: Path) -> tuple[dict[str, object] | None, list[TrialRow]]:
@@ -65,7 +75,7 @@ def read_journal(path: Path) -> tuple[dict[str, object] | None, list[TrialRow]]:
             except (TypeError, KeyError, ValueError):
                 continue  # a line from another pitstop version: skip it rather than fail the view
             rows.append(TrialRow(len(rows) + 1, r.candidate.label(), r.stage, r.steps, r.status, r.reason,
-                                 r.throughput, r.spread, r.unit, r.peak_mem, r.mem_kind))
+                                 r.throughput, r.spread, r.unit, r.peak_mem, r.mem_kind, r.measured_steps))
     return header, rows
 
 
@@ -97,6 +107,7 @@ class LogFacts:
     report: tuple[str, ...] = ()  # the report (or the last words of a tuner that stopped), once it exited
     config: str | None = None  # where pitstop.toml was written
     winner: str | None = None
+    nothing: bool = False  # the report says nothing beat the script's own settings (no config written)
 
 
 def parse_log(lines: list[str], finished: bool) -> LogFacts:
@@ -105,11 +116,15 @@ def parse_log(lines: list[str], finished: bool) -> LogFacts:
     done = planned = None
     title_at = None
     config = winner = None
+    nothing = False
     for i, line in enumerate(lines):
         if target is None and (m := _START.match(line)):
             target, budget = m.group(1), m.group(2)
         elif m := _PROGRESS.match(line):
-            done, planned = int(m.group(1)), int(m.group(2))
+            done = int(m.group(1))
+            planned = int(m.group(2)) if m.group(2) != "?" else planned
+        elif _NOTHING.match(line):
+            nothing = True
         elif _TITLE.match(line):
             title_at = i
         elif m := _WROTE.match(line):
@@ -124,4 +139,56 @@ def parse_log(lines: list[str], finished: bool) -> LogFacts:
             # No report: it was interrupted or refused to start; its last words say why.
             last_progress = max((i for i, line in enumerate(lines) if _PROGRESS.match(line)), default=-1)
             report = tuple(line for line in lines[last_progress + 1:] if line.strip())[-12:]
-    return LogFacts(target, budget, done, planned, report, config, winner)
+    return LogFacts(target, budget, done, planned, report, config, winner, nothing)
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """The running trial and the tune as a whole, from the tuner's progress file (rewritten twice a second)."""
+
+    at: float  # time.time() when the tuner wrote it
+    label: str | None = None  # the running trial (None between trials)
+    stage: str = ""
+    index: int = 0
+    steps_done: int = 0
+    steps_planned: int = 0
+    elapsed: float = 0.0
+    limit: float = 0.0
+    first_step_limit: float | None = None
+    done: int = 0  # trials finished
+    planned: int | None = None
+    budget_left: str = ""
+    eta: float | None = None
+    budget_trials: int | None = None
+    budget_seconds: float | None = None
+    used_trials: int = 0
+    used_seconds: float = 0.0
+
+    @property
+    def budget_fraction(self) -> float | None:
+        """How much of the budget is spent, 0..1."""
+        if self.budget_trials:
+            return min(1.0, self.used_trials / self.budget_trials)
+        if self.budget_seconds:
+            return min(1.0, self.used_seconds / self.budget_seconds)
+        return None
+
+
+def read_progress(path: Path) -> TrialProgress | None:
+    """The tuner's progress file, or None when it has not written one (or it is not readable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        tune = data.get("tune") or {}
+        trial = data.get("trial") or {}
+        return TrialProgress(
+            at=float(data.get("t") or 0.0), label=trial.get("label") if not trial.get("done") else None,
+            stage=str(trial.get("stage") or ""), index=int(trial.get("index") or 0),
+            steps_done=int(trial.get("steps_done") or 0), steps_planned=int(trial.get("steps_planned") or 0),
+            elapsed=float(trial.get("elapsed") or 0.0), limit=float(trial.get("limit") or 0.0),
+            first_step_limit=trial.get("first_step_limit"),
+            done=int(tune.get("done") or 0), planned=tune.get("planned"), budget_left=str(tune.get("budget_left") or ""),
+            eta=tune.get("eta"), budget_trials=tune.get("budget_trials"), budget_seconds=tune.get("budget_seconds"),
+            used_trials=int(tune.get("used_trials") or 0), used_seconds=float(tune.get("used_seconds") or 0.0),
+        )
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None

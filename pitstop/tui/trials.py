@@ -32,14 +32,26 @@ from pitstop.tui.inbox import Inbox
 from pitstop.tui.logtail import LogBuffer
 from pitstop.tui.messages import LogLinesArrived
 from pitstop.tui.screens import ConfirmScreen, HelpScreen
-from pitstop.tui.trialdata import LogFacts, TrialRow, baseline_of, best_of, parse_log, ratio, read_journal
+from pitstop.tui.trialdata import (
+    LogFacts,
+    TrialProgress,
+    TrialRow,
+    baseline_of,
+    best_of,
+    parse_log,
+    ratio,
+    read_journal,
+    read_progress,
+)
 from pitstop.tui.tunelaunch import stat_key
 from pitstop.tui.widgets import HeaderInfo, StatusHeader
+from pitstop.tuning.journal import companion
 
 # The journal is re-read when its size or mtime changes; a trial takes seconds, so 4 Hz is plenty.
 POLL_S = 0.25
 BEST_STYLE = "bold green"
 FAILED_STYLE = "yellow"
+BAR_WIDTH = 24
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit: asks whether to stop the tune (Yes: the tuner saves its journal; resume with --resume)"),
@@ -50,6 +62,7 @@ KEYS: tuple[tuple[str, str], ...] = (
 NOTES = (
     "Each row is a finished trial: a fresh process running the script for a few steps with one configuration.",
     "x base is samples/s relative to the script's own settings (the baseline trial).",
+    "The two bars: the running trial's steps (of warm-up + measured), and the tune's trials and budget.",
     "The best successful trial so far is green; when the tune ends, the tuner's winner (it also weighs",
     "noise and simplicity) is green and the report says where pitstop.toml was written.",
 )
@@ -65,6 +78,64 @@ class JournalRead(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, JournalRead)
+
+
+class ProgressRead(Message):
+    """The tuner's progress file as it stands; a newer read replaces an older."""
+
+    def __init__(self, progress: TrialProgress | None) -> None:
+        super().__init__()
+        self.progress = progress
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ProgressRead)
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
+    """A text progress bar: `━━━━━━╸─────` (plain characters: it reads over SSH and in snapshots)."""
+    fraction = min(1.0, max(0.0, fraction))
+    full = int(fraction * width)
+    text = Text("━" * full, style="green")
+    if full < width:
+        text.append("╸" if fraction * width - full >= 0.5 else "─", style="green" if fraction * width - full >= 0.5
+                    else "dim")
+        text.append("─" * (width - full - 1), style="dim")
+    return text
+
+
+def progress_text(p: TrialProgress | None, now: float, running: bool) -> Text:
+    """The running trial (steps done of planned, elapsed) and the whole tune (trials, budget left, ETA)."""
+    if p is None:
+        return Text("waiting for the tuner's first trial to start", style="dim") if running else Text("")
+    since = max(0.0, now - p.at) if running else 0.0  # the clock moves between the tuner's writes
+    out = Text()
+    if running and p.label is not None:
+        elapsed = p.elapsed + since
+        out.append(f"trial {p.index} ", style="bold")
+        out.append(f"{p.label} [{p.stage}]  ")
+        if p.steps_done == 0 and p.first_step_limit:
+            out.append_text(bar(elapsed / p.first_step_limit))
+            out.append(f"  no training step yet  {fmt.elapsed(elapsed)} "
+                       f"(first-step limit {fmt.elapsed(p.first_step_limit)})")
+        else:
+            out.append_text(bar(p.steps_done / p.steps_planned if p.steps_planned else 0.0))
+            out.append(f"  {p.steps_done}/{p.steps_planned} steps  {fmt.elapsed(elapsed)}"
+                       f" (limit {fmt.elapsed(p.limit)})")
+        out.append("\n")
+    elif running:
+        out.append("between trials\n", style="dim")
+    out.append("tune ", style="bold")
+    planned = max(p.done, p.planned) if p.planned else None
+    fraction = p.budget_fraction
+    if fraction is None and planned:
+        fraction = p.done / planned
+    out.append_text(bar(fraction or 0.0))
+    out.append(f"  {p.done}/{planned} trials" if planned else f"  {p.done} trials")
+    if p.budget_left:
+        out.append(f"  budget {p.budget_left} left")
+    if running and p.eta is not None:
+        out.append(f"  ETA ~{fmt.elapsed(max(0.0, p.eta - since))}")
+    return out
 
 
 class TrialsApp(App[str]):
@@ -91,10 +162,13 @@ class TrialsApp(App[str]):
         started: float | None = None,
         stale: tuple[int, int, int] | None = None,
         resume_command: str | None = None,
+        progress_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.proc = proc
         self.journal = journal
+        self.progress_path = progress_path or companion(journal, ".progress.json")
+        self.progress: TrialProgress | None = None
         self.log_path = log_path
         self.out = out
         self.clock = clock
@@ -119,6 +193,7 @@ class TrialsApp(App[str]):
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="status")
         yield DataTable(id="trials-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="trials-progress")
         yield Static(id="trials-best")
         yield Log(id="trials-log", max_lines=logtail.MAX_LOG_LINES, auto_scroll=True)
         with VerticalScroll(id="trials-report"):
@@ -128,6 +203,8 @@ class TrialsApp(App[str]):
     def on_mount(self) -> None:
         self._main.query_one("#trials-log", Log).border_title = f"tuner output: {self.log_path}"
         self._main.query_one("#trials-report").display = False
+        # Inline until pitstop.tcss (shared) gets a #trials-progress rule like #trials-best's.
+        self._main.query_one("#trials-progress").styles.padding = (0, 1)
         self._main.query_one("#trials-report").border_title = "report"
         self.watch_journal()
         self.tail_log()
@@ -142,11 +219,16 @@ class TrialsApp(App[str]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="journal", name="journal")
     def watch_journal(self) -> None:
         last: tuple[int, int, int] | None = None
+        last_progress: tuple[int, int, int] | None = stat_key(self.progress_path) if self.stale else None
         while not self._stop.is_set():
             key = stat_key(self.journal)
             if key is not None and key != last and key != self.stale:
                 last = key
                 self.post_message(JournalRead(*read_journal(self.journal)))
+            progress = stat_key(self.progress_path)
+            if progress is not None and progress != last_progress:
+                last_progress = progress  # an earlier tune's file is skipped until the tuner rewrites it
+                self.post_message(ProgressRead(read_progress(self.progress_path)))
             self._stop.wait(POLL_S)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="log", name="log tail")
@@ -167,6 +249,11 @@ class TrialsApp(App[str]):
     # -- messages -----------------------------------------------------------
     def on_journal_read(self, message: JournalRead) -> None:
         self.header_rec, self.rows = message.header, message.rows
+        self.refresh_view()
+
+    def on_progress_read(self, message: ProgressRead) -> None:
+        if message.progress is not None:
+            self.progress = message.progress
         self.refresh_view()
 
     def on_log_lines_arrived(self, message: LogLinesArrived) -> None:
@@ -231,7 +318,8 @@ class TrialsApp(App[str]):
     def _draw_header(self) -> None:
         facts = self.facts
         done = len(self.rows)
-        planned = max(facts.planned or 0, done) if facts.planned is not None else None
+        known = self.progress.planned if self.progress is not None and self.progress.planned else facts.planned
+        planned = max(known or 0, done) if known is not None else None
         until = self.finished_at if self.finished_at is not None else self.clock()
         items: list[tuple[str, str]] = [
             ("trials", f"{done}/{planned} planned" if planned else str(done)),
@@ -255,6 +343,8 @@ class TrialsApp(App[str]):
     def _draw_table(self) -> None:
         rows = self.rows
         highlight = self._highlight()
+        self._main.query_one("#trials-progress", Static).update(
+            progress_text(self.progress, self.clock(), self.finished_at is None))
         self._main.query_one("#trials-best", Static).update(self._best_text())
         key = (len(rows), highlight, rows[-1].label if rows else None)
         if key == self._shown_rows:
@@ -280,7 +370,7 @@ class TrialsApp(App[str]):
                 Text(f"x{x:.2f}" if x is not None else "-", style=style, justify="right"),
                 Text(mem if r.peak_mem is not None else "-", style=style, justify="right"),
                 Text(status, style=style),
-                Text(f"{r.stage}, {r.steps} steps", style=style),
+                Text(f"{r.stage}, {r.steps_text}", style=style),
             )
         if rows:
             table.move_cursor(row=len(rows) - 1, animate=False)  # follow the newest trial
@@ -292,6 +382,9 @@ class TrialsApp(App[str]):
             return Text(f"No trial finished yet: {how}.", style="dim")
         base = baseline_of(rows)
         best = best_of(rows)
+        if self.finished_at is not None and self.facts.nothing:
+            return Text(f"Nothing beat the script's own settings: {self.out.name} was not written; "
+                        "keep training as you do.", style="bold")
         if self.facts.winner:
             text = Text.assemble(("winner: ", "bold"), (self.facts.winner, BEST_STYLE))
             if self.facts.config:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pitstop.errors import ConfigError, LaunchError, TuneError, UsageError
 from pitstop.profiling.launch import Target
+from pitstop.tuning.journal import companion, default_journal
 
 # Interpreter options that take a value (python -X dev, -W error): skipped with it
 # when a script is rebuilt from a process's argv.
@@ -42,6 +43,11 @@ class TunerChild:
     stale: tuple[int, int, int] | None  # the journal's (inode, size, mtime) before the start, if it existed
     resume_command: str
 
+    @property
+    def progress(self) -> Path:
+        """Where the tuner writes its running trial's steps and the tune's budget (the progress bars)."""
+        return companion(self.journal, ".progress.json")
+
 
 def option_value(options: Sequence[str], name: str) -> str | None:
     """The value of `--name V` or `--name=V` in an option list (the last one wins, as argparse does)."""
@@ -55,16 +61,19 @@ def option_value(options: Sequence[str], name: str) -> str | None:
 
 
 def journal_path(options: Sequence[str], target: Target, cwd: Path) -> Path:
-    """Where the tuner keeps its journal: `--journal`, else `.pitstop-tune/<stem>.journal.jsonl` next to --out.
+    """Where the tuner keeps its journal: `--journal`, else `.pitstop-tune/<stem>-<key>.journal.jsonl` next to --out.
 
-    The same rule as pitstop.tuning.command.run; the CLI then passes it with
-    `--journal` so the viewer and the tuner cannot disagree.
+    The same rule as pitstop.tuning.command.run (one function, journal.default_journal);
+    the CLI then passes it with `--journal` so the viewer and the tuner cannot disagree.
     """
     given = option_value(options, "--journal")
     if given:
         return (cwd / given).resolve()
     out = Path(option_value(options, "--out") or "pitstop.toml")
-    return (cwd / out.parent / ".pitstop-tune" / f"{target.stem}.journal.jsonl").resolve()
+    path = default_journal(out, target, cwd).resolve()
+    if option_value(options, "--confirm") is not None:
+        path = companion(path, ".confirm.journal.jsonl")
+    return path
 
 
 def target_words(target: Target) -> list[str]:
@@ -109,12 +118,16 @@ def preflight(options: Sequence[str], journal: Path, cwd: Path) -> None:
     parse_budget(option_value(options, "--budget") or "10m")
     parse_knobs(option_value(options, "--knobs"))
     force = "--force" in options
+    if option_value(options, "--confirm") is not None:
+        return  # a confirmation writes no config and starts its journal afresh
     out = Path(option_value(options, "--out") or "pitstop.toml")
     if (cwd / out).exists() and not force:
         raise ConfigError(f"{out}: exists; use --force to overwrite it")
     if journal.exists() and not force and "--resume" not in options:
-        raise TuneError(f"a journal of an earlier tune exists: {journal}; use --resume to continue "
-                        "it or --force to start afresh")
+        # The journal is named after the script and its command: one that exists is this
+        # script's (the tuner itself also says when its options differ).
+        raise TuneError(f"a journal of an earlier tune of this script exists: {journal}; --resume "
+                        "continues it, --force starts afresh")
 
 
 def stat_key(path: Path) -> tuple[int, int, int] | None:
@@ -149,7 +162,7 @@ def start_tuner(options: Sequence[str], target: Target, cwd: Path | None = None)
     if option_value(options, "--journal") is None:
         options += ["--journal", str(journal)]
     out = (cwd / (option_value(options, "--out") or "pitstop.toml")).resolve()
-    log_path = journal.parent / f"{target.stem}.tune.log"
+    log_path = companion(journal, ".tune.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     stale = stat_key(journal)
     words = target_words(target)

@@ -19,6 +19,7 @@ from pitstop.tui.screens import ConfirmScreen, HelpScreen
 from pitstop.tui.trialdata import parse_log
 from pitstop.tui.trials import TrialsApp
 from pitstop.tui.tunelaunch import journal_path, start_tuner, target_from_argv
+from pitstop.tuning.journal import default_journal
 
 TUNE_SCRIPT = Path(__file__).parents[1] / "integration" / "scripts" / "tune_train.py"
 
@@ -66,6 +67,60 @@ def test_trials_appear_as_the_journal_grows_and_the_report_follows_the_exit(tmp_
             await pilot.press("q")  # the tuner has exited: q quits without asking
         assert app.return_value == "quit" and app.returncode == 0
         assert "Wrote pitstop.toml" in app.goodbye()
+
+    try:
+        run(scenario())
+    finally:
+        fake.close()
+
+
+def test_progress_bars_follow_the_running_trial_and_the_tune(tmp_path: Path) -> None:
+    fake = FakeTune(tmp_path)
+
+    async def scenario() -> None:
+        app = viewer(fake)
+        async with app.run_test(size=(120, 40)) as pilot:
+            fake.progress(FIXED + 75, {"index": 1, "label": "baseline", "stage": "baseline", "steps_done": 0,
+                                       "steps_planned": 35, "elapsed": 40.0, "limit": 600.0,
+                                       "first_step_limit": 300.0, "done": False},
+                          done=0, planned=None, budget_left="10 of 10 trials", budget_trials=10)
+            await wait_for(pilot, lambda: "no training step yet" in screen_text(app))
+            assert "0:00:40 (first-step limit 0:05:00)" in screen_text(app)
+            fake.trial(TRIALS[0], planned=10)
+            fake.progress(FIXED + 70, {"index": 2, "label": "workers=2", "stage": "workers", "steps_done": 45,
+                                       "steps_planned": 65, "elapsed": 18.0, "limit": 100.0,
+                                       "first_step_limit": None, "done": False},
+                          done=1, planned=10, budget_left="9 of 10 trials", eta=200.0, budget_trials=10,
+                          used_trials=1)
+            # The clock moved 5 s since the tuner wrote: the trial's elapsed time moves with it.
+            await wait_for(pilot, lambda: "45/65 steps  0:00:23 (limit 0:01:40)" in screen_text(app))
+            text = screen_text(app)
+            assert "trial 2 workers=2 [workers]" in text
+            assert "1/10 trials  budget 9 of 10 trials left  ETA ~0:03:15" in text
+            assert "━" in text  # the bars
+            assert "trials 1/10 planned" in text
+
+    try:
+        run(scenario())
+    finally:
+        fake.close()
+
+
+def test_a_tune_where_nothing_beat_the_baseline_says_so_and_names_no_config(tmp_path: Path) -> None:
+    fake = FakeTune(tmp_path)
+    report = ("pitstop tune: python train.py — 4 trials (0 from the journal) in 20 s\n\n"
+              "Nothing beat the script's own settings: no config written; keep training as you do.\n"
+              "  nothing beat the script's own settings by more than the noise (±3.0%)\n")
+
+    async def scenario() -> None:
+        app = viewer(fake)
+        async with app.run_test(size=(120, 40)) as pilot:
+            fake.trial(TRIALS[0])
+            fake.finish(report)
+            await wait_for(pilot, lambda: app.finished_at is not None)
+            await wait_for(pilot, lambda: "pitstop.toml was not written" in screen_text(app))
+            assert "DONE" in screen_text(app) and "config pitstop.toml" not in screen_text(app)
+        assert "Wrote" not in app.goodbye() and "Nothing beat" in app.goodbye()
 
     try:
         run(scenario())
@@ -160,9 +215,12 @@ def test_a_process_argv_becomes_the_target_to_tune(tmp_path: Path) -> None:
     with pytest.raises(LaunchError):
         target_from_argv(["python", "-c", "print(1)"], "/d")
     target = Target(script="train.py")
-    assert journal_path([], target, tmp_path) == tmp_path / ".pitstop-tune" / "train.journal.jsonl"
-    assert journal_path(["--out", "cfg/x.toml"], target, tmp_path) == tmp_path / "cfg" / ".pitstop-tune" / \
-        "train.journal.jsonl"
+    default = journal_path([], target, tmp_path)
+    assert default.parent == tmp_path / ".pitstop-tune" and default.name.startswith("train-")
+    assert default == default_journal(Path("pitstop.toml"), target, tmp_path)  # the tuner's own rule
+    assert journal_path(["--out", "cfg/x.toml"], target, tmp_path).parent == tmp_path / "cfg" / ".pitstop-tune"
+    other = journal_path([], Target(script="sub/train.py"), tmp_path)
+    assert other != default  # two train.py in different folders: two journals
     (tmp_path / "pitstop.toml").write_text("")
     with pytest.raises(ConfigError, match="exists; use --force"):
         start_tuner([], Target(script=str(TUNE_SCRIPT)), tmp_path)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from pitstop.tuning.journal import Journal
 from pitstop.tuning.results import Candidate, TrialResult
@@ -60,8 +62,9 @@ class FakeTune:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.journal_path = root / ".pitstop-tune" / "train.journal.jsonl"
-        self.log_path = root / ".pitstop-tune" / "train.tune.log"
+        self.journal_path = root / ".pitstop-tune" / "train-0123abcd.journal.jsonl"
+        self.log_path = root / ".pitstop-tune" / "train-0123abcd.tune.log"
+        self.progress_path = root / ".pitstop-tune" / "train-0123abcd.progress.json"
         self.ctl = root / "finish"
         self.journal_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text("")
@@ -80,6 +83,14 @@ class FakeTune:
         self.count += 1
         self.journal.append(r, 0)
         self.log(f"[{self.count}/{planned}] {r.candidate.label()}  {r.throughput} samples/s  {r.status}")
+
+    def progress(self, at: float, trial: dict[str, Any] | None, **tune: Any) -> None:
+        """The tuner's progress file, as pitstop.tuning.command writes it twice a second."""
+        state = {"done": 0, "planned": None, "budget_left": "", "eta": None, "budget_trials": None,
+                 "budget_seconds": None, "used_trials": 0, "used_seconds": 0.0, **tune}
+        tmp = self.progress_path.with_name(self.progress_path.name + ".tmp")
+        tmp.write_text(json.dumps({"t": at, "elapsed": 0.0, "tune": state, "trial": trial}))
+        tmp.replace(self.progress_path)
 
     def finish(self, report: str = REPORT) -> None:
         self.ctl.write_text(report)
