@@ -13,9 +13,12 @@ ABBA order, so the drift of a shared machine cancels pair by pair:
 Phase 2 runs PERIODS schedule periods (500 steps each) with the windows on,
 starting on the schedule's grid, so step 0 of each period opens a window.
 
+Writes every step time, and the agent's index of the first timed step so that
+overhead.py can read the marks the agent stamped on them in the record.
+
 Every arm runs in this process, so the process-to-process spread of a small
 VM (memory layout, which core) cannot enter. The first window's one-off set-up
-(Kineto loads once per process) is paid in the warm-up. Writes every step time.
+(Kineto loads once per process) is paid in the warm-up.
 """
 import json
 import sys
@@ -64,11 +67,13 @@ def main() -> None:
     run((windows.first - agent.step_index) % every)  # onto the grid (the plain arm counted no steps)
     agent.windows = windows
     before, skipped = windows.windows, windows.skipped
+    first_step = agent.step_index  # the agent's index of timed[0]: overhead.py reads its marks in the record
     timed = run(every * periods)
     time.sleep(1.0)  # the last window's tables are emitted off-thread
     with open(out, "w") as handle:
-        json.dump({"blocks": blocks, "windowed": timed, "every": every, "active": windows.active,
-                   "windows": windows.windows - before, "skipped": windows.skipped - skipped}, handle)
+        json.dump({"blocks": blocks, "windowed": timed, "first_step": first_step, "every": every,
+                   "active": windows.active, "windows": windows.windows - before,
+                   "skipped": windows.skipped - skipped}, handle)
 
 
 if __name__ == "__main__":

@@ -4,15 +4,21 @@
 
 One workload: ~10 ms CPU steps (an MLP, a DataLoader, SGD; `_workload_10ms.py`).
 
-Part 1, the targets (agent <= 1.01, with default windows <= 1.03), measured in
-ONE process under `pitstop run` (`_overhead_ab.py`): the agent is switched off
-and on in alternating 25-step blocks, ABBA, so the drift of a shared machine
-cancels pair by pair. Printed: the ratio of median step times (on / off) with a
-bootstrap 90% interval over the pairs, and the ratio of mean step times. Then
-500-step schedule periods with the default windows on: the time each window
-adds (its 5 profiled steps, profiler start and stop, aggregation on a thread)
-is the excess of the 40 steps from its start over the mean of the rest of its
-period; windows ratio = agent ratio x (1 + added time per period / period time).
+Part 1, the targets (issue 10: agent <= 1.005, with default windows <= 1.015),
+measured in ONE process under `pitstop run` (`_overhead_ab.py`): the agent is
+switched off and on in alternating 25-step blocks, ABBA, so the drift of a
+shared machine cancels pair by pair. Printed: the ratio of median step times
+(on / off) with a bootstrap 90% interval over the pairs, and the ratio of mean
+step times. Then 500-step schedule periods with the default windows on: the
+time each window adds (its 5 profiled steps, profiler start and stop, the
+tables built on a thread) is the excess of the 40 steps from its start over the
+mean of the rest of its period; windows ratio = agent ratio x (1 + added time
+per period / period time). Every step counts, as the workload timed it: the
+agent marks the steps a window disturbs ("profiled", "after-profile") and keeps
+them out of its step statistics, but the training still took that long. The
+marks are printed after it, read from the record: how many per window, and how
+the unmarked steps among the 40 compare with the rest of their period (~1.0
+when the marks cover what a window disturbs).
 
 Part 2 runs whole processes instead, alternating: the plain script,
 `pitstop run --profile off`, `pitstop run` (default windows). It is the literal
@@ -75,7 +81,7 @@ def in_process(pairs: int, periods: int, tmp: Path) -> None:
     print(f"part 1, in one process: {pairs} pairs of {len(plain[0])}-step blocks, agent off / on (ABBA)")
     print(f"  median step: off {statistics.median(p) * 1e3:.3f} ms, on {statistics.median(a) * 1e3:.3f} ms")
     print(f"  always-on agent: ratio of medians {median_ratio:.4f} (90% interval {low:.4f}..{high:.4f}), "
-          f"ratio of means {mean_ratio:.4f}   target <= 1.01")
+          f"ratio of means {mean_ratio:.4f}   target <= 1.005")
 
     every, timed = data["every"], data["windowed"]
     added, period_time = [], []
@@ -90,7 +96,47 @@ def in_process(pairs: int, periods: int, tmp: Path) -> None:
           f"(min {min(added) * 1e3:.1f}, max {max(added) * 1e3:.1f}) to a {statistics.fmean(period_time):.2f} s period")
     # A window's cost lands on a few steps and barely moves a median: it is added as a share of time.
     print(f"  agent + default windows: {median_ratio * (1 + share):.4f} (the agent's ratio of medians x "
-          f"(1 + {share:.4f})), {mean_ratio * (1 + share):.4f} (its ratio of means x the same)   target <= 1.03")
+          f"(1 + {share:.4f})), {mean_ratio * (1 + share):.4f} (its ratio of means x the same)   target <= 1.015")
+    marks_line(tmp / "ab.jsonl", data)
+
+
+def marks_line(record: Path, data: dict) -> None:
+    """How many steps the agent marked per window, and whether the unmarked ones near a window ran
+    like the rest of their period: the marks must cover what a window disturbs."""
+    from pitstop.events import Step
+    from pitstop.profiling.record import iter_record
+
+    first, every, timed = data["first_step"], data["every"], data["windowed"]
+    marks = {ev.step - first: ev.mark for ev in iter_record(record)
+             if isinstance(ev, Step) and 0 <= ev.step - first < len(timed)}
+    if len(marks) < len(timed):
+        print(f"  marks: {len(timed) - len(marks)} of {len(timed)} timed steps missing from the record")
+    periods = len(timed) // every
+    counts: dict[str, int] = {}
+    near, rest = [], []
+    following: list[list[float]] = [[] for _ in range(5)]  # the 5 steps after a window's last marked one
+    for start in range(0, periods * every, every):
+        period_rest = statistics.median(timed[start + REACH:start + every])
+        last = None
+        for i in range(start, start + every):
+            mark = marks.get(i)
+            if mark is not None:
+                counts[mark] = counts.get(mark, 0) + 1
+                last = i if i < start + REACH else last
+            elif i < start + REACH:
+                near.append(timed[i])
+            else:
+                rest.append(timed[i])
+        if last is not None:
+            for k, after in enumerate(following, 1):
+                after.append(timed[last + k] / period_rest)
+    per_window = ", ".join(f"{n / periods:.1f} {m}" for m, n in sorted(counts.items())) or "none"
+    print(f"  marks per window: {per_window}; unmarked steps among the {REACH} from a window's start: "
+          f"median {statistics.median(near) / statistics.median(rest):.3f}, mean "
+          f"{statistics.fmean(near) / statistics.fmean(rest):.3f} x the rest of their periods")
+    if following[0]:
+        print("  the 5 steps after a window's last marked step, each over its period's median (median of "
+              f"{len(following[0])} windows): " + ", ".join(f"{statistics.median(v):.3f}" for v in following))
 
 
 def whole_process(rounds: int, steps: int, tmp: Path) -> None:

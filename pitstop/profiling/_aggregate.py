@@ -1,24 +1,26 @@
 """Provides the aggregation of one profiler window's events into the tables of a ProfileWindow.
 
-Two stages, so the arithmetic is testable without torch:
-`extract(function_events, ...)` turns torch's FunctionEvent objects (a tree with
-parent/child cycles) into flat `Ev` records, and `aggregate(evs, ...)` is a pure
-function of those records. Both run on the windows' processing thread, never on
-the training thread.
+Three stages, so the arithmetic is testable without torch: the raw events
+become flat `Ev` records (`_kineto.read` from Kineto's raw events; `extract`
+here from torch's FunctionEvents, the fallback where a torch keeps no Kineto
+results), `within_steps` keeps the events of the steps a window names, and
+`aggregate(evs, ...)` is a pure function of what is left. All of it runs on the
+windows' processing thread, never on the training thread.
 
 Every time figure here is in microseconds unless the name says `_ms`.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pitstop.events import Copies, KernelStat, OpStat
 
 # Record-function names torch (and the windows) put around parts of a step.
-STEP_MARKER = "ProfilerStep"  # our per-step annotation; torch rewrites "#N" to "*"
+STEP_MARKER = "ProfilerStep"  # our per-step annotation, "ProfilerStep#N" (FunctionEvent names say "*")
 DATA_PREFIX = "enumerate(DataLoader)#"  # _SingleProcess/_MultiProcessingDataLoaderIter.__next__
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
@@ -42,9 +44,13 @@ CPU_ONLY = "CPU-only run: no CUDA kernels"
 NO_KERNELS = "no CUDA kernel events recorded in this window (CUPTI gave none)"
 
 
-@dataclass(frozen=True, slots=True)
-class Ev:
-    """One profiler event, flattened: no references to other events."""
+class Ev(NamedTuple):
+    """One profiler event, flattened: no references to other events.
+
+    A NamedTuple, not a frozen dataclass: a window has thousands of events, and
+    a frozen dataclass's __init__ (one object.__setattr__ per field) took 17 ms
+    for 3,000 of them, a NamedTuple ~1 ms.
+    """
 
     name: str
     start_us: float
@@ -56,6 +62,8 @@ class Ev:
     is_async: bool = False
     nbytes: int | None = None  # memcpy size, where Kineto reports it
     to_host: bool = False  # an outermost aten::to/_to_copy whose subtree copied device->host
+    corr: int = 0  # a host event's correlation id (what device events link to)
+    link: int = 0  # the correlation id of the host op this event belongs to (kernels, runtime calls); 0: none
 
     @property
     def dur_us(self) -> float:
@@ -104,14 +112,18 @@ def extract(function_events: Iterable[Any], use_device: bool) -> list[Ev]:
     out: list[Ev] = []
     for fe in function_events:
         name = str(fe.name)
+        if name.startswith(STEP_MARKER):
+            name = str(getattr(fe, "trace_name", None) or name)  # keep the step number
         start = float(fe.time_range.start)
         end = float(fe.time_range.end)
+        corr = int(getattr(fe, "id", 0) or 0)
+        link = int(getattr(fe, "linked_correlation_id", 0) or 0)
         if not _is_cpu(fe):
             meta = getattr(fe, "event_metadata", None)
             nbytes = getattr(meta, "bytes", None) if meta is not None else None
             out.append(
                 Ev(name, start, end, int(fe.thread), on_device=True,
-                   nbytes=int(nbytes) if nbytes is not None else None)
+                   nbytes=int(nbytes) if nbytes is not None else None, link=link)
             )
             continue
         is_async = bool(fe.is_async)
@@ -130,6 +142,8 @@ def extract(function_events: Iterable[Any], use_device: bool) -> list[Ev]:
                 self_device_us=float(fe.self_device_time_total) if use_device and not is_async else 0.0,
                 is_async=is_async,
                 to_host=to_host,
+                corr=corr,
+                link=link,
             )
         )
     return out
@@ -186,6 +200,57 @@ def overlap(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) 
     return total
 
 
+# ---------------------------------------------------------------- the steps a window names
+
+
+def step_number(name: str) -> int | None:
+    """N of a "ProfilerStep#N" marker, else None."""
+    if not name.startswith(STEP_MARKER + "#"):
+        return None
+    tail = name[len(STEP_MARKER) + 1:]
+    return int(tail) if tail.isdigit() else None
+
+
+def within_steps(evs: Sequence[Ev], first: int, end: int) -> list[Ev]:
+    """The events of steps first..end-1: what a window's tables may count.
+
+    A host event belongs to a step when it starts inside that step's
+    "ProfilerStep#N" marker (a step's optimizer call started in the step is
+    kept whole); a device event when the host op that launched it is kept
+    (kernels run after their launch), or, with no link, when it starts
+    between the first marker's start and the last one's end. Everything else
+    is dropped: the step still running when the window ended (an evaluation
+    pass, the end of training), and what the profiler saw after the last step
+    while it was being stopped. A trace without any of these markers (none of
+    ours has been seen without them) is taken whole.
+    """
+    spans = []
+    for ev in evs:
+        if not ev.on_device:
+            n = step_number(ev.name)
+            if n is not None and first <= n < end:
+                spans.append((ev.start_us, ev.end_us))
+    if not spans:
+        return list(evs)
+    merged = union(spans)
+    starts = [s for s, _ in merged]
+    lo, hi = merged[0][0], merged[-1][1]
+    kept: list[Ev] = []
+    corrs: set[int] = set()
+    for ev in evs:
+        if ev.on_device:
+            continue
+        i = bisect_right(starts, ev.start_us) - 1
+        if i >= 0 and ev.start_us < merged[i][1]:
+            kept.append(ev)
+            if ev.corr and not ev.link:  # an op (runtime calls' ids are CUPTI's, another space)
+                corrs.add(ev.corr)
+    for ev in evs:
+        if ev.on_device and (ev.link in corrs if ev.link else lo <= ev.start_us <= hi):
+            kept.append(ev)
+    return kept
+
+
 # ---------------------------------------------------------------- aggregation
 
 
@@ -206,13 +271,17 @@ def top_ops(evs: Sequence[Ev], device: str, top: int) -> list[OpStat]:
     """Host ops grouped by name, sorted by self device time (CUDA) or self CPU time."""
     acc: dict[str, list[float]] = {}
     for ev in evs:
-        if ev.on_device or ev.is_async or _is_marker(ev.name):
+        if ev.on_device or ev.is_async:
             continue
-        row = acc.setdefault(ev.name, [0, 0.0, 0.0, 0.0])
+        row = acc.get(ev.name)
+        if row is None:
+            row = acc[ev.name] = [0, 0.0, 0.0, 0.0]
         row[0] += 1
         row[1] += ev.self_cpu_us
-        row[2] += ev.dur_us
+        row[2] += ev.end_us - ev.start_us
         row[3] += ev.self_device_us
+    for name in [n for n in acc if _is_marker(n)]:
+        del acc[name]
     cuda = device == "cuda"
     stats = [
         OpStat(name, int(c), round(s, 3), round(t, 3), round(d, 3) if cuda else None)
@@ -311,25 +380,30 @@ def phases(evs: Sequence[Ev], steps: int) -> dict[str, float]:
     ops: list[tuple[float, float]] = []
     sync: list[tuple[float, float]] = []
     marks: list[tuple[float, float]] = []
+    # name -> (its list, counted on any thread); names repeat, so each is classified once.
+    # data, optimizer and backward count on any thread: on CUDA the autograd engine runs on its own.
+    kinds: dict[str, tuple[list[tuple[float, float]], bool]] = {}
     for ev in evs:
         if ev.on_device or ev.is_async:
             continue
-        iv = (ev.start_us, ev.end_us)
         name = ev.name
-        if name.startswith(DATA_PREFIX):
-            data.append(iv)
-        elif name.startswith(OPTIMIZER_PREFIXES):
-            opt.append(iv)
-        elif name.startswith(BACKWARD_PREFIX):
-            bwd.append(iv)  # any thread: on CUDA the autograd engine runs on its own thread
-        elif ev.thread != tid:
-            continue
-        elif _is_marker(name):
-            marks.append(iv)
-        elif name in SYNC_NAMES:
-            sync.append(iv)
-        else:
-            ops.append(iv)
+        kind = kinds.get(name)
+        if kind is None:
+            if name.startswith(DATA_PREFIX):
+                kind = (data, True)
+            elif name.startswith(OPTIMIZER_PREFIXES):
+                kind = (opt, True)
+            elif name.startswith(BACKWARD_PREFIX):
+                kind = (bwd, True)
+            elif _is_marker(name):
+                kind = (marks, False)
+            elif name in SYNC_NAMES:
+                kind = (sync, False)
+            else:
+                kind = (ops, False)
+            kinds[name] = kind
+        if kind[1] or ev.thread == tid:
+            kind[0].append((ev.start_us, ev.end_us))
     u_data, u_opt, u_bwd = union(data), union(opt), union(bwd)
     u_marked = union(data + opt + bwd)
     u_sync = union(sync)
@@ -360,15 +434,19 @@ def collectives(evs: Sequence[Ev], steps: int) -> tuple[float | None, float | No
     dev_coll: list[tuple[float, float]] = []
     dev_other: list[tuple[float, float]] = []
     host_coll: list[tuple[float, float]] = []
+    collective: dict[str, bool] = {}  # names repeat: each is looked at once
     for ev in evs:
-        iv = (ev.start_us, ev.end_us)
+        name = ev.name
+        is_coll = collective.get(name)
+        if is_coll is None:
+            is_coll = collective[name] = _is_collective(name)
         if ev.on_device:
-            if _is_collective(ev.name):
-                dev_coll.append(iv)
-            elif not _is_copy(ev.name):
-                dev_other.append(iv)
-        elif _is_collective(ev.name):
-            host_coll.append(iv)
+            if is_coll:
+                dev_coll.append((ev.start_us, ev.end_us))
+            elif not _is_copy(name):
+                dev_other.append((ev.start_us, ev.end_us))
+        elif is_coll:
+            host_coll.append((ev.start_us, ev.end_us))
     if dev_coll:
         u = union(dev_coll)
         total = length(u)

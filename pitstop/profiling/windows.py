@@ -1,13 +1,22 @@
 """Provides profiler windows: torch.profiler over K steps, scheduled or on demand, aggregated off-thread.
 
-The agent calls `on_step(i)` on the training thread after each step. A window
-starts a FRESH `torch.profiler.profile` at a step boundary and stops it K steps
-later, both on the training thread (that is where torch wants them); the
-expensive part (building the event tree, the tables, the optional Chrome trace)
-runs on one named daemon thread, one window at a time, with a finer GIL switch
-interval and the cyclic GC paused (`_gentle`) so the training thread is not
-starved of the GIL meanwhile. The raw trace never enters the event stream:
-only a `ProfileWindow` of aggregated tables does.
+The agent calls `on_step(i)` on the training thread after each step, having
+first read `mark` for that step, and `on_eval()` when an evaluation pass
+begins. A window starts a FRESH `torch.profiler.profile` at a step boundary and
+stops it K steps later (one boundary later still, so that the last step's
+ranges close: `_advance`), both on the training thread (that is where torch
+wants them); the rest (reading Kineto's raw events, the tables, the optional Chrome
+trace) runs on one named daemon thread, one window at a time, with a finer GIL
+switch interval and the cyclic GC paused (`_gentle`) so the training thread is
+not starved of the GIL meanwhile. The raw trace never enters the event stream:
+only a `ProfileWindow` of aggregated tables does, covering exactly the steps it
+names (`_aggregate.within_steps`).
+
+Marks, for the steps a window disturbs (kept out of step statistics):
+"profiled" for the steps inside it, "after-profile" from the boundary where
+its last step ended until `SETTLE_STEPS` steps after the one in which its
+tables came out. An evaluation pass ends a window at the last completed step
+(`on_eval`), and so does `close()`: a window never spans either.
 
 The training run comes first: every failure is caught, reported once through
 `note("warn", ...)`, and switches the windows off.
@@ -27,16 +36,22 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.events import ProfileWindow
-from pitstop.profiling import _aggregate
+from pitstop.profiling import _aggregate, _kineto
 
 Emit = Callable[[Any], None]
 Note = Callable[[str, str], None]
 
 _NEVER = sys.maxsize
+PROFILED = "profiled"
+AFTER = "after-profile"
+# Whole steps still marked "after-profile" once a window's tables are built:
+# the two after it ran 3% and 2% slower (median of 151 windows), the third as
+# the rest. docs/internals.md, "Profiler windows", has the measurement.
+SETTLE_STEPS = 2
 _SWITCH_INTERVAL_S = 0.0005  # while aggregating: see _gentle
 _GC_PAUSE_MAX_S = 5.0  # the cyclic GC is never paused longer than this
-# close() waits this long for the last window's tables; a window of a big model
-# takes ~1-3 s to aggregate (0.03 s for the 800 events of the test MLP).
+# close() waits this long for the last window's tables (~15 ms for 3,000 events;
+# a big model's window has tens of times more).
 _CLOSE_WAIT_S = 15.0
 
 
@@ -50,6 +65,9 @@ class _Open:
     t0: float  # perf_counter at start
     marker: Any  # the open record_function("ProfilerStep#N"), or None
     current: int = 0  # the step being recorded now
+    step_end: int | None = None  # set when the last step ended: the window is closing (see `_advance`)
+    duration_s: float = 0.0  # from the start to the end of the last step
+    quiet: bool = False  # record functions switched off on the training thread (the closing step)
 
 
 @dataclass
@@ -90,17 +108,17 @@ def _other_profiler_active() -> bool:
 def _gentle() -> Iterator[None]:
     """While a window is aggregated: a finer GIL switch interval and no cyclic GC.
 
-    torch builds the window's event list in Python (~60-310 ms for 3,000 events
-    on the 2-core VM). Against a thread that runs Python without pause, the
-    training thread waits up to the switch interval (5 ms) for the GIL after
-    every torch op it calls: steps of 190 ms were measured. At 0.5 ms the two
-    interleave. The thousands of objects torch creates also set off a full
-    collection of the whole heap (~150 ms, GIL held) in every other window;
-    they are freed by refcount (`_aggregate.release`), so collection can wait
-    (never longer than `_GC_PAUSE_MAX_S`). Both settings are process-wide: each
-    is put back as found, unless the script changed it meanwhile.
-    benchmarks/overhead.py: a window's added time fell from ~180 to ~105 ms on
-    ~10 ms steps.
+    Made when torch's own event list was built here (~60-310 ms of Python for
+    3,000 events on the 2-core VM): against a thread that runs Python without
+    pause, the training thread waited up to the switch interval (5 ms) for the
+    GIL after every torch op it called (190 ms steps); at 0.5 ms the two
+    interleaved, and the thousands of objects torch created no longer set off
+    a full collection of the heap (~150 ms, GIL held). Reading Kineto's raw
+    events takes ~15 ms, and 0.1, 0.5 and 5 ms intervals now cost a window the
+    same (51-54 ms, docs/internals.md); kept, as cheap insurance for windows of
+    big models. Both settings are process-wide: each is put back as found,
+    unless the script changed it meanwhile; collection is never paused longer
+    than `_GC_PAUSE_MAX_S`.
     """
     old_interval = sys.getswitchinterval()
     interval = min(old_interval, _SWITCH_INTERVAL_S)
@@ -121,6 +139,17 @@ def _gentle() -> Iterator[None]:
             gc.enable()
         if sys.getswitchinterval() == interval:
             sys.setswitchinterval(old_interval)
+
+
+def _record_functions(enabled: bool) -> bool:
+    """Switch torch's record functions on or off for this thread; False where this torch cannot."""
+    try:
+        import torch
+
+        torch._C._autograd._enable_record_function(enabled)
+        return True
+    except Exception:
+        return False
 
 
 def _marker(step: int) -> Any:
@@ -159,14 +188,23 @@ class ProfilerWindows:
         self._note = note
         self._factory = profiler_factory or _default_factory(self.device)
 
-        # Hot-path state, read by on_step with plain compares.
+        # Hot-path state: on_step returns at once while step < _wake (one compare).
+        # _wake is _next_start when idle, 0 while anything is under way (a window
+        # open, tables being built, steps to mark, a demand).
         self._next_start = self.first if self.every is not None else _NEVER
+        self._wake = self._next_start
         self._demand = False
         self._open: _Open | None = None
         self._off: str | None = None  # the reason the windows are off
+        # The mark of the step now running, read by the agent at its end before
+        # on_step: None, PROFILED or AFTER. Written on the training thread only.
+        self.mark: str | None = None
+        self._settle_end = 0  # steps before this one are still "after-profile"
+        self._processed = False  # set by the processing thread when a window's tables are out
 
         self.windows = 0  # windows emitted
         self.skipped = 0  # scheduled windows skipped: the previous one was still being processed
+        self.discarded = 0  # windows ended by an evaluation pass before any step completed
         self._noted: set[str] = set()
 
         self._cv = threading.Condition()
@@ -179,23 +217,57 @@ class ProfilerWindows:
     # ------------------------------------------------------------ training thread
 
     def on_step(self, step: int) -> None:
-        """Call right after step `step` (0-based) ended. Two compares when idle."""
-        if self._open is None and step < self._next_start and not self._demand:
+        """Call right after step `step` (0-based) ended, after reading `mark`. One compare when idle."""
+        if step < self._wake:
             return
         if self._off is not None or self._closed:
             if self._open is not None:
                 self._abort()  # switched off by the processing thread mid-window
+            self.mark = None
+            self._wake = _NEVER
             return
         try:
             if self._open is not None:
                 self._advance(step)
             else:
-                self._maybe_start(step)
+                self._between(step)
         except Exception as err:  # never into the training loop
             self._fail("profiler window failed", err)
+        self._rearm()
+
+    def on_eval(self) -> None:
+        """An evaluation pass began in the step now running (training thread): end an open
+        window at the last completed step, or discard it if none completed. Never raises."""
+        opened = self._open
+        if opened is None or self._off is not None or self._closed:
+            return
+        try:  # in the closing step every named step has completed
+            self._finish(opened.step_end if opened.step_end is not None else opened.current)
+        except Exception as err:
+            self._fail("profiler window failed at an evaluation pass", err)
+        self._rearm()
+
+    def _rearm(self) -> None:
+        idle = self._open is None and not self._busy and self.mark is None
+        self._wake = self._next_start if idle and self._off is None else 0
+        if self._demand:  # request() sets _demand then _wake: a demand is never lost
+            self._wake = 0
+
+    def _between(self, step: int) -> None:
+        """No window open: mark the steps a finished window still disturbs, maybe start one."""
+        if self._busy:
+            self.mark = AFTER  # its tables are being built during the next step
+        else:
+            if self._processed:  # set before _busy was cleared
+                self._processed = False
+                self._settle_end = step + SETTLE_STEPS
+            self.mark = AFTER if step < self._settle_end else None
+        self._maybe_start(step)
 
     def _maybe_start(self, step: int) -> None:
         scheduled = step >= self._next_start
+        if not scheduled and not self._demand:
+            return
         if scheduled:
             while self._next_start <= step:  # windows missed while busy are not made up
                 self._next_start += self.every or _NEVER
@@ -221,32 +293,57 @@ class ProfilerWindows:
         prof.start()
         opened = _Open(prof, step + 1, trigger, time.perf_counter(), None, step + 1)
         self._open = opened
+        self.mark = PROFILED
         opened.marker = _marker(step + 1)
 
     def _advance(self, step: int) -> None:
         opened = self._open
         assert opened is not None
+        if opened.step_end is not None:  # the closing step ended: stop now
+            self._finish(opened.step_end)
+            return
         if opened.marker is not None:
             opened.marker.__exit__(None, None, None)
             opened.marker = None
-        if step + 1 >= opened.step_start + self.active:
-            self._stop(step + 1)
-        else:
+        if step + 1 < opened.step_start + self.active:
             opened.current = step + 1
             opened.marker = _marker(step + 1)
+            return
+        # The last step ended, but not every range it opened: the step boundary is
+        # the optimizer's post-hook, which runs inside torch's "Optimizer.step#"
+        # range, and a range still open when the profiler stops is lost (every
+        # window showed one optimizer step fewer than it had steps). So the
+        # profiler stops at the next boundary, with torch's record functions off
+        # on this thread meanwhile: ranges already open still end and are
+        # recorded, nothing new is, and `within_steps` drops what other threads add.
+        opened.step_end = step + 1
+        opened.duration_s = time.perf_counter() - opened.t0
+        opened.quiet = _record_functions(False)
+        if not opened.quiet:
+            self._finish(step + 1)
+            return
+        self.mark = AFTER
 
-    def _stop(self, step_end: int) -> None:
+    def _finish(self, step_end: int) -> None:
+        """Stop the open profiler; hand its steps step_start..step_end-1 to the processing thread."""
         opened = self._open
         assert opened is not None
         self._open = None
-        if opened.marker is not None:
-            opened.marker.__exit__(None, None, None)
-            opened.marker = None
-        opened.prof.stop()  # on CUDA this synchronizes once per window (torch does it)
-        duration = time.perf_counter() - opened.t0
+        self.mark = AFTER  # the stop (and the tables, if any) land on the next step
+        try:
+            if opened.marker is not None:
+                opened.marker.__exit__(None, None, None)
+                opened.marker = None
+            opened.prof.stop()  # on CUDA this synchronizes once per window (torch does it)
+        finally:
+            if opened.quiet:
+                _record_functions(True)
         if step_end <= opened.step_start:
-            return  # no step completed inside the window: nothing to report
-        job = _Job(opened.prof, opened.step_start, step_end, opened.trigger, duration, time.time())
+            self.discarded += 1  # no step completed inside the window: nothing to report
+            return
+        if opened.step_end is None:
+            opened.duration_s = time.perf_counter() - opened.t0
+        job = _Job(opened.prof, opened.step_start, step_end, opened.trigger, opened.duration_s, time.time())
         self._submit(job)
 
     def request(self) -> str:
@@ -258,21 +355,30 @@ class ProfilerWindows:
         opened = self._open
         if opened is not None:
             return f"a profiler window is already recording (from step {opened.step_start})"
-        self._demand = True  # a bool store is atomic under the GIL; on_step reads it
+        self._demand = True  # bool and int stores are atomic under the GIL; on_step reads them
+        self._wake = 0
         return f"profiling the next {self.active} steps"
 
     def close(self, timeout: float = _CLOSE_WAIT_S) -> None:
-        """Stop an open window (reporting the steps it saw), wait for processing; idempotent."""
+        """Stop an open window (reporting the steps it completed), wait for processing; idempotent.
+
+        Call it on the training thread, as the agent does at exit: a window in its
+        closing step switched record functions off on that thread, and only a call
+        there switches them back on."""
         if self._closed:
             return
         try:
-            if self._open is not None and self._off is None:
-                self._stop(self._open.current)  # steps before the current one completed
+            opened = self._open
+            if opened is not None and self._off is None:
+                # Whatever ran after the last step (an evaluation, the end of the script) is not a step.
+                self._finish(opened.step_end if opened.step_end is not None else opened.current)
         except Exception as err:
             self._fail("profiler window failed at close", err)
         self._closed = True
         self._next_start = _NEVER
+        self._wake = _NEVER
         self._demand = False
+        self.mark = None
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
@@ -306,6 +412,7 @@ class ProfilerWindows:
             finally:
                 job = None  # drop the profiler before waiting for the next one
                 with self._cv:
+                    self._processed = True  # before _busy: see _between
                     self._busy = self._job is not None
                     self._cv.notify_all()
 
@@ -317,13 +424,23 @@ class ProfilerWindows:
         prof = job.prof
         job.prof = None
         trace_path = self._export(prof, job.step_start)
-        events = prof.events()
+        use_device = self.device == "cuda"
         try:
-            evs = _aggregate.extract(events, use_device=self.device == "cuda")
+            raw = _kineto.raw_events(prof)
+            if raw is not None:
+                evs = _kineto.read(raw[0], use_device, raw[1])
+            else:  # a torch without Kineto results: its own (slower) event list
+                events = prof.events()
+                try:
+                    evs = _aggregate.extract(events, use_device=use_device)
+                finally:
+                    _aggregate.release(events)
+                    del events
         finally:
-            _aggregate.release(events)
+            raw = None
             self._drop(prof)
-            del events, prof
+            del prof
+        evs = _aggregate.within_steps(evs, job.step_start, job.step_end)
         tables = _aggregate.aggregate(evs, steps=job.step_end - job.step_start, device=self.device, top=self.top)
         if tables.copies is not None and tables.copies.h2d_count + tables.copies.d2h_count and not tables.copy_bytes_known:
             self._note_once("bytes", "info", "this torch reports no memcpy sizes: copy bytes show as 0")
@@ -395,6 +512,7 @@ class ProfilerWindows:
     def _abort(self) -> None:
         """Stop the open profiler without reporting it (training thread only)."""
         opened, self._open = self._open, None
+        self.mark = None
         if opened is None:
             return
         try:
@@ -403,6 +521,8 @@ class ProfilerWindows:
             opened.prof.stop()
         except Exception:
             pass
+        if opened.quiet:
+            _record_functions(True)
 
     def _fail(self, what: str, err: BaseException, *, training: bool = True) -> None:
         """Switch the windows off and say so once. Only the training thread may stop

@@ -127,3 +127,134 @@ def test_profiler_failure_becomes_a_note_not_an_exception(monkeypatch: pytest.Mo
     assert len(warns) == 1 and "activity buffer overflow" in warns[0]
     assert sink.windows == []
     assert not torch.autograd.profiler._is_profiler_enabled  # nothing left recording
+
+
+def _classifier() -> tuple[Any, Any, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(16 * 40, 32), torch.randint(0, 10, (16 * 40,)))
+    return model, opt, torch.utils.data.DataLoader(data, batch_size=16)
+
+
+def _evaluate(model: Any, batches: int = 6) -> None:
+    """An evaluation pass with an op the training step never calls (gelu)."""
+    with torch.no_grad():
+        for _ in range(batches):
+            torch.nn.functional.gelu(model(torch.randn(16, 32)))
+
+
+def test_steps_seen_from_the_optimizer_hook_get_one_optimizer_step_each() -> None:
+    # The agent's step boundary is the optimizer's post-hook, inside torch's
+    # "Optimizer.step#" range: each window used to show one optimizer step fewer
+    # than it had steps (PyTorch Lightning: 4 for 5).
+    sink = Sink()
+    w = ProfilerWindows(every=None, active=5, first=0, trace_dir=None, device_type="cpu",
+                        emit=sink.emit, note=sink.note)
+    model, opt, loader = _classifier()
+    steps = iter(range(10**6))
+    opt.register_step_post_hook(lambda *args: w.on_step(next(steps)))
+    w.request()
+    for i, (x, y) in enumerate(loader):
+        if i == 10:
+            break
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    w.close()
+    sink.wait_windows(1)
+    win = sink.windows[0]
+    assert (win.step_start, win.step_end) == (1, 6)
+    calls = {o.name: o.calls for o in win.ops}
+    assert calls["Optimizer.step#SGD.step"] == 5
+    assert calls["aten::addmm"] == 10  # two linear layers a step, nothing from step 6
+    assert calls["Optimizer.zero_grad#SGD.zero_grad"] == 5
+    assert torch.autograd.profiler._is_profiler_enabled is False
+
+
+def test_a_window_open_when_training_ends_leaves_out_the_evaluation_after_it() -> None:
+    sink = Sink()
+    w = ProfilerWindows(every=None, active=50, first=0, trace_dir=None, device_type="cpu",
+                        emit=sink.emit, note=sink.note)
+    model, opt, loader = _classifier()
+    w.request()
+    for step, (x, y) in enumerate(loader):
+        if step == 4:
+            break
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        w.on_step(step)
+    _evaluate(model)  # training is over; the window is still open
+    w.close()
+    sink.wait_windows(1)
+    win = sink.windows[0]
+    assert (win.step_start, win.step_end) == (1, 4)
+    names = {o.name for o in win.ops}
+    assert "aten::gelu" not in names and "aten::addmm" in names
+    assert win.phases_ms["forward"] > 0
+
+
+def test_an_evaluation_pass_inside_a_window_ends_it_at_the_last_step() -> None:
+    sink = Sink()
+    w = ProfilerWindows(every=None, active=5, first=0, trace_dir=None, device_type="cpu",
+                        emit=sink.emit, note=sink.note)
+    model, opt, loader = _classifier()
+    w.request()
+    for step, (x, y) in enumerate(loader):
+        if step == 12:
+            break
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if step == 3:
+            _evaluate(model, 1)
+            w.on_eval()  # the agent saw the pass begin in step 3
+            _evaluate(model, 3)
+        opt.step()
+        w.on_step(step)
+    w.close()
+    sink.wait_windows(1)
+    assert len(sink.windows) == 1
+    win = sink.windows[0]
+    assert (win.step_start, win.step_end) == (1, 3)
+    calls = {o.name: o.calls for o in win.ops}
+    assert "aten::gelu" not in calls and calls["Optimizer.step#SGD.step"] == 2
+
+
+def test_kinetos_raw_events_give_the_tables_torchs_own_event_list_gives() -> None:
+    # The windows read Kineto's raw events (~15 ms a window) instead of torch's
+    # FunctionEvent list (~90-580 ms): both must give the same tables.
+    import torch.profiler as tp
+    from torch.autograd.profiler import record_function
+
+    from pitstop.profiling import _aggregate, _kineto
+
+    model, opt, loader = _classifier()
+    prof = tp.profile(activities=[tp.ProfilerActivity.CPU])
+    prof.start()
+    for step, (x, y) in enumerate(loader):
+        if step == 6:
+            break
+        marker = record_function(f"ProfilerStep#{step}")
+        marker.__enter__()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        marker.__exit__(None, None, None)
+    prof.stop()
+    raw = _kineto.raw_events(prof)
+    assert raw is not None
+    ours = _aggregate.within_steps(_kineto.read(raw[0], False, raw[1]), 1, 5)
+    torchs = _aggregate.within_steps(_aggregate.extract(prof.events(), use_device=False), 1, 5)
+    a = _aggregate.aggregate(ours, steps=4, device="cpu", top=1000)
+    b = _aggregate.aggregate(torchs, steps=4, device="cpu", top=1000)
+    assert {o.name: o.calls for o in a.ops} == {o.name: o.calls for o in b.ops}
+    by_name = {o.name: o for o in b.ops}
+    for mine in a.ops:
+        theirs = by_name[mine.name]
+        assert mine.self_us == pytest.approx(theirs.self_us, abs=0.01)
+        assert mine.total_us == pytest.approx(theirs.total_us, abs=0.01)
+    assert a.phases_ms == b.phases_ms and a.syncs_per_step == b.syncs_per_step
+    assert a.syncs_per_step["aten::item"] == 1.0

@@ -1,7 +1,8 @@
-"""Tests the profiler-window aggregation on synthetic events and the window scheduling with a fake profiler."""
+"""Tests the profiler-window tables on synthetic events, and the windows' schedule and marks with a fake profiler."""
 
 from __future__ import annotations
 
+import enum
 import threading
 from types import SimpleNamespace
 from typing import Any
@@ -10,6 +11,8 @@ import pytest
 
 from pitstop.events import ProfileWindow
 from pitstop.profiling import _aggregate as agg
+from pitstop.profiling import _kineto
+from pitstop.profiling import windows as windows_mod
 from pitstop.profiling._aggregate import Ev
 from pitstop.profiling.windows import ProfilerWindows
 
@@ -166,28 +169,183 @@ def test_release_breaks_the_tree() -> None:
     assert parent.cpu_children == [] and child.cpu_parent is None
 
 
+# ---------------------------------------------------------------- raw Kineto events
+
+
+class DeviceType(enum.Enum):
+    CPU = 0
+    CUDA = 1
+
+
+class RawEv:
+    """Stands in for torch's _KinetoEvent: the accessors `_kineto.read` calls, times in ns."""
+
+    def __init__(self, name: str, start: int, end: int, *, thread: int = 1, end_thread: int | None = None,
+                 corr: int = 0, link: int = 0, device: bool = False, meta: dict[str, str] | None = None,
+                 activity: str = "") -> None:
+        self._v = (name, start, end, thread, thread if end_thread is None else end_thread, corr, link, device)
+        self._meta = meta or {}
+        self._activity = activity or ("kernel" if device else "cpu_op")
+
+    def name(self) -> str: return self._v[0]
+    def start_ns(self) -> int: return self._v[1]
+    def end_ns(self) -> int: return self._v[2]
+    def start_thread_id(self) -> int: return self._v[3]
+    def end_thread_id(self) -> int: return self._v[4]
+    def correlation_id(self) -> int: return self._v[5]
+    def linked_correlation_id(self) -> int: return self._v[6]
+    def device_type(self) -> DeviceType: return DeviceType.CUDA if self._v[7] else DeviceType.CPU
+    def is_async(self) -> bool: return False
+    def is_hidden_event(self) -> bool: return False
+    def extra_meta(self) -> dict[str, str]: return self._meta
+    def activity_type(self) -> str: return self._activity
+
+
+def _by_name(evs: list[Ev]) -> dict[str, Ev]:
+    return {e.name: e for e in evs}
+
+
+def test_read_nests_per_thread_for_self_times_as_torch_does() -> None:
+    raw = [
+        RawEv("aten::linear", 0, 10_000, corr=1),
+        RawEv("aten::addmm", 2_000, 8_000, corr=2),
+        RawEv("aten::copy_", 3_000, 4_000, corr=3),
+        RawEv("aten::mm", 1_000, 9_000, thread=2, corr=4),  # another thread: no parent here
+        RawEv("aten::is_leaf", 2_500, 2_600, corr=5),  # torch drops it
+        RawEv("stream wait", 1_000, 3_000, thread=1, end_thread=3, corr=6),  # ends elsewhere: async
+    ]
+    evs = _by_name(_kineto.read(raw, use_device=False))
+    assert set(evs) == {"aten::linear", "aten::addmm", "aten::copy_", "aten::mm", "stream wait"}
+    assert evs["aten::linear"].self_cpu_us == 4.0  # 10 us less addmm's 6
+    assert evs["aten::addmm"].self_cpu_us == 5.0 and evs["aten::copy_"].self_cpu_us == 1.0
+    assert evs["aten::mm"].self_cpu_us == 8.0
+    assert evs["stream wait"].is_async and evs["stream wait"].self_cpu_us == 0.0
+
+
+def test_read_links_device_work_to_the_op_that_launched_it() -> None:
+    raw = [
+        RawEv("aten::to", 0, 10_000, corr=1),
+        RawEv("aten::_to_copy", 1_000, 9_000, corr=2),
+        RawEv("aten::copy_", 2_000, 8_000, corr=3),
+        RawEv("cudaMemcpyAsync", 3_000, 4_000, thread=99, corr=50, link=3),  # runtime call: op's thread
+        RawEv("Memcpy DtoH (Device -> Pageable)", 5_000, 7_000, corr=51, link=3, device=True,
+              meta={"bytes": "1024"}),
+        RawEv("aten::addmm", 20_000, 30_000, corr=4),
+        RawEv("ampere_sgemm", 25_000, 29_000, corr=52, link=4, device=True),
+        RawEv("aten::to", 40_000, 50_000, corr=5),  # to the GPU: no DtoH below it
+        RawEv("ProfilerStep#3", 0, 60_000, device=True, activity="gpu_user_annotation"),  # not a kernel
+    ]
+    evs = _kineto.read(raw, use_device=True)
+    host = {(e.name, e.start_us): e for e in evs if not e.on_device}
+    assert host[("cudaMemcpyAsync", 3.0)].thread == 1  # nests under copy_, as in torch's tree
+    assert host[("aten::copy_", 2.0)].self_cpu_us == 5.0
+    assert host[("aten::copy_", 2.0)].self_device_us == 2.0
+    assert host[("aten::addmm", 20.0)].self_device_us == 4.0
+    assert [host[("aten::to", 0.0)].to_host, host[("aten::_to_copy", 1.0)].to_host,
+            host[("aten::to", 40.0)].to_host] == [True, False, False]  # the outermost .to() only
+    assert [e.name for e in evs if e.on_device] == ["Memcpy DtoH (Device -> Pageable)", "ampere_sgemm"]
+    memcpy = next(e for e in evs if e.name.startswith("Memcpy"))
+    assert memcpy.on_device and memcpy.nbytes == 1024 and memcpy.link == 3
+    tables = agg.aggregate(evs, steps=1, device="cuda")
+    assert tables.syncs_per_step == {agg.TO_HOST: 1.0}
+    assert tables.copies is not None and tables.copies.d2h_bytes == 1024 and tables.copies.d2h_pageable == 1
+
+
+def test_within_steps_keeps_the_named_steps_and_what_they_launched() -> None:
+    evs = [
+        Ev("ProfilerStep#5", 0, 100, 1, corr=1),
+        Ev("aten::mm", 10, 20, 1, corr=2),
+        Ev("Optimizer.step#SGD.step", 90, 105, 1, corr=3),  # starts in step 5, ends just after: kept
+        Ev("ProfilerStep#6", 100, 200, 1, corr=4),
+        Ev("aten::mm", 150, 160, 2, corr=5),  # another thread, inside step 6
+        Ev("ProfilerStep#7", 200, 300, 1, corr=6),  # the step still running at the end: not named
+        Ev("aten::eval_op", 210, 250, 1, corr=7),
+        Ev("gemm", 180, 215, on_device=True, link=5),  # launched in step 6, ran past it: kept
+        Ev("gemm", 260, 270, on_device=True, link=7),  # launched by the dropped op
+        Ev("ncclKernel", 150, 170, on_device=True),  # no link: by time
+        Ev("ncclKernel", 220, 230, on_device=True),
+        Ev("aten::late", 400, 410, 1, corr=8),  # after every marker
+    ]
+    kept = agg.within_steps(evs, 5, 7)
+    assert [(e.name, e.start_us) for e in kept] == [
+        ("ProfilerStep#5", 0), ("aten::mm", 10), ("Optimizer.step#SGD.step", 90), ("ProfilerStep#6", 100),
+        ("aten::mm", 150), ("gemm", 180), ("ncclKernel", 150),
+    ]
+    assert agg.within_steps([Ev("aten::mm", 0, 1, 1)], 0, 3) == [Ev("aten::mm", 0, 1, 1)]  # no markers: whole
+
+
 # ---------------------------------------------------------------- scheduling with a fake profiler
 
 
-class FakeProf:
-    """Stands in for torch.profiler.profile: records calls, returns no events."""
+class Sim:
+    """A fake clock and a fake torch.profiler behind it: what a test runs becomes raw events.
 
-    def __init__(self, log: list[str], fail_on: str = "") -> None:
-        self.log = log
+    As in torch, a range is recorded when it began while the profiler recorded
+    with record functions on, and ended before the profiler stopped; a range
+    open when record functions are switched off still ends and is recorded.
+    """
+
+    def __init__(self, fail_on: str = "") -> None:
+        self.t = 0
+        self.log: list[str] = []
         self.fail_on = fail_on
+        self.recording: FakeProf | None = None
+        self.rf_on = True
+
+    def factory(self) -> FakeProf:
+        return FakeProf(self)
+
+    def begin(self, name: str) -> tuple[str, int, FakeProf | None]:
+        self.t += 1_000
+        return name, self.t, self.recording if self.rf_on else None
+
+    def end(self, rng: tuple[str, int, FakeProf | None]) -> None:
+        self.t += 1_000
+        name, start, prof = rng
+        if prof is not None and prof is self.recording:
+            prof.raw.append(RawEv(name, start, self.t))
+
+    def op(self, name: str) -> None:
+        self.end(self.begin(name))
+
+    def step(self, windows: ProfilerWindows, index: int, marks: list[str | None] | None = None,
+             ops: tuple[str, ...] = ("aten::mm",)) -> None:
+        """One training step as the agent sees it: ops, then the optimizer, whose post-hook
+        (inside torch's "Optimizer.step#" range) reads the mark and calls on_step."""
+        for name in ops:
+            self.op(name)
+        opt = self.begin("Optimizer.step#SGD.step")
+        if marks is not None:
+            marks.append(windows.mark)
+        windows.on_step(index)
+        self.end(opt)
+
+
+class FakeProf:
+    """Stands in for torch.profiler.profile over a Sim."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.raw: list[RawEv] = []
+        self.profiler = SimpleNamespace(kineto_results=self)
 
     def start(self) -> None:
-        self.log.append("start")
-        if self.fail_on == "start":
+        self.sim.log.append("start")
+        if self.sim.fail_on == "start":
             raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+        self.sim.recording = self
 
     def stop(self) -> None:
-        self.log.append("stop")
+        self.sim.log.append("stop")
+        self.sim.recording = None
 
-    def events(self) -> list[Any]:
-        if self.fail_on == "events":
+    def events(self) -> list[RawEv]:  # kineto_results.events()
+        if self.sim.fail_on == "events":
             raise RuntimeError("corrupt trace")
-        return [_fe("aten::mm", 0, 10)]
+        return self.raw
+
+    def trace_start_ns(self) -> int:
+        return 0
 
     def export_chrome_trace(self, path: str) -> None:
         raise OSError(28, "No space left on device")
@@ -214,112 +372,236 @@ class Collector:
             assert self.cv.wait_for(lambda: len(self.events) + len(self.notes) >= n, timeout=10)
 
 
-def _windows(c: Collector, log: list[str], fail_on: str = "", **kw: Any) -> ProfilerWindows:
+@pytest.fixture
+def sim(monkeypatch: pytest.MonkeyPatch) -> Sim:
+    s = Sim()
+
+    class Marker:
+        def __init__(self, step: int) -> None:
+            self.rng = s.begin(f"ProfilerStep#{step}")
+
+        def __exit__(self, *exc: Any) -> None:
+            s.end(self.rng)
+
+    def record_functions(enabled: bool) -> bool:
+        s.rf_on = enabled
+        return True
+
+    monkeypatch.setattr(windows_mod, "_marker", Marker)
+    monkeypatch.setattr(windows_mod, "_record_functions", record_functions)
+    return s
+
+
+def _windows(c: Collector, sim: Sim, **kw: Any) -> ProfilerWindows:
     kw.setdefault("every", 10)
     kw.setdefault("active", 3)
     kw.setdefault("first", 5)
-    return ProfilerWindows(trace_dir=kw.pop("trace_dir", None), device_type="cpu", emit=c.emit, note=c.note,
-                           profiler_factory=lambda: FakeProf(log, fail_on), **kw)
+    return ProfilerWindows(trace_dir=kw.pop("trace_dir", None), device_type="cpu", emit=kw.pop("emit", c.emit),
+                           note=c.note, profiler_factory=sim.factory, **kw)
 
 
-def test_schedule_starts_after_first_then_every() -> None:
-    c, log = Collector(), []
-    w = _windows(c, log)
+def _ops(ev: ProfileWindow) -> dict[str, int]:
+    return {o.name: o.calls for o in ev.ops}
+
+
+def test_schedule_starts_after_first_then_every(sim: Sim) -> None:
+    c = Collector()
+    w = _windows(c, sim)
     for step in range(5):
-        w.on_step(step)
-    assert log == []  # nothing before step `first` ended
-    w.on_step(5)
-    assert log == ["start"]
-    w.on_step(6), w.on_step(7)
-    assert log == ["start"]
-    w.on_step(8)  # steps 6, 7, 8 recorded
-    assert log == ["start", "stop"]
+        sim.step(w, step)
+    assert sim.log == []  # nothing before step `first` ended
+    sim.step(w, 5)
+    assert sim.log == ["start"]
+    for step in (6, 7, 8):  # steps 6, 7, 8 recorded
+        sim.step(w, step)
+    assert sim.log == ["start"]  # the last step's optimizer range is still open
+    sim.step(w, 9)
+    assert sim.log == ["start", "stop"]
     c.wait(1)
     ev = c.events[0]
     assert (ev.step_start, ev.step_end, ev.trigger, ev.device) == (6, 9, "schedule", "cpu")
-    assert ev.ops[0].name == "aten::mm"
-    for step in range(9, 16):
-        w.on_step(step)
-    assert log.count("start") == 2  # the second window opened after step 15
+    # exactly the three steps: one optimizer step each (the last one ended after its
+    # boundary), no op of step 9, which ran while the profiler was being stopped
+    assert _ops(ev) == {"aten::mm": 3, "Optimizer.step#SGD.step": 3}
+    for step in range(10, 16):
+        sim.step(w, step)
+    assert sim.log.count("start") == 2  # the second window opened after step 15
     w.close()
-    assert log.count("stop") == 2
-    assert len(c.events) == 1  # closed before any step of the second window completed
+    assert sim.log.count("stop") == 2
+    assert len(c.events) == 1 and w.discarded == 1  # closed before any step of the second window completed
     w.close()  # idempotent
 
 
-def test_on_demand_only_and_request_reply() -> None:
-    c, log = Collector(), []
-    w = _windows(c, log, every=None, active=2)
+def test_marks_over_a_sequence_of_steps(sim: Sim) -> None:
+    c = Collector()
+    gate = threading.Event()
+
+    def slow_emit(ev: Any) -> None:  # the tables are "being built" until the gate opens
+        gate.wait(10)
+        c.emit(ev)
+
+    w = _windows(c, sim, every=100, active=2, first=2, emit=slow_emit)
+    marks: list[str | None] = []
+    for step in range(8):
+        sim.step(w, step, marks)
+    gate.set()
+    c.wait(1)
+    for step in range(8, 8 + windows_mod.SETTLE_STEPS + 3):
+        sim.step(w, step, marks)
+    # 0-2 before; 3-4 profiled (the first one too); 5, whose end stops the profiler; 6-7 and
+    # 8 (in which the tables came out) while they were built; then SETTLE_STEPS more
+    after = ["after-profile"] * (4 + windows_mod.SETTLE_STEPS)
+    assert marks == [None] * 3 + ["profiled"] * 2 + after + [None, None]
+    assert (c.events[0].step_start, c.events[0].step_end) == (3, 5)
+    w.close()
+
+
+def test_on_demand_only_and_request_reply(sim: Sim) -> None:
+    c = Collector()
+    w = _windows(c, sim, every=None, active=2)
     for step in range(50):
-        w.on_step(step)
-    assert log == []
+        sim.step(w, step)
+    assert sim.log == [] and w.mark is None
     assert w.request() == "profiling the next 2 steps"
-    w.on_step(50)
+    sim.step(w, 50)
     assert "already recording" in w.request()
-    w.on_step(51), w.on_step(52)
+    for step in (51, 52, 53):
+        sim.step(w, step)
     c.wait(1)
     assert (c.events[0].trigger, c.events[0].step_start, c.events[0].step_end) == ("demand", 51, 53)
     w.close()
 
 
-def test_close_reports_the_steps_seen_in_an_open_window() -> None:
-    c, log = Collector(), []
-    w = _windows(c, log, every=None, active=10)
+def test_an_evaluation_pass_ends_the_window_at_the_last_completed_step(sim: Sim) -> None:
+    c = Collector()
+    w = _windows(c, sim, every=None, active=5)
+    w.request()
+    for step in range(3):  # opens after step 0; steps 1 and 2 complete
+        sim.step(w, step)
+    sim.op("aten::mm")
+    sim.op("aten::eval_forward")
+    w.on_eval()  # step 3 turned out to hold an evaluation pass
+    assert sim.log == ["start", "stop"] and w.mark == "after-profile"
+    sim.op("aten::eval_forward")  # the rest of the pass: not recorded
+    sim.step(w, 3)
+    c.wait(1)
+    ev = c.events[0]
+    assert (ev.step_start, ev.step_end) == (1, 3)
+    assert _ops(ev) == {"aten::mm": 2, "Optimizer.step#SGD.step": 2}
+    w.close()
+
+
+def test_an_evaluation_pass_in_the_closing_step_keeps_every_named_step(sim: Sim) -> None:
+    c = Collector()
+    w = _windows(c, sim, every=None, active=2)
+    w.request()
+    for step in range(3):  # steps 1 and 2 recorded; the profiler stops at the end of step 3
+        sim.step(w, step)
+    sim.op("aten::eval_forward")
+    w.on_eval()
+    assert sim.log == ["start", "stop"] and sim.rf_on
+    c.wait(1)
+    assert (c.events[0].step_start, c.events[0].step_end) == (1, 3)
+    assert _ops(c.events[0]) == {"aten::mm": 2, "Optimizer.step#SGD.step": 2}
+    w.close()
+
+
+def test_an_evaluation_pass_before_any_step_completed_discards_the_window(sim: Sim) -> None:
+    c = Collector()
+    w = _windows(c, sim, every=None, active=5)
+    w.request()
+    sim.step(w, 0)
+    w.on_eval()  # never raises
+    w.on_eval()  # nothing open any more: nothing to do
+    assert sim.log == ["start", "stop"] and w.discarded == 1
+    marks: list[str | None] = []
+    for step in range(1, 4):
+        sim.step(w, step, marks)
+    assert marks == ["after-profile", None, None]  # the step that paid the stop; no tables to build
+    w.close()
+    assert c.events == []
+
+
+def test_close_reports_only_the_steps_completed_in_an_open_window(sim: Sim) -> None:
+    c = Collector()
+    w = _windows(c, sim, every=None, active=10)
     w.request()
     for step in range(3):  # starts after step 0, sees steps 1 and 2
-        w.on_step(step)
+        sim.step(w, step)
+    for _ in range(4):  # training ended; an evaluation loop the agent did not flag
+        sim.op("aten::eval_forward")
     w.close()
+    c.wait(1)
     assert (c.events[0].step_start, c.events[0].step_end) == (1, 3)
+    assert _ops(c.events[0]) == {"aten::mm": 2, "Optimizer.step#SGD.step": 2}
 
 
-def test_busy_processing_skips_a_scheduled_window_and_counts_it() -> None:
-    c, log = Collector(), []
+def test_close_while_the_last_step_settles_reports_the_window(sim: Sim) -> None:
+    c = Collector()
+    w = _windows(c, sim, every=None, active=2)
+    w.request()
+    for step in range(3):
+        sim.step(w, step)
+    sim.op("aten::eval_forward")  # record functions are off: nothing new is recorded
+    w.close()
+    assert sim.rf_on and sim.log == ["start", "stop"]
+    c.wait(1)
+    assert (c.events[0].step_start, c.events[0].step_end) == (1, 3)
+    assert "aten::eval_forward" not in _ops(c.events[0])
+
+
+def test_busy_processing_skips_a_scheduled_window_and_counts_it(sim: Sim) -> None:
+    c = Collector()
     gate = threading.Event()
 
     def slow_emit(ev: Any) -> None:
         gate.wait(10)
         c.emit(ev)
 
-    w = ProfilerWindows(every=2, active=1, first=0, trace_dir=None, device_type="cpu", emit=slow_emit,
-                        note=c.note, profiler_factory=lambda: FakeProf(log))
-    w.on_step(0), w.on_step(1)  # window of step 1, now being processed (blocked in emit)
-    w.on_step(2)  # next scheduled start: skipped
-    assert w.skipped == 1 and log == ["start", "stop"]
+    w = _windows(c, sim, every=3, active=1, first=0, emit=slow_emit)
+    for step in range(4):  # window of step 1, stopped at 2, now being processed (blocked in emit)
+        sim.step(w, step)
+    assert w.skipped == 1 and sim.log == ["start", "stop"]  # the start due after step 3
     assert any("skipped" in m for _, m in c.notes)
     gate.set()
     c.wait(2)
-    w.on_step(3), w.on_step(4)
-    assert log.count("start") == 2
+    for step in range(4, 7):
+        sim.step(w, step)
+    assert sim.log.count("start") == 2
     w.close()
 
 
-def test_start_failure_notes_once_and_switches_off() -> None:
-    c, log = Collector(), []
-    w = _windows(c, log, fail_on="start", first=0, every=1, active=1)
+def test_start_failure_notes_once_and_switches_off(sim: Sim) -> None:
+    c = Collector()
+    sim.fail_on = "start"
+    w = _windows(c, sim, first=0, every=1, active=1)
     for step in range(20):
-        w.on_step(step)  # never raises
-    assert log.count("start") == 1
+        sim.step(w, step)  # never raises
+    assert sim.log.count("start") == 1 and w.mark is None
     warns = [m for lvl, m in c.notes if lvl == "warn"]
     assert len(warns) == 1 and "CUPTI_ERROR_NOT_INITIALIZED" in warns[0]
     assert "off" in w.request()
 
 
-def test_aggregation_failure_on_the_thread_switches_off() -> None:
-    c, log = Collector(), []
-    w = _windows(c, log, fail_on="events", first=0, every=3, active=1)
-    w.on_step(0), w.on_step(1)
+def test_aggregation_failure_on_the_thread_switches_off(sim: Sim) -> None:
+    c = Collector()
+    sim.fail_on = "events"
+    w = _windows(c, sim, first=0, every=3, active=1)
+    for step in range(3):
+        sim.step(w, step)
     c.wait(1)
-    for step in range(2, 30):
-        w.on_step(step)
-    assert log.count("start") == 1 and c.events == []
+    for step in range(3, 30):
+        sim.step(w, step)
+    assert sim.log.count("start") == 1 and c.events == [] and w.mark is None
     assert [lvl for lvl, _ in c.notes] == ["warn"] and "corrupt trace" in c.notes[0][1]
     w.close()
 
 
-def test_trace_write_failure_keeps_the_tables(tmp_path: Any) -> None:
-    c, log = Collector(), []
-    w = _windows(c, log, first=0, every=2, active=1, trace_dir=tmp_path / "traces")
-    w.on_step(0), w.on_step(1)
+def test_trace_write_failure_keeps_the_tables(sim: Sim, tmp_path: Any) -> None:
+    c = Collector()
+    w = _windows(c, sim, first=0, every=2, active=1, trace_dir=tmp_path / "traces")
+    for step in range(3):
+        sim.step(w, step)
     c.wait(2)
     assert len(c.events) == 1 and c.events[0].trace_path is None
     assert any(lvl == "warn" and "No space left" in m for lvl, m in c.notes)
@@ -386,7 +668,7 @@ def test_a_processed_window_frees_torchs_profiler_without_waiting_for_the_gc() -
     try:
         for window in range(2):
             w.request()
-            for step in range(3 * window, 3 * window + 3):
+            for step in range(4 * window, 4 * window + 4):  # opens, 2 steps, the profiler stops
                 model(torch.randn(4, 8)).sum().backward()
                 w.on_step(step)
             c.wait(window + 1)
