@@ -8,6 +8,7 @@ are throttled to REFRESH_S, and only the visible screen is handed a Frame.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -21,10 +22,11 @@ from textual.binding import Binding
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from pitstop.analysis import JobState, JobSummary, RunState, StreamBatch, job_summary
+from pitstop.analysis import Finding, JobState, JobSummary, RunState, StreamBatch, findings, job_findings, job_summary
 from pitstop.events import Note
 from pitstop.errors import PitstopError
 from pitstop.tui import logtail
+from pitstop.tui.glance import quiet_text
 from pitstop.tui.inbox import Inbox
 from pitstop.tui.logtail import LogBuffer
 from pitstop.tui.messages import BatchesArrived, LogLinesArrived, ReplayLoaded
@@ -33,6 +35,7 @@ from pitstop.tui.tunelaunch import TuneRequest
 from pitstop.tui.screens import (
     ConfirmScreen,
     DataScreen,
+    FindingsScreen,
     HelpScreen,
     KernelsScreen,
     LogScreen,
@@ -56,10 +59,24 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 SEEK_FRACTION = 0.10
 
 MODES_ORDER = ("overview", "kernels", "data", "memory", "log", "ranks")
-# job_summary walks every retained step of every rank: once a second, as the findings.
+# job_summary and the advice rules walk every retained step of every rank (up to 20,000):
+# once a second is enough for advice and keeps the viewer under its CPU budget.
 SUMMARY_EVERY_S = 1.0
+FINDINGS_EVERY_S = 1.0
 
 
+def prefixed(prefix: str, message: str) -> str:
+    """"profile: sent to 1 process": the prefix once, even when the message already starts with it.
+
+    The agent's and the transport's replies name their command ("profile: sent to
+    ..."): prefixing again read "profile: profile: ..." (issue 12).
+    """
+    message = message.strip()
+    if message.lower().startswith(f"{prefix.lower()}:"):
+        message = message[len(prefix) + 1:].lstrip()
+    message = re.sub(r"\b1 process\(es\)", "1 process", message)
+    message = message.replace("process(es)", "processes")
+    return f"{prefix}: {message}"
 
 
 def reason_of(error: BaseException) -> str:
@@ -85,6 +102,8 @@ class PitstopApp(App[str]):
         Binding("5", "show('log')", "Log"),
         Binding("6", "show('ranks')", "Ranks"),
         Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("f1", "help", "Help", show=False),  # htop's keys
+        Binding("f", "findings", "Findings", show=False),
         Binding("p", "profile", "Profile"),
         Binding("t", "tune", "Tune"),
         Binding("r", "next_rank", "Rank", show=False),
@@ -92,6 +111,11 @@ class PitstopApp(App[str]):
         Binding("d", "detach", "Detach", show=False),
         Binding("k", "stop_training", "Stop"),
         Binding("q", "quit_viewer", "Quit"),
+        # In a monitor Ctrl+C quits the viewer, as in htop and nvitop (training keeps running,
+        # as with q); priority, so a focused input or table does not take it.
+        Binding("ctrl+c", "quit_viewer", "Quit", show=False, priority=True),
+        Binding("f10", "quit_viewer", "Quit", show=False),
+        Binding("S", "screenshot_svg", "Screenshot", show=False),
         # Only in a replay (check_action); priority, or a focused scroll view would take
         # home/end/arrows. Seek keys are in Help: the footer is full at 80 columns.
         Binding("space", "toggle_play", "Play", priority=True),
@@ -103,7 +127,8 @@ class PitstopApp(App[str]):
         Binding("minus", "speed(-1)", "Slower", key_display="-", show=False),
     ]
     _REPLAY_ACTIONS = frozenset({"toggle_play", "seek", "seek_to", "speed"})
-    _LIVE_ACTIONS = frozenset({"detach", "stop_training"})  # nothing to detach from or stop in a replay
+    # Nothing to detach from, stop or profile in a replay (and the footer has no room for them).
+    _LIVE_ACTIONS = frozenset({"detach", "stop_training", "profile"})
 
     def __init__(
         self,
@@ -140,6 +165,10 @@ class PitstopApp(App[str]):
         self._summary: JobSummary | None = None
         self._summary_key: tuple[int, int] | None = None
         self._summary_at = 0.0
+        self._findings: tuple[Finding, ...] | None = None
+        self._findings_key: tuple[int, int, int, int] | None = None
+        self._findings_at = 0.0
+        self.screenshot_dir: Path | None = None  # None: the current directory
 
     # -- start --------------------------------------------------------------
     def on_mount(self) -> None:
@@ -155,6 +184,18 @@ class PitstopApp(App[str]):
         if self.log_path is not None:
             self.tail_log(self.log_path)
         self.set_interval(TICK_S, self.refresh_views)
+
+    def _find_session_log(self) -> None:
+        """After `attach` or `view` (no log given): the output.log `pitstop run` wrote beside the record."""
+        if self.log_path is not None:
+            return
+        for _, run in self.job.ranks():
+            record = run.hello.record if run.hello is not None else None
+            found = logtail.session_log(record) if record else None
+            if found is not None:
+                self.log_path = self.log_buffer.path = found
+                self.tail_log(found)
+                return
 
     def on_unmount(self) -> None:
         # The reader thread is blocked in source.batches(): closing the source ends it, or
@@ -203,9 +244,10 @@ class PitstopApp(App[str]):
             self.job.add(batch)
             for event in batch.events:  # the agent's warnings are said, not only recorded
                 if isinstance(event, Note) and event.level in ("warn", "error"):
-                    self.notify(f"{event.source}: {event.message}", title="pitstop",
+                    self.notify(prefixed(event.source, event.message), title="pitstop",
                                 severity="error" if event.level == "error" else "warning", timeout=12)
         if batches:
+            self._find_session_log()
             self.request_refresh()
 
     def on_replay_loaded(self, message: ReplayLoaded) -> None:
@@ -213,6 +255,7 @@ class PitstopApp(App[str]):
         # A replay opens on the whole run, paused: `home` then `space` plays it back.
         self.job = self.timeline.seek(self.timeline.end)
         self.ended = True
+        self._find_session_log()
         if not len(self.timeline):
             self.notify("replay: the record holds no events", severity="warning")
         self.refresh_bindings()
@@ -235,7 +278,7 @@ class PitstopApp(App[str]):
                 self.log_buffer.error = reason
                 self.refresh_views()
             elif worker.group == "command":
-                self.notify(f"{worker.name}: {reason}", severity="error", timeout=8)
+                self.notify(prefixed(worker.name, reason), severity="error", timeout=8)
         elif event.state == WorkerState.SUCCESS:
             if worker.group == "reader" and self.live:
                 self.ended = True
@@ -244,7 +287,7 @@ class PitstopApp(App[str]):
                 self.notify("the event stream ended: training finished or the agent stopped", timeout=8)
                 self.refresh_views()
             elif worker.group == "command":
-                self.notify(f"{worker.name}: {worker.result}", timeout=8)
+                self.notify(prefixed(worker.name, str(worker.result)), timeout=8)
 
     # -- refreshing ---------------------------------------------------------
     def request_refresh(self) -> None:
@@ -282,6 +325,30 @@ class PitstopApp(App[str]):
             self._summary, self._summary_key, self._summary_at = job_summary(job), key, now
         return self._summary
 
+    def run_findings(self, run: RunState | None) -> tuple[Finding, ...] | None:
+        """The shown run's findings, the job's first (a straggler holds every rank back).
+
+        Computed here once for every screen (the overview's finding and the Data
+        screen's verdict are the same object), at most once a second, at once for
+        another run or a new JobState (a replay seek, `r`). None before the first step.
+        """
+        if run is None or run.last_step is None:
+            return None
+        job = self.job
+        key = (id(job), id(run), run.version, job.version)
+        now = time.monotonic()
+        if self._findings_key is not None:
+            if key == self._findings_key:
+                return self._findings
+            # A replay's seek is a jump the user asked for: its findings come at once.
+            same = self._findings_key[:2] == key[:2] and self.timeline is None
+            if same and now - self._findings_at < FINDINGS_EVERY_S:
+                return self._findings
+        job_level = job_findings(job) if len(job.runs) > 1 else []
+        self._findings = (*job_level, *findings(run))
+        self._findings_key, self._findings_at = key, now
+        return self._findings
+
     def frame(self) -> Frame:
         label, run = self.current_run()
         replay = None
@@ -299,6 +366,7 @@ class PitstopApp(App[str]):
             ended=self.ended,
             replay=replay,
             summary=self.job_figures(),
+            findings=self.run_findings(run),
         )
 
     def refresh_views(self) -> None:
@@ -322,6 +390,28 @@ class PitstopApp(App[str]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def action_findings(self) -> None:
+        if isinstance(self.screen, FindingsScreen):
+            return
+        frame = self.frame()
+        self.push_screen(FindingsScreen(frame.findings, quiet_text(frame)))
+
+    def action_screenshot_svg(self) -> None:
+        """Save the screen as SVG in the current directory (or `screenshot_dir`) and say where."""
+        directory = self.screenshot_dir or Path.cwd()
+        name = time.strftime("pitstop-%Y%m%d-%H%M%S", time.localtime())
+        path = directory / f"{name}.svg"
+        n = 1
+        while path.exists():  # never overwrite one taken in the same second
+            n += 1
+            path = directory / f"{name}-{n}.svg"
+        try:
+            saved = self.save_screenshot(filename=path.name, path=str(directory))
+        except OSError as err:
+            self.notify(f"screenshot not saved: {err.strerror or err} ({directory})", severity="error", timeout=10)
+            return
+        self.notify(f"screenshot saved: {saved}", title="screenshot", timeout=10)
 
     def action_next_rank(self) -> None:
         count = len(self.job.runs)

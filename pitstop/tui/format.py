@@ -12,44 +12,58 @@ def na(reason: str | None = None) -> str:
     return f"{NA} ({reason})" if reason else NA
 
 
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def _number(n: float) -> str:
+    """Three significant digits at most, no trailing ".0": 1.55, 12.5, 312, 40."""
+    if abs(n) >= 100 or float(n).is_integer():
+        return f"{n:.0f}"
+    text = f"{n:.2f}" if abs(n) < 10 else f"{n:.1f}"
+    return text.rstrip("0").rstrip(".")
+
+
 def size(value: float | None, reason: str | None = None) -> str:
-    """Bytes in binary units: 1.5 GiB, 312 MiB."""
+    """Bytes in binary units with at most three significant digits: 1.55 GiB, 312 MiB, 40 GiB."""
     if value is None:
         return na(reason)
     n = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit in ("B", "KiB") or abs(n) >= 100 else f"{n:.1f} {unit}"
+            return f"{_number(n) if unit != 'B' else f'{n:.0f}'} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"  # pragma: no cover - the loop always returns
 
 
 def size_of(used: float, total: float) -> str:
-    """"5.5/40.0 GiB": both in the unit of the total, so the pair fits a narrow panel."""
-    unit_total = size(total)
-    number, unit = unit_total.split(" ", 1)
-    scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
-    return f"{used / scale:.1f}/{number} {unit}"
+    """"5.5/40 GiB": both in the unit of the total, so the pair fits a narrow panel."""
+    number, unit = size(total).split(" ", 1)
+    return f"{_number(used / _UNITS[unit])}/{number} {unit}"
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 line", "2 lines", "1 worker": the noun agrees with the number."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def ms(seconds: float | None, reason: str | None = None) -> str:
-    """A duration in milliseconds, or seconds when long."""
+    """A duration in milliseconds below a second, in seconds from one (issue 12: "2244 ms")."""
     if seconds is None:
         return na(reason)
     if seconds >= 10:
         return f"{seconds:.1f} s"
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds * 1000:.0f} ms"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def us(micros: float | None) -> str:
-    """Profiler microseconds as us/ms/s."""
+    """Profiler microseconds as µs/ms/s."""
     if micros is None:
         return NA
     if micros >= 1_000_000:
         return f"{micros / 1e6:.2f} s"
     if micros >= 1000:
         return f"{micros / 1000:.2f} ms"
-    return f"{micros:.1f} us"
+    return f"{micros:.1f} µs"
 
 
 def pct(value: float | None, reason: str | None = None, digits: int = 0) -> str:

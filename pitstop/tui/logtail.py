@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -32,6 +33,42 @@ class LogBuffer:
             return []
         keep = min(new, len(self.lines))
         return [self.lines[i] for i in range(len(self.lines) - keep, len(self.lines))]
+
+
+# A terminal's colour and cursor sequences (CSI ... letter, OSC ... BEL/ST): a Log would print them.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def clean(line: str) -> str:
+    """A line as a terminal would leave it: after its last carriage return (progress bars redraw with
+    \r), without escape sequences, tabs expanded, other control characters dropped."""
+    if "\r" in line:
+        parts = [p for p in line.split("\r") if p]
+        line = parts[-1] if parts else ""
+    if "\x1b" in line:
+        line = _ESCAPES.sub("", line)
+    line = line.expandtabs(8)
+    if any(ord(c) < 32 for c in line):
+        line = "".join(c for c in line if ord(c) >= 32)
+    return line
+
+
+def session_log(record: str | Path) -> Path | None:
+    """The script's output that `pitstop run` wrote beside a process's record, if it is there.
+
+    `pitstop run` writes the output to `output.log` in the session's record
+    directory, or to `NAME.output.log` beside a `--record NAME.jsonl` (see
+    cli._run_tui); a rank's record is `rank1.jsonl` in the directory, or
+    `NAME.rank1.jsonl` / `NAME.pid123.jsonl` beside the named file
+    (record.record_path_for). `attach` and `view` find the log from the record
+    the stream names (issue 12: their Log screen said "No log here").
+    """
+    path = Path(record)
+    if re.fullmatch(r"rank\d+(-\d+)?", path.stem):  # a record directory's file
+        candidate = path.parent / "output.log"
+    else:
+        candidate = path.with_name(re.sub(r"(\.rank\d+)?(\.pid\d+)?$", "", path.stem) + ".output.log")
+    return candidate if candidate.is_file() else None
 
 
 def tail(

@@ -9,20 +9,19 @@ user just made), chart series, and "n/a (reason)" texts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
-from pitstop.analysis import JobState, JobSummary, RunState, percentile
-from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
-from pitstop.analysis._cpu import cpu_now
+from pitstop.analysis import Finding, JobState, JobSummary, RunState, percentile
 from pitstop.analysis._context import WARMUP
+from pitstop.analysis._cpu import cpu_now
+from pitstop.analysis._figures import data_verdict, step_split
 from pitstop.analysis._summary import STATUS_WINDOW, gpu_reason
 from pitstop.events import Gpu, ProfileWindow, Sample, Step
 from pitstop.tui import format as fmt
-from pitstop.tui.widgets import ChartData, Row, Series
+from pitstop.tui.widgets import BarSeries, Layer, Row
 
-# Charts bin steps so a bar is at least one cell wide at 80 columns.
+# The step charts show the last 300 steps (a bar averages several when the chart is narrower).
 CHART_STEPS = 300
-CHART_BUCKETS = 60
-CHART_SAMPLES = 240
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,9 @@ class Frame:
     replay: Replay | None = None
     # Job-level figures of every rank (throttled by the app: summarize walks every step).
     summary: JobSummary | None = None
+    # The findings of the shown run (the job's first), computed once by the app for every
+    # screen (throttled: the rules walk every step); None before the run's first step.
+    findings: tuple[Finding, ...] | None = None
 
 
 # -- header -------------------------------------------------------------------
@@ -84,6 +86,11 @@ def elapsed_s(run: RunState, now: float) -> float | None:
 
 
 def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
+    """(label, value) pairs, most important first: the header drops the last ones that do not fit.
+
+    pid, step and (in a replay) the cursor come first: at 80 columns a long record
+    path or device name once pushed them off the header (issue 12).
+    """
     run = frame.run
     if run is None:
         return (("status", "waiting for the first event"),)
@@ -91,25 +98,8 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
     steps_per_s, samples_per_s = recent_rates(run)
     items: list[tuple[str, str]] = [
         ("pid", str(hello.pid) if hello else fmt.NA),
-        ("ranks", str(len(frame.job.runs)) + (f" ({frame.rank_label})" if len(frame.job.runs) > 1 else "")),
-        ("device", device_text(run)),
-        ("elapsed", fmt.elapsed(elapsed_s(run, frame.now))),
         ("step", str(run.last_step) if run.last_step is not None else "–"),
-        ("samples/s", f"{samples_per_s:,.1f}" if samples_per_s is not None
-         else fmt.na("batch size unknown" if steps_per_s else None)),
-        ("steps/s", f"{steps_per_s:.2f}" if steps_per_s is not None else fmt.NA),
     ]
-    summary = frame.summary
-    if summary is not None and summary.ranks > 1:
-        # The job's figures next to the shown rank's: ranks in DDP each consume their own batch.
-        # Job figures go first: at 80 columns the header's last items are cut.
-        gone = f", {len(summary.gone)} gone" if summary.gone else ""
-        job_items = [("ranks", f"{summary.ranks}{gone} (showing {frame.rank_label})"),
-                     ("job samples/s", f"{summary.samples_per_s:,.1f}" if summary.samples_per_s is not None
-                      else fmt.na("batch size unknown"))]
-        if summary.stragglers:
-            job_items.append(("straggler", ", ".join(s.label for s in summary.stragglers)))
-        items[1:2] = job_items
     if frame.replay is not None:
         r = frame.replay
         items.append(("at", f"{fmt.elapsed(r.cursor - r.start)}/{fmt.elapsed(r.end - r.start)}"
@@ -117,6 +107,22 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
     if run.end is not None:
         code = f" (exit {run.end.exit_code})" if run.end.exit_code is not None else ""
         items.append(("ended", run.end.reason + code))
+    items += [
+        ("samples/s", f"{samples_per_s:,.1f}" if samples_per_s is not None
+         else fmt.na("batch size unknown" if steps_per_s else None)),
+        ("steps/s", f"{steps_per_s:.2f}" if steps_per_s is not None else fmt.NA),
+    ]
+    summary = frame.summary
+    if summary is not None and summary.ranks > 1:
+        # The job's figures next to the shown rank's: ranks in DDP each consume their own batch.
+        gone = f", {len(summary.gone)} gone" if summary.gone else ""
+        items.append(("ranks", f"{summary.ranks}{gone} (showing {frame.rank_label})"))
+        items.append(("job samples/s", f"{summary.samples_per_s:,.1f}" if summary.samples_per_s is not None
+                      else fmt.na("batch size unknown")))
+        if summary.stragglers:
+            items.append(("straggler", ", ".join(s.label for s in summary.stragglers)))
+    items.append(("elapsed", fmt.elapsed(elapsed_s(run, frame.now))))
+    items.append(("device", device_text(run)))
     return tuple(items)
 
 
@@ -131,106 +137,67 @@ def mode_text(frame: Frame) -> str:
 
 
 def title_text(frame: Frame) -> str:
+    """The script; in a replay, with the record's name (its last two path parts: the session and file)."""
     run = frame.run
+    label = frame.label
+    if not frame.live and label.startswith("replay: "):
+        parts = PurePath(label[len("replay: "):]).parts
+        label = "replay: " + ("…/" if len(parts) > 2 else "") + "/".join(parts[-2:])
     if run is not None and run.hello is not None and run.hello.script:
-        return run.hello.script if frame.live else f"{run.hello.script} ({frame.label})"
-    return frame.label
+        return run.hello.script if frame.live else f"{run.hello.script} ({label})"
+    return label
 
 
 # -- charts -------------------------------------------------------------------
-def _buckets(steps: list[Step], buckets: int) -> list[list[Step]]:
-    if not steps:
-        return []
-    size = max(1, -(-len(steps) // buckets))
-    return [steps[i : i + size] for i in range(0, len(steps), size)]
+STEP_LAYERS = (Layer("data wait", "red"), Layer("compute", "green"))
 
 
-def _bucket_means_ms(
-    run: RunState | None, steps: int, buckets: int, *fields: str
-) -> tuple[tuple[float, ...], ...] | None:
-    """(x: first step of each bucket, then each field's mean per bucket in ms); None with no step."""
+def _chart_marks(steps: list[Step]) -> tuple[str | None, ...]:
+    # Warm-up steps are drawn apart like marked ones: the first step (CUDA set-up, worker
+    # start-up) is often the slowest of the run and would otherwise set the scale.
+    return tuple(s.mark if s.mark is not None else ("warm-up" if s.step < WARMUP else None) for s in steps)
+
+
+def step_bars(run: RunState | None, steps: int = CHART_STEPS) -> BarSeries:
+    """Step time of the last steps, stacked as data wait under compute (seconds)."""
+    title = "step time"
     recent = run.recent_steps(steps) if run is not None else []
     if not recent:
-        return None
-    groups = _buckets(recent, buckets)
-    x = tuple(float(g[0].step) for g in groups)
-    means = [tuple(1000 * sum(getattr(s, f) for s in g) / len(g) for g in groups) for f in fields]
-    return (x, *means)
+        return BarSeries(title, STEP_LAYERS, note="no step yet")
+    return BarSeries(title, STEP_LAYERS, tuple(s.step for s in recent),
+                     tuple((s.data_wait, s.compute) for s in recent), _chart_marks(recent))
 
 
-def step_chart(run: RunState | None, steps: int = CHART_STEPS, buckets: int = CHART_BUCKETS) -> ChartData:
-    """Step time of recent steps, stacked as data wait under compute (ms, mean per bucket)."""
-    title = "step time (ms): data wait + compute"
-    means = _bucket_means_ms(run, steps, buckets, "data_wait", "compute")
-    if means is None:
-        return ChartData(title, note="no step yet")
-    x, wait, compute = means
-    return ChartData(
-        title,
-        x,
-        (Series("data wait", wait, "red"), Series("compute", compute, "green")),
-        stacked=True,
-        xlabel="step",
-    )
-
-
-def data_wait_chart(run: RunState | None, steps: int = CHART_STEPS, buckets: int = CHART_BUCKETS) -> ChartData:
-    title = "data wait per step (ms)"
-    means = _bucket_means_ms(run, steps, buckets, "data_wait", "wall")
-    if means is None:
-        return ChartData(title, note="no step yet")
-    x, wait, wall = means
-    return ChartData(title, x, (Series("step", wall, "blue"), Series("data wait", wait, "red")), xlabel="step")
-
-
-def _sample_times(run: RunState, samples: list[Sample]) -> tuple[float, ...]:
-    t0 = run.hello.started if run.hello is not None else (samples[0].t if samples else 0.0)
-    return tuple(s.t - t0 for s in samples)
-
-
-def _recent_samples(run: RunState, n: int = CHART_SAMPLES) -> list[Sample]:
-    k = len(run.samples)
-    return [run.samples[i] for i in range(max(0, k - n), k)]
-
-
-def gpu_chart(run: RunState | None) -> ChartData:
-    title = "GPU utilisation (%)"
-    if run is None or not run.samples:
-        return ChartData(title, note="no sample yet")
-    samples = _recent_samples(run)
-    if not any(g.util is not None for s in samples for g in s.gpus):
-        return ChartData(title, note=fmt.na(gpu_reason(run)))
-    x = _sample_times(run, samples)
-    n = max(len(s.gpus) for s in samples)
-    colors = ("green", "cyan", "magenta", "yellow")
-    series = tuple(
-        Series(
-            f"gpu{i}",
-            tuple(float(s.gpus[i].util or 0.0) if i < len(s.gpus) else 0.0 for s in samples),
-            colors[i % len(colors)],
-        )
-        for i in range(min(n, 4))
-    )
-    return ChartData(title, x, series, xlabel="seconds")
-
-
-def memory_chart(run: RunState | None) -> ChartData:
-    """Torch allocated/reserved (per step) and host RSS, in GiB, against step index."""
-    title = "memory (GiB)"
-    recent = run.recent_steps(CHART_STEPS) if run is not None else []
+def wait_bars(run: RunState | None, steps: int = CHART_STEPS) -> BarSeries:
+    """Data wait of the last steps (seconds)."""
+    title = "data wait per step"
+    layers = (Layer("data wait", "red"),)
+    recent = run.recent_steps(steps) if run is not None else []
     if not recent:
-        return ChartData(title, note="no step yet")
-    gib = float(1 << 30)
-    x = tuple(float(s.step) for s in recent)
-    series: list[Series] = []
+        return BarSeries(title, layers, note="no step yet")
+    return BarSeries(title, layers, tuple(s.step for s in recent), tuple((s.data_wait,) for s in recent),
+                     _chart_marks(recent))
+
+
+def memory_bars(run: RunState | None, steps: int = CHART_STEPS) -> BarSeries:
+    """Torch memory per step on CUDA (allocated under the allocator's cache), else host RSS (bytes).
+
+    Scaled to the tallest bar, not robustly: a memory peak is what a person looks for.
+    """
+    recent = run.recent_steps(steps) if run is not None else []
+    if not recent:
+        return BarSeries("memory per step", (), note="no step yet", unit="B")
+    marks = _chart_marks(recent)
+    x = tuple(s.step for s in recent)
     if any(s.mem_allocated is not None for s in recent):
-        series.append(Series("allocated", tuple((s.mem_allocated or 0) / gib for s in recent), "green"))
-        series.append(Series("reserved", tuple((s.mem_reserved or 0) / gib for s in recent), "yellow"))
+        layers = (Layer("allocated", "green"), Layer("cached (reserved, not allocated)", "yellow"))
+        values = tuple((float(s.mem_allocated or 0), float(max(0, (s.mem_reserved or 0) - (s.mem_allocated or 0))))
+                       for s in recent)
+        return BarSeries("torch memory per step", layers, x, values, marks, unit="B", robust=False)
     if any(s.host_rss is not None for s in recent):
-        series.append(Series("host rss", tuple((s.host_rss or 0) / gib for s in recent), "cyan"))
-    if not series:
-        return ChartData(title, note="no memory reported")
-    return ChartData(title, x, tuple(series), xlabel="step")
+        return BarSeries("host RSS per step", (Layer("host rss", "cyan"),), x,
+                         tuple((float(s.host_rss or 0),) for s in recent), marks, unit="B", robust=False)
+    return BarSeries("memory per step", (), note="no memory reported", unit="B")
 
 
 # -- panels -------------------------------------------------------------------
@@ -305,16 +272,21 @@ def memory_rows(run: RunState | None, *, detail: bool = False) -> tuple[Row, ...
     if run is None:
         return ()
     last = run.steps[-1] if run.steps else None
-    why = _torch_mem_reason(run)
-    rows = [
-        Row("allocated", fmt.size(last.mem_allocated if last else None, why)),
-        Row("reserved", fmt.size(last.mem_reserved if last else None, why)),
-        Row("peak", fmt.size(run.peak_mem_allocated, why)),
-    ]
+    why = torch_mem_reason(run)
     rss = last.host_rss if last is not None and last.host_rss is not None else _main_rss(run)
+    if why is not None:
+        # One line says why torch's figures are missing, not four lines repeating it.
+        rows = [Row("torch memory", fmt.na(why))]
+    else:
+        rows = [
+            Row("allocated", fmt.size(last.mem_allocated if last else None, why)),
+            Row("reserved", fmt.size(last.mem_reserved if last else None, why)),
+            Row("peak", fmt.size(run.peak_mem_allocated, why)),
+        ]
     rows.append(Row("host rss", fmt.size(rss, "not reported")))
     if detail:
-        rows.append(Row("peak reserved", fmt.size(run.peak_mem_reserved, why)))
+        if why is None:
+            rows.append(Row("peak reserved", fmt.size(run.peak_mem_reserved, why)))
         rows.append(Row("peak host rss", fmt.size(run.peak_rss, "not reported")))
         rows.extend(headroom_rows(run))
     return tuple(rows)
@@ -335,7 +307,7 @@ def headroom_rows(run: RunState) -> list[Row]:
                 style = "bold red" if free < 0.1 * g.mem_total else ""
                 rows.append(Row(f"gpu{g.index} free", f"{fmt.size(free)} of {fmt.size(g.mem_total)}", style))
     if run.last_alloc_retries is None:
-        rows.append(Row("alloc retries", fmt.na(_torch_mem_reason(run) or "not reported")))
+        rows.append(Row("alloc retries", fmt.na(torch_mem_reason(run) or "not reported")))
     else:
         retries = run.last_alloc_retries - (run.first_alloc_retries or 0)
         rows.append(Row("alloc retries", str(run.last_alloc_retries) + (f" (+{retries} while watched)" if retries else ""),
@@ -352,7 +324,8 @@ def _main_rss(run: RunState) -> int | None:
     return next((p.rss for p in sample.procs if p.role == "main"), None)
 
 
-def _torch_mem_reason(run: RunState) -> str | None:
+def torch_mem_reason(run: RunState) -> str | None:
+    """Why torch's memory figures are missing (None on CUDA, where they are reported)."""
     rt = run.runtime
     if rt is None:
         return "device not known yet"
@@ -364,21 +337,25 @@ def _torch_mem_reason(run: RunState) -> str | None:
 
 
 # -- data ---------------------------------------------------------------------
-def data_rows(run: RunState | None) -> tuple[Row, ...]:
-    """Data wait percentiles and the loader's delivery rate against the step's appetite (training steps)."""
-    recent = run.measured_steps(WARMUP)[-CHART_STEPS:] if run is not None else []
-    if not recent:
+def data_rows(run: RunState | None, found: tuple[Finding, ...] | None = None) -> tuple[Row, ...]:
+    """Data wait over the measured steps, the loader's rate against the step's appetite, and the verdict.
+
+    The same steps and share as the data-wait finding (`step_split`), and the
+    verdict is that finding (`data_verdict`): the Data screen and the overview
+    cannot disagree (issue 12).
+    """
+    recent = run.measured_steps(WARMUP) if run is not None else []
+    split = step_split(run) if run is not None else None
+    if run is None or not recent or split is None:
         return ()
     waits = [s.data_wait for s in recent]
     wall = sum(s.wall for s in recent)
     compute = sum(s.compute for s in recent)
-    wait_total = sum(waits)
-    frac = wait_total / wall if wall > 0 else None
+    verdict = data_verdict(run, found or ())
     rows = [
         Row("data wait p50", fmt.ms(percentile(waits, 50))),
         Row("data wait p95", fmt.ms(percentile(waits, 95))),
-        Row("share of step", fmt.pct(100 * frac if frac is not None else None),
-            "bold red" if frac is not None and frac > DATA_WAIT_FRAC else ""),
+        Row("share of step", fmt.pct(100 * split.data_frac), "bold red" if verdict.bound else ""),
     ]
     # One batch per step: the loader delivered len(recent) batches in `wall` seconds.
     # The step alone (without waiting) could take one every compute/len seconds.
@@ -386,10 +363,8 @@ def data_rows(run: RunState | None) -> tuple[Row, ...]:
     appetite = len(recent) / compute if compute > 0 else None
     rows.append(Row("loader delivers", fmt.rate(consumed, "batches")))
     rows.append(Row("step could take", fmt.rate(appetite, "batches") + " (if data were free)"))
-    if frac is not None and frac > DATA_WAIT_FRAC:
-        rows.append(Row("verdict", "loader-bound: the step waits for data", "bold red"))
-    elif frac is not None:
-        rows.append(Row("verdict", "the loader keeps up", "green"))
+    style = "bold red" if verdict.bound else ("green" if verdict.bound is False else "dim")
+    rows.append(Row("verdict", verdict.text, style))
     return tuple(rows)
 
 
@@ -412,7 +387,8 @@ def worker_rows(run: RunState | None) -> tuple[Row, ...]:
         rows.append(Row("workers", _no_workers_text(run)))
     for p in workers:
         of = f"  ({labels[p.loader]})" if p.loader in labels else ""
-        rows.append(Row(f"pid {p.pid}", f"cpu {fmt.pct(p.cpu, 'n/a')}  rss {fmt.size(p.rss, 'n/a')}{of}"))
+        cpu = f"{p.cpu / 100:.2f} cores" if p.cpu is not None else fmt.NA  # cores, as every CPU figure
+        rows.append(Row(f"pid {p.pid}", f"{cpu}  rss {fmt.size(p.rss, 'n/a')}{of}"))
     return tuple(rows)
 
 

@@ -33,11 +33,12 @@ STREAM = "pid:4242@host"
 GIB = 1 << 30
 
 
-def hello(pid: int = 4242, rank: int | None = None, script: str = "train.py", started: float = FIXED) -> Hello:
+def hello(pid: int = 4242, rank: int | None = None, script: str = "train.py", started: float = FIXED,
+          record: str | None = None) -> Hello:
     return Hello(
         schema=1, pitstop_version="0.1.0", session="s1", pid=pid, ppid=1, host="host",
         argv=["python", script], cwd="/work", started=started, python="3.11.9",
-        rank=rank, script=script,
+        rank=rank, script=script, record=record,
     )
 
 
@@ -91,8 +92,10 @@ def profile_window(t: float, step_start: int = 20, k: int = 5) -> ProfileWindow:
         KernelStat("ampere_sgemm_128x64_tn", 300, 50_000.0, 166.7),
         KernelStat("void at::native::vectorized_elementwise_kernel<4>", 900, 20_000.0, 22.2),
     ]
+    # Host milliseconds per step in each phase, as profiling/_aggregate.phases gives them.
+    phases = {"data": 9.0, "forward": 38.0, "backward": 41.0, "optimizer": 7.0, "other": 5.0}
     return ProfileWindow(t=t, step_start=step_start, step_end=step_start + k, device="cuda",
-                         duration_s=0.9, ops=ops, kernels=kernels)
+                         duration_s=0.9, ops=ops, kernels=kernels, phases_ms=phases)
 
 
 def run_events(*, cuda: bool = True, n_steps: int = 120, wait_frac: float = 0.1, workers: int = 2,

@@ -8,7 +8,7 @@ from textual.containers import Horizontal
 from pitstop.tui import view
 from pitstop.tui.screens._base import PitstopScreen
 from pitstop.tui.view import Frame
-from pitstop.tui.widgets import Chart, Figures
+from pitstop.tui.widgets import BarChart, Figures
 
 
 class DataScreen(PitstopScreen):
@@ -17,13 +17,14 @@ class DataScreen(PitstopScreen):
     TITLE_TEXT = "3 data"
 
     def compose_body(self) -> ComposeResult:
-        yield Chart(id="wait-chart")
+        yield BarChart(id="wait-chart")
         with Horizontal(id="data-panels"):
-            yield Figures("Data wait (last 300 steps)", id="data-figures")
+            # The data-wait finding's steps: every training step after the warm-up.
+            yield Figures("Data wait (measured steps)", id="data-figures")
             yield Figures("Loaders and workers", id="workers")
 
     def show_body(self, frame: Frame) -> None:
         if self.charts_due(frame):
-            self.query_one("#wait-chart", Chart).data = view.data_wait_chart(frame.run)
-        self.query_one("#data-figures", Figures).rows = view.data_rows(frame.run)
+            self.query_one("#wait-chart", BarChart).series = view.wait_bars(frame.run)
+        self.query_one("#data-figures", Figures).rows = view.data_rows(frame.run, frame.findings)
         self.query_one("#workers", Figures).rows = view.worker_rows(frame.run)

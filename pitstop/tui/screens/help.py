@@ -10,19 +10,23 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+# One line each at 80 columns: the whole list fits an 80x24 terminal without scrolling.
 KEYS: tuple[tuple[str, str], ...] = (
-    ("1 2 3 4 5 6", "Overview, Kernels/Ops, Data, Memory, Log, Ranks"),
-    ("?", "this help (escape closes it)"),
-    ("p", "profile now: capture a profiler window (live runs)"),
-    ("o / c", "Kernels screen: ops / CUDA kernels table"),
-    ("s, click a header", "Kernels and Ranks screens: sort by the next column"),
-    ("[ ]", "older / newer profiler window (a replay moves its cursor there)"),
+    ("1 2 3 4 5 6", "Overview, Ops, Data, Memory, Log, Ranks"),
+    ("? F1", "this help (escape closes it)"),
+    ("f", "every finding in full (evidence, fix, gain)"),
+    ("p", "profile now: capture a profiler window (live)"),
+    ("o / c", "Ops screen: ops / CUDA kernels"),
+    ("g", "Ops screen: group ops by phase, or not"),
+    ("s, click header", "Ops, Ranks: sort by the next column"),
+    ("[ ]", "older / newer profiler window"),
     ("/  n", "Log screen: search, next match"),
-    ("r", "show the next rank of a multi-process job"),
-    ("t", "tune this script (asks first; opens the Trials view)"),
+    ("r", "next rank of a multi-process job"),
+    ("S", "save a screenshot (SVG, current directory)"),
+    ("t", "tune this script (asks first)"),
     ("d", "detach: close the viewer, training keeps running"),
     ("k", "stop training (asks first)"),
-    ("q", "quit the viewer (training keeps running)"),
+    ("q ctrl+c F10", "quit the viewer (training keeps running)"),
     ("space", "replay: pause / play"),
     ("left right", "replay: back / forward 10% of the run"),
     ("home end", "replay: start / end of the run"),
@@ -30,11 +34,14 @@ KEYS: tuple[tuple[str, str], ...] = (
 )
 
 SCREENS = (
-    "Overview: step time split into data wait and compute, GPU, CPU, memory, findings.",
-    "Kernels/Ops: the latest profiler window's top ops and CUDA kernels.",
-    "Data: data wait p50/p95, loader delivery rate vs the step's, workers' CPU and RSS.",
-    "Memory: torch allocated/reserved and host RSS over steps, peak, GPU headroom, retries.",
-    "Log: the script's own output (the last 5000 lines).",
+    "Overview: where the step time goes (data wait / compute, the profiled phases), the top finding with "
+    "its fix and expected gain, GPU, CPU and memory with their history, the step-time chart.",
+    "Charts scale to the bars' 95th percentile: a bar above it is clipped and marked ▲; warm-up, eval and "
+    "profiled steps are drawn in their own colour and do not set the scale.",
+    "Ops: the latest profiler window's phases, its ops with their share of the step, or its CUDA kernels.",
+    "Data: data wait p50/p95, loader delivery rate vs the step's, the verdict (the data-wait finding).",
+    "Memory: torch allocated/reserved or host RSS per step, peaks, GPU headroom, allocator retries.",
+    "Log: the script's own output (the last 5000 lines), wrapped to the screen.",
     "Ranks: one row per rank of a distributed job; the straggler in red, named with its evidence.",
     "A figure that cannot be measured shows n/a with the reason, never a zero.",
 )
@@ -46,6 +53,7 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [
         Binding("escape", "dismiss", "Close"),
         Binding("question_mark", "dismiss", "Close", key_display="?"),
+        Binding("f1", "dismiss", "Close"),
         Binding("q", "dismiss", "Close"),
     ]
 

@@ -1,10 +1,9 @@
-"""Provides KernelsScreen: the latest profiler window as a sortable table of ops or CUDA kernels."""
+"""Provides KernelsScreen: a profiler window's phases, then its ops (grouped by phase) or CUDA kernels."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -12,38 +11,19 @@ from textual.widgets import DataTable, Static
 
 from pitstop.events import ProfileWindow
 from pitstop.tui import format as fmt
-from pitstop.tui import view
+from pitstop.tui import opstable, view
+from pitstop.tui.opstable import KERNEL_COLUMNS, NAME, SHARE, Column, TableRow
 from pitstop.tui.screens._base import PitstopScreen
 from pitstop.tui.view import Frame
 
-
-@dataclass(frozen=True)
-class Column:
-    """A table column: its title and whether it holds a number (sorted high first)."""
-
-    title: str
-    numeric: bool = True
-
-
-OP_COLUMNS = (Column("name", False), Column("calls"), Column("self"), Column("total"),
-              Column("mean"), Column("device self"))
-KERNEL_COLUMNS = (Column("name", False), Column("calls"), Column("total"), Column("mean"))
-
-
-def op_rows(window: ProfileWindow) -> list[tuple[str, float, float, float, float, float | None]]:
-    """(name, calls, self us, total us, mean us per call, device self us) per op."""
-    return [
-        (o.name, o.calls, o.self_us, o.total_us, o.total_us / o.calls if o.calls else 0.0, o.device_self_us)
-        for o in window.ops
-    ]
-
-
-def kernel_rows(window: ProfileWindow) -> list[tuple[str, float, float, float]]:
-    return [(k.name, k.calls, k.total_us, k.mean_us) for k in window.kernels]
+# Cells each column spends besides its width: DataTable pads a cell by one on each side.
+CELL_PADDING = 2
+SCROLLBAR = 2
+MIN_NAME = 14
 
 
 class KernelsScreen(PitstopScreen):
-    """Ops (`o`) or CUDA kernels (`c`) of one profiler window; `s` or a click sorts."""
+    """Ops (`o`) or CUDA kernels (`c`) of one profiler window; `s` or a click sorts, `g` groups ops by phase."""
 
     class SeekProfile(Message):
         """Replay: move the cursor to the next (newer) or previous profiler window."""
@@ -52,12 +32,13 @@ class KernelsScreen(PitstopScreen):
             super().__init__()
             self.newer = newer
 
-    TITLE_TEXT = "2 kernels/ops"
+    TITLE_TEXT = "2 ops"
     BINDINGS = [
         # Shown in the screen's own info line: the footer is full at 80 columns.
         Binding("o", "table('ops')", "Ops", show=False),
         Binding("c", "table('kernels')", "Kernels", show=False),
         Binding("s", "sort", "Sort", show=False),
+        Binding("g", "group", "Group by phase", show=False),
         Binding("left_square_bracket", "window(1)", "Older window", key_display="[", show=False),
         Binding("right_square_bracket", "window(-1)", "Newer window", key_display="]", show=False),
     ]
@@ -65,14 +46,18 @@ class KernelsScreen(PitstopScreen):
     def __init__(self) -> None:
         super().__init__()
         self.table_kind = "ops"
-        self.sort_column = 2  # ops: self time; kernels: total (set in action_table)
+        self.sort_column = SHARE  # the share of the step, largest first
+        self.grouped = True
         self.back = 0  # live: windows before the latest; a replay moves its cursor instead
-        self._shown: tuple[int, str, int] | None = None
+        self._shown: tuple[int, str, int, bool, int] | None = None
         self._frame: Frame | None = None
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="window-info")
         yield DataTable(id="profile-table", cursor_type="row", zebra_stripes=True)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._refill()  # the name column takes what the others leave
 
     def show_body(self, frame: Frame) -> None:
         self._frame = frame
@@ -85,55 +70,96 @@ class KernelsScreen(PitstopScreen):
             return
         count = len(frame.run.profiles) if frame.run is not None else 0
         index = count - (0 if frame.replay is not None else min(self.back, count - 1))
-        info.update(self._window_text(window, index, count))
-        key = (id(window), self.table_kind, self.sort_column)
+        info.update(self._window_text(window, frame, index, count))
+        key = (id(window), self.table_kind, self.sort_column, self.grouped, self.size.width)
         if key != self._shown:
-            self._fill(window)
+            self._fill(window, frame)
             self._shown = key
 
     def _no_window_text(self, frame: Frame) -> Text:
         how = "press p to capture one now" if frame.live else "this record has none before the cursor"
         return Text(f"No profiler window yet: {how}.", style="yellow")
 
-    def _window_text(self, w: ProfileWindow, index: int, count: int) -> Text:
+    def _window_text(self, w: ProfileWindow, frame: Frame, index: int, count: int) -> Text:
         text = Text.assemble(
             (f"window {index}/{count}", "bold"),
             f"  steps {w.step_start}-{w.step_end - 1}  at {fmt.clock_time(w.t)}",
             f"  {w.trigger}  {w.duration_s:.2f} s  times from {w.device}",
         )
+        phases = opstable.phase_summary(w, frame.run)
+        if phases:
+            text.append("\nstep: ", style="bold")
+            for i, (label, ms, share) in enumerate(phases):
+                if i:
+                    text.append(" · ", style="dim")
+                text.append(f"{label} ")
+                text.append(fmt.pct(100 * share) if share is not None else fmt.ms(ms / 1000.0),
+                            style="bold")
+        loader = frame.run.training_loader() if frame.run is not None else None
+        if self.table_kind == "ops" and loader is not None and loader.num_workers == 0:
+            # The record does not say which aten ops ran in __getitem__ (OpStat is by name).
+            text.append("\nnum_workers=0: the dataset's own ops run in the main process and are counted "
+                        "under their aten names with the model's", style="yellow")
         if self.table_kind == "kernels" and w.kernels_unavailable:
             text.append(f"\nkernels: {fmt.na(w.kernels_unavailable)}", style="yellow")
-        text.append(f"\n[{self.table_kind}] o ops · c kernels · s sort · [ ] windows", style="dim")
+        group = " · g ungroup" if self.grouped else " · g group by phase"
+        text.append(f"\n[{self.table_kind}] o ops · c kernels · s sort"
+                    + (group if self.table_kind == "ops" else "") + " · [ ] windows", style="dim")
         return text
 
-    def _fill(self, window: ProfileWindow) -> None:
+    def _columns(self, window: ProfileWindow) -> tuple[Column, ...]:
+        return opstable.op_columns(window) if self.table_kind == "ops" else KERNEL_COLUMNS
+
+    def _fill(self, window: ProfileWindow, frame: Frame) -> None:
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        columns = OP_COLUMNS if self.table_kind == "ops" else KERNEL_COLUMNS
-        rows: list[tuple] = op_rows(window) if self.table_kind == "ops" else kernel_rows(window)  # type: ignore[assignment]
+        columns = self._columns(window)
         col = min(self.sort_column, len(columns) - 1)
-        if columns[col].numeric:
-            rows.sort(key=lambda r: -1.0 if r[col] is None else float(r[col]), reverse=True)
-        else:
-            rows.sort(key=lambda r: str(r[col]))
+        rows: list[TableRow] = (
+            opstable.op_rows(window, frame.run, col, self.grouped) if self.table_kind == "ops"
+            else opstable.kernel_rows(window, frame.run, col))
+        # No horizontal scrollbar at 80 columns (issue 12): the name takes what the others leave.
+        others = sum(c.width + CELL_PADDING for c in columns if c.width)
+        name_w = max(MIN_NAME, (self.size.width or 80) - others - CELL_PADDING - SCROLLBAR)
         for i, c in enumerate(columns):
             marker = " ▼" if i == col and c.numeric else (" ▲" if i == col else "")
-            table.add_column(c.title + marker, key=str(i))
+            table.add_column(c.title + marker, key=str(i), width=c.width + (2 if marker and c.width else 0)
+                             if c.width else name_w)
         for row in rows:
-            cells: list[Text] = [Text(fmt.shorten(str(row[0]), 60))]
-            cells.append(Text(str(int(row[1])), justify="right"))
-            for value in row[2:]:
-                cells.append(Text(fmt.us(value) if value is not None else fmt.NA, justify="right"))
-            table.add_row(*cells)
+            table.add_row(*self._cells(row, columns, name_w))
+
+    @staticmethod
+    def _cells(row: TableRow, columns: tuple[Column, ...], name_w: int) -> list[Text]:
+        name = str(row.values[NAME])
+        if row.group:
+            share = row.values[SHARE]
+            cells = [Text(fmt.shorten(name, name_w), style="bold cyan"),
+                     Text(fmt.pct(100 * float(share)) if isinstance(share, float) else "", style="bold cyan",
+                          justify="right")]
+            return cells + [Text("") for _ in columns[2:]]
+        cells = [Text(fmt.shorten(name, name_w))]
+        for i, value in enumerate(row.values[1:], start=1):
+            if i == SHARE:
+                text = fmt.pct(100 * float(value), digits=1) if isinstance(value, float) else fmt.NA
+            elif columns[i].title == "calls":
+                text = f"{int(value):,}" if isinstance(value, float) else fmt.NA
+            else:
+                text = fmt.us(float(value)) if isinstance(value, float) else fmt.NA
+            cells.append(Text(text, justify="right"))
+        return cells
 
     def action_table(self, kind: str) -> None:
         self.table_kind = kind
-        self.sort_column = 2
+        self.sort_column = SHARE
+        self._refill()
+
+    def action_group(self) -> None:
+        self.grouped = not self.grouped
         self._refill()
 
     def action_sort(self) -> None:
-        columns = OP_COLUMNS if self.table_kind == "ops" else KERNEL_COLUMNS
-        self.sort_column = (self.sort_column + 1) % len(columns)
+        count = len(KERNEL_COLUMNS) if self.table_kind == "kernels" else len(opstable.OP_COLUMNS) + 1
+        self.sort_column = (self.sort_column + 1) % count
         self._refill()
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:

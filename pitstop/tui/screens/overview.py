@@ -1,79 +1,56 @@
-"""Provides OverviewScreen: step time, GPU, CPU, memory and the current findings at a glance."""
+"""Provides OverviewScreen: where the step time goes, what to change, and how busy the machine is, at 80x24.
+
+Issue 12: at 80x24 (a default SSH terminal) only the step chart used to fit.
+Now the fixed parts come first and take what they need: the step's split into
+data wait and compute (and the latest profiler window's phases), the top
+finding with its fix and expected gain, one line each for GPU, CPU and memory
+with their history; the chart gets what is left. Taller terminals also list
+every finding under the chart; `f` lists them at any size.
+"""
 
 from __future__ import annotations
 
-import time
-
+from textual import events
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import VerticalScroll
 
-from pitstop.analysis import Finding, JobState, RunState, findings, job_findings
-from pitstop.tui import view
+from pitstop.tui import glance, view
 from pitstop.tui.screens._base import PitstopScreen
 from pitstop.tui.view import Frame
-from pitstop.tui.widgets import Chart, Figures, FindingsPanel, FindingView
+from pitstop.tui.widgets import BarChart, FindingsPanel, Gauges, TimeSplit, TopFinding
 
-# The rules walk every retained step (up to 20,000); once a second is enough
-# for advice and keeps the viewer under its CPU budget (benchmarks/viewer.py).
-FINDINGS_EVERY_S = 1.0
+# From this height the findings panel (every finding, with evidence) has room under the chart.
+TALL = 36
 
 
 class OverviewScreen(PitstopScreen):
-    """Where each step's time goes, how busy the machine is, and what to do about it."""
+    """Where each step's time goes, what to do about it, and how busy the machine is."""
 
     TITLE_TEXT = "1 overview"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._findings_key: tuple[int, int, int] | None = None
-        self._findings_at = 0.0
-
     def compose_body(self) -> ComposeResult:
-        yield Chart(id="step-chart")
-        with Horizontal(id="panels"):
-            yield Figures("GPU", id="gpu")
-            yield Figures("CPU", id="cpu")
-            yield Figures("Memory", id="memory")
+        yield TimeSplit(id="split")
+        yield TopFinding(id="top-finding")
+        yield Gauges(id="gauges")
+        yield BarChart(id="step-chart")
         with VerticalScroll(id="findings-scroll"):
             yield FindingsPanel(id="findings")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.height >= TALL, "tall")
 
     def show_body(self, frame: Frame) -> None:
         run = frame.run
         if self.charts_due(frame):
-            self.query_one("#step-chart", Chart).data = view.step_chart(run)
-        self.query_one("#gpu", Figures).rows = view.gpu_rows(run)
-        self.query_one("#cpu", Figures).rows = view.cpu_rows(run)
-        self.query_one("#memory", Figures).rows = view.memory_rows(run)
-        self._show_findings(frame.job, run)
-
-    def _show_findings(self, job: JobState, run: RunState | None) -> None:
+            self.query_one("#step-chart", BarChart).series = view.step_bars(run)
+        self.query_one(TimeSplit).info = glance.split_info(frame)
+        self.query_one(Gauges).lines = glance.gauge_lines(run)
+        views = glance.finding_views(frame.findings)
+        quiet = glance.quiet_text(frame)
+        top = self.query_one(TopFinding)
+        top.finding = views[0] if views else None
+        top.more = max(0, len(views) - 1) if views else 0
+        top.quiet = quiet
         panel = self.query_one(FindingsPanel)
-        if run is None or run.last_step is None:
-            panel.findings = None
-            return
-        key = (id(run), run.version, job.version)
-        now = time.monotonic()
-        if key == self._findings_key:
-            return
-        # A new run object (replay moved back, another rank) is shown at once; more events
-        # of the same run wait for the next second.
-        if self._findings_key is not None and self._findings_key[0] == key[0]:
-            if now - self._findings_at < FINDINGS_EVERY_S:
-                return
-        self._findings_key, self._findings_at = key, now
-        panel.findings = tuple(
-            FindingView(
-                severity=f.severity,
-                title=f.title,
-                evidence=tuple(f.evidence[:2]),
-                gain=f.gain,
-                fix=(f.fix.splitlines() or [""])[0],
-            )
-            for f in self._findings(job, run)
-        )
-
-    @staticmethod
-    def _findings(job: JobState, run: RunState) -> list[Finding]:
-        """The job's findings first (a straggler or a dead rank holds every rank back), then the run's."""
-        job_level = job_findings(job) if len(job.runs) > 1 else []
-        return [*job_level, *findings(run)]
+        panel.findings = views
+        panel.quiet = quiet

@@ -30,10 +30,10 @@ class RankColumn:
 
 
 def status_text(row: RankRow) -> str:
-    """"running", "finished", or "gone (exit 137)": a dead rank says how it ended."""
+    """"running", "finished", or "gone 137" (its exit code): how it ended is said under the table."""
     if row.status != "gone":
         return row.status
-    return f"gone (exit {row.exit_code})" if row.exit_code is not None else "gone (no exit code)"
+    return f"gone {row.exit_code}" if row.exit_code is not None else "gone"
 
 
 def _pct(frac: float | None) -> str:
@@ -47,19 +47,26 @@ def _peak(row: RankRow) -> str:
     return fmt.size(row.peak_rss) + " rss" if row.peak_rss is not None else fmt.NA
 
 
+def rank_text(row: RankRow) -> str:
+    """The rank number; "–" for a process without one (its pid has a column of its own)."""
+    return str(row.rank) if row.rank is not None else "–"
+
+
+# Short titles: every column fits 80 columns without a horizontal scrollbar (issue 12).
 COLUMNS = (
-    RankColumn("rank", lambda r: r.label, lambda r: r.rank if r.rank is not None else r.label),
+    RankColumn("rank", rank_text, lambda r: r.rank if r.rank is not None else r.label),
     RankColumn("host", lambda r: r.host or fmt.NA, lambda r: r.host, numeric=False),
     RankColumn("pid", lambda r: str(r.pid) if r.pid is not None else fmt.NA, lambda r: r.pid),
     RankColumn("status", status_text, lambda r: status_text(r), numeric=False),
     RankColumn("step", lambda r: str(r.last_step) if r.last_step is not None else "–", lambda r: r.last_step),
     RankColumn("step p50", lambda r: fmt.ms(r.step_p50_s), lambda r: r.step_p50_s),
-    RankColumn("data wait", lambda r: _pct(r.data_wait_frac), lambda r: r.data_wait_frac),
-    RankColumn("compute p50", lambda r: fmt.ms(r.compute_p50_s), lambda r: r.compute_p50_s),
+    RankColumn("wait", lambda r: _pct(r.data_wait_frac), lambda r: r.data_wait_frac),
+    RankColumn("compute", lambda r: fmt.ms(r.compute_p50_s), lambda r: r.compute_p50_s),
     RankColumn("peak mem", _peak,
                lambda r: r.peak_mem_allocated if r.peak_mem_allocated is not None else r.peak_rss),
     RankColumn("GPU", lambda r: fmt.pct(r.gpu_util_mean), lambda r: r.gpu_util_mean),
 )
+HOST = 1  # the host column is left out while every rank runs on one host
 
 
 def sorted_rows(rows: tuple[RankRow, ...], column: int) -> list[RankRow]:
@@ -90,6 +97,7 @@ class RanksScreen(PitstopScreen):
         self.sort_column = 0
         self._shown: tuple[int, int] | None = None
         self._summary: JobSummary | None = None
+        self._columns: list[int] = []  # indices into COLUMNS of the columns shown
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="ranks-info")
@@ -120,10 +128,13 @@ class RanksScreen(PitstopScreen):
         rate = (f"{summary.samples_per_s:,.1f} samples/s" if summary.samples_per_s is not None
                 else fmt.na("batch size unknown"))
         steps = f"{summary.steps_per_s:.2f} steps/s" if summary.steps_per_s is not None else ""
+        hosts = {r.host for r in summary.rows if r.host}
+        where = f" on {next(iter(hosts))}" if len(hosts) == 1 else ""
         return Text.assemble(
-            (f"{summary.ranks} ranks{world}", "bold"),
+            (f"{summary.ranks} ranks{world}{where}", "bold"),
             f"  job {rate}" + (f", {steps} (slowest rank)" if steps else ""),
-            ("\nfigures over measured steps (warm-up dropped) · s or a click on a header sorts", "dim"),
+            ("\np50s and the data-wait share over measured steps (warm-up dropped) · s or a click on a "
+             "header sorts", "dim"),
         )
 
     def _fill(self, summary: JobSummary) -> None:
@@ -131,18 +142,22 @@ class RanksScreen(PitstopScreen):
         cursor = table.cursor_row
         table.clear(columns=True)
         slow = {s.label for s in summary.stragglers}
-        for i, col in enumerate(COLUMNS):
+        shown = [i for i in range(len(COLUMNS))
+                 if i != HOST or len({r.host for r in summary.rows}) > 1]
+        self._columns = shown
+        for i in shown:
+            col = COLUMNS[i]
             marker = (" ▼" if col.numeric and i else " ▲") if i == self.sort_column else ""
             table.add_column(col.title + marker, key=str(i))
         for row in sorted_rows(summary.rows, self.sort_column):
             style = STRAGGLER_STYLE if row.label in slow else (GONE_STYLE if row.status == "gone" else "")
             cells = []
-            for col in COLUMNS:
+            for i in shown:
+                col = COLUMNS[i]
                 text = col.text(row)
-                if col.title == "rank" and row.label in slow:
+                if i == 0 and row.label in slow:
                     text += " ◀ straggler"
-                cells.append(Text(text, style=style, justify="right" if col.numeric and col.title != "rank"
-                                  else "left"))
+                cells.append(Text(text, style=style, justify="right" if col.numeric and i else "left"))
             table.add_row(*cells, key=row.label)
         if 0 <= cursor < table.row_count:
             table.move_cursor(row=cursor, animate=False)
@@ -168,11 +183,13 @@ class RanksScreen(PitstopScreen):
         return text
 
     def action_sort(self) -> None:
-        self.sort_column = (self.sort_column + 1) % len(COLUMNS)
+        shown = self._columns or list(range(len(COLUMNS)))
+        later = [i for i in shown if i > self.sort_column]
+        self.sort_column = later[0] if later else shown[0]
         self._refill()
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        self.sort_column = event.column_index
+        self.sort_column = int(str(event.column_key.value))  # the key is the column's index in COLUMNS
         self._refill()
 
     def _refill(self) -> None:

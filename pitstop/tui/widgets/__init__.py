@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from pitstop.tui.widgets._chart import Chart, ChartData, Series
+from pitstop.tui.widgets._bars import BarChart, BarSeries, Layer
 from pitstop.tui.widgets._figures import Figures, Row
-from pitstop.tui.widgets._findings import FindingsPanel, FindingView
+from pitstop.tui.widgets._findings import FindingsPanel, FindingView, TopFinding
+from pitstop.tui.widgets._gauges import Gauge, GaugeLine, Gauges
 from pitstop.tui.widgets._header import HeaderInfo, StatusHeader
+from pitstop.tui.widgets._split import Phase, SplitInfo, TimeSplit
 
 __all__ = [
-    "Chart",
-    "ChartData",
+    "BarChart",
+    "BarSeries",
     "Figures",
     "FindingView",
     "FindingsPanel",
+    "Gauge",
+    "GaugeLine",
+    "Gauges",
     "HeaderInfo",
+    "Layer",
+    "Phase",
     "Row",
-    "Series",
+    "SplitInfo",
     "StatusHeader",
+    "TimeSplit",
+    "TopFinding",
 ]

@@ -1,0 +1,207 @@
+"""Provides the overview's figures at a glance: where the step time goes, the findings as text, and
+one line per resource (GPU, CPU, memory) with its history.
+
+Pure functions of a Frame (no widgets are touched): the overview screen sets
+their results on its widgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pitstop.analysis import Finding, RunState
+from pitstop.analysis._cpu import cpu_now
+from pitstop.analysis._figures import step_split, window_phases
+from pitstop.analysis._summary import gpu_reason
+from pitstop.events import Sample
+from pitstop.tui import format as fmt
+from pitstop.tui.view import Frame, latest_sample, torch_mem_reason
+from pitstop.tui.widgets import FindingView, Gauge, GaugeLine, Phase, SplitInfo
+
+# Sparklines show the last 120 samples: 1-2 minutes at the samplers' 1-2 Hz.
+HISTORY_SAMPLES = 120
+HISTORY_STEPS = 300
+# Short phase names: the overview gives the split one line (the Ops screen names them in full).
+SHORT_PHASES = {"data": "data", "forward": "fwd", "backward": "bwd", "optimizer": "optim"}
+
+
+# -- where the step time goes ----------------------------------------------------------
+def split_info(frame: Frame) -> SplitInfo | None:
+    """Data wait against compute over the measured steps; the latest profiler window's phases."""
+    run = frame.run
+    if run is None or run.last_step is None:
+        return None
+    split = step_split(run)
+    bound = any(f.rule == "data-wait" for f in frame.findings or ())
+    phases, title, note = (), "", _no_window_note(frame)
+    if run.profiles:
+        window = run.profiles[-1]
+        shares = window_phases(window)
+        if shares:
+            phases = tuple(Phase(SHORT_PHASES.get(p.name, p.name), p.frac, _phase_ms(p.ms)) for p in shares)
+            title = f"profiled steps {window.step_start}-{window.step_end - 1}"
+        else:
+            note = f"profiled steps {window.step_start}-{window.step_end - 1} have no phase split"
+    if split is None:
+        warm = run.total_steps
+        return SplitInfo(note=f"{fmt.count(warm, 'step')} so far, all warm-up or marked (not measured yet)",
+                         phases=phases, phases_title=title, phases_note=note)
+    return SplitInfo(
+        step=fmt.ms(split.wall_p50),
+        over=f"over {fmt.count(split.steps, 'measured step')}",
+        wait_frac=split.data_frac,
+        wait=fmt.ms(split.wait_p50),
+        compute=fmt.ms(split.compute_p50),
+        wait_style="bold red" if bound else "red",
+        phases=phases,
+        phases_title=title,
+        phases_note=note,
+    )
+
+
+def _phase_ms(ms: float) -> str:
+    return fmt.ms(ms / 1000.0).replace(" ", "")
+
+
+def _no_window_note(frame: Frame) -> str:
+    if frame.live:
+        return "no profiler window yet (p profiles now; 2 shows its ops)"
+    return "no profiler window in this record before the cursor"
+
+
+# -- findings -------------------------------------------------------------------------
+def finding_views(found: Sequence[Finding] | None) -> tuple[FindingView, ...] | None:
+    """The findings as the widgets show them (evidence cut to two items, the fix to its first line)."""
+    if found is None:
+        return None
+    return tuple(
+        FindingView(severity=f.severity, title=f.title, evidence=tuple(f.evidence[:2]), gain=f.gain,
+                    fix=(f.fix.splitlines() or [""])[0])
+        for f in found
+    )
+
+
+def quiet_text(frame: Frame) -> str:
+    """What the findings say when there is none: plainly whether the run is still going."""
+    run = frame.run
+    if run is None or run.last_step is None:
+        return "waiting for steps…"
+    steps = fmt.count(len(run.measured_steps()), "measured step")
+    if run.end is not None or (frame.ended and frame.replay is None):
+        return f"nothing to report: the run ended, and nothing in its {steps} calls for a change"
+    if frame.replay is not None:
+        return f"nothing to report up to the cursor ({steps})"
+    return f"nothing to report so far ({steps})"
+
+
+# -- resources ------------------------------------------------------------------------
+def _history(run: RunState) -> list[Sample]:
+    k = len(run.samples)
+    return [run.samples[i] for i in range(max(0, k - HISTORY_SAMPLES), k)]
+
+
+def gauge_lines(run: RunState | None) -> tuple[GaugeLine, ...]:
+    """One line each for the GPU, the CPU (in cores) and memory."""
+    if run is None:
+        return ()
+    samples = _history(run)
+    return (_gpu_line(run, samples), _cpu_line(run, samples), _memory_line(run, samples))
+
+
+def _gpu_line(run: RunState, samples: list[Sample]) -> GaugeLine:
+    sample = latest_sample(run)
+    if sample is None or not sample.gpus:
+        reason = sample.gpu_unavailable if sample is not None and sample.gpu_unavailable else gpu_reason(run)
+        return GaugeLine("GPU", (Gauge(fmt.na(reason), style="yellow"),))
+    g = sample.gpus[0]
+    many = f" (gpu0 of {len(sample.gpus)})" if len(sample.gpus) > 1 else ""
+
+    def of(pick: str) -> tuple[float | None, ...]:
+        return tuple(_gpu0_value(s, pick) for s in samples)
+
+    why = g.unavailable
+    util = Gauge(f"util {fmt.pct(g.util, why.get('util'))}{many}", of("util"), 100.0)
+    if g.mem_used is not None and g.mem_total:
+        mem = Gauge(f"mem {fmt.size_of(g.mem_used, g.mem_total)}", of("mem_used"), float(g.mem_total),
+                    "bold red" if g.mem_used > 0.9 * g.mem_total else "")
+    else:
+        mem = Gauge(f"mem {fmt.size(g.mem_used, why.get('mem_used') or why.get('memory'))}", of("mem_used"))
+    limit = f"/{g.power_limit_w:.0f} W" if g.power_w is not None and g.power_limit_w else (
+        " W" if g.power_w is not None else "")
+    power_text = f"{g.power_w:.0f}{limit}" if g.power_w is not None else fmt.na(why.get("power_w") or why.get("power"))
+    power = Gauge(f"power {power_text}", of("power_w"), g.power_limit_w)
+    return GaugeLine("GPU", (util, mem, power))
+
+
+def _gpu0_value(sample: Sample, pick: str) -> float | None:
+    if not sample.gpus:
+        return None
+    value = getattr(sample.gpus[0], pick)
+    return float(value) if value is not None else None
+
+
+def _cpu_line(run: RunState, samples: list[Sample]) -> GaugeLine:
+    if not samples:
+        return GaugeLine("CPU", (Gauge(fmt.na("no sample yet"), style="dim"),))
+    cpu = cpu_now(run, samples=1)
+    main_hist = tuple(_main_cpu(s) for s in samples)
+    # Cores have no natural top: a sparkline reaches from 0 to one core or the busiest reading.
+    gauges = [Gauge(f"main {cpu.main:.2f}" if cpu.main is not None else f"main {fmt.NA}", main_hist,
+                    max([1.0, *(v for v in main_hist if v is not None)]))]
+    for group in cpu.loaders[:2]:
+        name = "workers" if group.label in ("", "train") else f"loader {group.loader}"
+        hist = tuple(_worker_cpu(s, group.loader) for s in samples)
+        known = [v for v in hist if v is not None]
+        cores = f"{group.cores:.2f}" if group.cores is not None else fmt.NA
+        gauges.append(Gauge(f"{fmt.count(group.workers, 'worker')} {cores}" if name == "workers"
+                            else f"{name} ({group.workers}) {cores}", hist, max([1.0, *known])))
+    if not cpu.loaders:
+        gauges.append(Gauge(_no_workers(run)))
+    if cpu.machine is not None:
+        hist = tuple(s.system_cpu for s in samples)
+        gauges.append(Gauge(f"machine {cpu.machine:.1f}/{cpu.machine_cores}", hist, 100.0))
+    elif cpu.machine_pct is not None:
+        gauges.append(Gauge(f"machine {fmt.pct(cpu.machine_pct)}", tuple(s.system_cpu for s in samples), 100.0))
+    return GaugeLine("CPU", tuple(gauges))
+
+
+def _main_cpu(sample: Sample) -> float | None:
+    return next((p.cpu / 100.0 for p in sample.procs if p.role == "main" and p.cpu is not None), None)
+
+
+def _worker_cpu(sample: Sample, loader: int | None) -> float | None:
+    cpus = [p.cpu for p in sample.procs if p.role == "worker" and p.loader == loader and p.cpu is not None]
+    return sum(cpus) / 100.0 if cpus else None
+
+
+def _no_workers(run: RunState) -> str:
+    info = run.training_loader() or max(run.dataloaders.values(), key=lambda d: d.num_workers, default=None)
+    if info is None:
+        return "no DataLoader seen"
+    if info.num_workers == 0:
+        return "0 workers (loads in main)"
+    return f"0 of {fmt.count(info.num_workers, 'worker')} running"
+
+
+def _memory_line(run: RunState, samples: list[Sample]) -> GaugeLine:
+    rss_hist = tuple(_main_rss(s) for s in samples)
+    last = run.steps[-1] if run.steps else None
+    rss = last.host_rss if last is not None and last.host_rss is not None else (
+        rss_hist[-1] if rss_hist and rss_hist[-1] is not None else None)
+    gauges = [Gauge(f"host rss {fmt.size(rss, 'not reported')}", rss_hist if any(rss_hist) else ())]
+    if last is not None and last.mem_allocated is not None:
+        k = len(run.steps)
+        steps = [run.steps[i] for i in range(max(0, k - HISTORY_STEPS), k)]
+        alloc = tuple(float(s.mem_allocated) if s.mem_allocated is not None else None for s in steps)
+        top = float(run.peak_mem_reserved or max(v for v in alloc if v is not None) or 1)
+        # Reserved and the peaks are on the Memory screen (4): one line has room for two histories.
+        gauges.append(Gauge(f"torch {fmt.size(last.mem_allocated)} (peak {fmt.size(run.peak_mem_allocated)})",
+                            alloc, top))
+    else:
+        gauges.append(Gauge(f"torch {fmt.na(torch_mem_reason(run) or 'not reported yet')}", style="dim"))
+    return GaugeLine("mem", tuple(gauges))
+
+
+def _main_rss(sample: Sample) -> float | None:
+    return next((float(p.rss) for p in sample.procs if p.role == "main" and p.rss is not None), None)
+
