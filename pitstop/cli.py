@@ -1,4 +1,4 @@
-"""Provides the `pitstop` command: run | attach | ls | view | profile | tune | doctor | demo.
+"""Provides the `pitstop` command: run | attach | ls | view | profile | tune | doctor | demo | compare | report.
 
 Every PitstopError becomes one line on stderr (`pitstop: error: ...`) and a
 non-zero exit; a training script's own exit code is passed through. A reader
@@ -422,6 +422,30 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pitstop.compare import compare_paths, comparison_text, gate, gate_text, to_json
+
+    if args.fail_if_slower is not None and args.fail_if_slower < 0:
+        raise UsageError(f"--fail-if-slower {args.fail_if_slower:g}: give a percentage of 0 or more")
+    result = compare_paths(Path(args.a), Path(args.b), force=args.force)
+    code = gate(result, args.fail_if_slower)
+    if args.json:
+        print(to_json(result, args.fail_if_slower, code))
+    else:
+        print(comparison_text(result, ascii_only=(sys.stdout.encoding or "").lower().replace("-", "") != "utf8"))
+    if args.fail_if_slower is not None:
+        print(gate_text(result, args.fail_if_slower, code), file=sys.stderr)
+    return code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pitstop.report import write_report
+
+    out = write_report(Path(args.record), Path(args.output), force=args.force)
+    print(f"pitstop: report written to {out}", file=sys.stderr)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pitstop", description="A terminal profiler and tuning assistant for PyTorch training."
@@ -465,6 +489,21 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--record", metavar="PATH")
     demo.add_argument("--config", metavar="FILE")
     demo.add_argument("--profile", metavar="SPEC")
+
+    compare = sub.add_parser("compare", help="compare two recorded runs: faster, slower or no difference",
+                             description="Exit codes: 0 compared; 1 B is slower than --fail-if-slower allows; "
+                             "2 error or not comparable; 3 --fail-if-slower given but a run was too short to tell.")
+    compare.add_argument("a", metavar="A", help="the baseline: a record file (.jsonl) or a session directory")
+    compare.add_argument("b", metavar="B", help="the run compared with it")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                         help="exit 1 when B is slower than A by more than PCT%% beyond the noise (for CI)")
+    compare.add_argument("--force", action="store_true", help="compare runs of different scripts")
+
+    report = sub.add_parser("report", help="write a shareable report of a recorded run (.html or .md)")
+    report.add_argument("record", help="a record file (.jsonl) or a session directory")
+    report.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.html (offline, self-contained) or FILE.md")
+    report.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
     tune = sub.add_parser("tune", help="find the fastest stable configuration and export it",
                           usage="pitstop tune [options] (SCRIPT [ARGS...] | -m MODULE [ARGS...] | -- COMMAND...)")
@@ -538,6 +577,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "view": cmd_view,
             "profile": cmd_profile,
             "demo": cmd_demo,
+            "compare": cmd_compare,
+            "report": cmd_report,
         }
         if args.command == "doctor":
             from pitstop.doctor import run as run_doctor
