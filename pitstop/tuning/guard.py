@@ -206,6 +206,7 @@ class FileGuard:
             if cur != (size, mtime):
                 lost.append(rel)
         self._clear_trial_notes()
+        self.store.mkdir(parents=True, exist_ok=True)
         (self.store / "kept.json").write_text(json.dumps(sorted(self.kept)))
         self.before = None
         return Restored(tuple(restored), tuple(sorted(removed)), tuple(sorted(lost)), tuple(sorted(kept)))
@@ -257,7 +258,13 @@ class FileGuard:
         return done
 
     def close(self) -> list[str]:
-        """The tune is over and the tree is back: remove the files kept for it, then the originals."""
+        """The tune is over and the tree is back: remove the files kept for it, then the originals.
+
+        A trial whose restore did not finish (a second Ctrl+C during it) leaves the
+        store in place: the next tune in this directory puts the files back first.
+        """
+        if self.before is not None:
+            return []
         removed = []
         for rel in sorted(self.kept, key=lambda p: -p.count("/")):
             if _remove(self.root / rel):

@@ -19,5 +19,7 @@ def test_tune_a_two_rank_job(tmp_path: Path, env: dict[str, str]) -> None:
     report = result.stdout + result.stderr
     assert "2 local rank(s)" in report  # the worker cap is per local rank
     assert "samples/s" in report
-    assert (tmp_path / "pitstop.toml").exists()
-    assert "torch.distributed.run" in (tmp_path / "pitstop.toml").read_text()  # provenance keeps the launcher
+    if (tmp_path / "pitstop.toml").exists():  # written only when a configuration beat the job's own
+        assert "torch.distributed.run" in (tmp_path / "pitstop.toml").read_text()  # provenance keeps the launcher
+    else:
+        assert "Nothing beat the script's own settings" in report

@@ -7,6 +7,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from pitstop.errors import UsageError
 from pitstop.tuning.results import Candidate, Facts, TrialResult
 from pitstop.tuning.space import Space
 from pitstop.tuning.strategy import Budget, Outcome, Search
@@ -353,3 +356,16 @@ def test_amp_losses_are_judged_against_repeated_runs_of_the_scripts_own_settings
     outcome, _ = search(amp_helps, sp, sim=Sim(amp_helps, losses=amp_diverges))
     assert outcome.winner == Candidate()
     assert any("diverged in confirmation" in c.failure for c in outcome.contests)
+
+
+def test_confirm_only_runs_the_ab_rounds_of_one_config_and_nothing_else() -> None:
+    sim = Sim(data_bound)
+    two = Candidate.of({"num_workers": 2})
+    outcome = Search(sim, lambda base: two_cores(), Budget(trials=10), steps=30).confirm_only(two)
+    assert [c for c, _, _ in sim.calls] == [two, Candidate(), Candidate(), two]  # A B, B A
+    assert outcome.confirmed and outcome.winner == two and outcome.interval is not None
+    slower = Candidate.of({"amp": "bf16"})
+    outcome = Search(Sim(data_bound), lambda base: two_cores(), Budget(trials=10), steps=30).confirm_only(slower)
+    assert outcome.winner == Candidate() and not outcome.improves
+    with pytest.raises(UsageError, match="at least 2 trials"):
+        Search(Sim(data_bound), lambda base: two_cores(), Budget(trials=1), steps=30).confirm_only(two)

@@ -130,3 +130,14 @@ def test_the_tuners_own_output_redirected_into_the_tree_is_not_taken_for_a_trial
                               text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "()"
+
+
+def test_an_unfinished_restore_keeps_the_originals_for_the_next_tune(project: Path) -> None:
+    before = tree(project)
+    guard = FileGuard(project, project / ".guard", skip=(project / ".guard",))
+    guard.prepare()
+    run_trial(guard, project)
+    guard.close()  # interrupted before restore(): the store must survive
+    assert (project / ".guard" / "files" / "out" / "ckpt.pt").exists()
+    FileGuard(project, project / ".guard").recover()
+    assert tree(project) == before
