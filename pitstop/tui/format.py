@@ -56,14 +56,14 @@ def ms(seconds: float | None, reason: str | None = None) -> str:
 
 
 def us(micros: float | None) -> str:
-    """Profiler microseconds as µs/ms/s."""
+    """Profiler microseconds as µs/ms/s with three significant digits ("950 µs", "45.0 ms", "26.8 s")."""
     if micros is None:
         return NA
-    if micros >= 1_000_000:
-        return f"{micros / 1e6:.2f} s"
-    if micros >= 1000:
-        return f"{micros / 1000:.2f} ms"
-    return f"{micros:.1f} µs"
+    for scale, unit in ((1e6, "s"), (1e3, "ms"), (1.0, "µs")):
+        if micros >= scale or unit == "µs":
+            v = micros / scale
+            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}"
+    return NA  # pragma: no cover - the loop always returns
 
 
 def pct(value: float | None, reason: str | None = None, digits: int = 0) -> str:

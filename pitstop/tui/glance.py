@@ -15,6 +15,7 @@ from pitstop.analysis._figures import step_split, window_phases
 from pitstop.analysis._summary import gpu_reason
 from pitstop.events import Sample
 from pitstop.tui import format as fmt
+from pitstop.tui.opstable import MIN_PHASE_SHARE
 from pitstop.tui.view import Frame, latest_sample, torch_mem_reason
 from pitstop.tui.widgets import FindingView, Gauge, GaugeLine, Phase, SplitInfo
 
@@ -38,7 +39,8 @@ def split_info(frame: Frame) -> SplitInfo | None:
         window = run.profiles[-1]
         shares = window_phases(window)
         if shares:
-            phases = tuple(Phase(SHORT_PHASES.get(p.name, p.name), p.frac, _phase_ms(p.ms)) for p in shares)
+            phases = tuple(Phase(SHORT_PHASES.get(p.name, p.name), p.frac, _phase_ms(p.ms)) for p in shares
+                           if p.frac >= MIN_PHASE_SHARE)
             title = f"profiled steps {window.step_start}-{window.step_end - 1}"
         else:
             note = f"profiled steps {window.step_start}-{window.step_end - 1} have no phase split"

@@ -69,7 +69,7 @@ def test_unavailable_figures_say_why() -> None:
 
 
 def test_units_and_grammar_read_as_a_person_writes_them() -> None:
-    assert fmt.us(12.5) == "12.5 µs" and fmt.us(2500.0) == "2.50 ms"
+    assert fmt.us(12.5) == "12.5 µs" and fmt.us(2500.0) == "2.50 ms" and fmt.us(950.0) == "950 µs"
     # GiB with three significant digits at most, no ".0" on a round number.
     assert [fmt.size(v * 2**30) for v in (40, 2.4375, 12.34, 0.5)] == ["40 GiB", "2.44 GiB", "12.3 GiB", "512 MiB"]
     assert fmt.count(1, "line") == "1 line" and fmt.count(2, "worker") == "2 workers"

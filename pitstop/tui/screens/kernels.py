@@ -98,8 +98,8 @@ class KernelsScreen(PitstopScreen):
         loader = frame.run.training_loader() if frame.run is not None else None
         if self.table_kind == "ops" and loader is not None and loader.num_workers == 0:
             # The record does not say which aten ops ran in __getitem__ (OpStat is by name).
-            text.append("\nnum_workers=0: the dataset's own ops run in the main process and are counted "
-                        "under their aten names with the model's", style="yellow")
+            text.append("\nnum_workers=0: the dataset's ops are in this table, under their aten names",
+                        style="yellow")
         if self.table_kind == "kernels" and w.kernels_unavailable:
             text.append(f"\nkernels: {fmt.na(w.kernels_unavailable)}", style="yellow")
         group = " · g ungroup" if self.grouped else " · g group by phase"
@@ -119,12 +119,13 @@ class KernelsScreen(PitstopScreen):
             opstable.op_rows(window, frame.run, col, self.grouped) if self.table_kind == "ops"
             else opstable.kernel_rows(window, frame.run, col))
         # No horizontal scrollbar at 80 columns (issue 12): the name takes what the others leave.
-        others = sum(c.width + CELL_PADDING for c in columns if c.width)
+        # A number column is wide enough for its title and the sort marker (" ▼") either way.
+        widths = [max(c.width, len(c.title) + 2) if c.width else 0 for c in columns]
+        others = sum(w + CELL_PADDING for w in widths if w)
         name_w = max(MIN_NAME, (self.size.width or 80) - others - CELL_PADDING - SCROLLBAR)
         for i, c in enumerate(columns):
             marker = " ▼" if i == col and c.numeric else (" ▲" if i == col else "")
-            table.add_column(c.title + marker, key=str(i), width=c.width + (2 if marker and c.width else 0)
-                             if c.width else name_w)
+            table.add_column(c.title + marker, key=str(i), width=widths[i] or name_w)
         for row in rows:
             table.add_row(*self._cells(row, columns, name_w))
 

@@ -148,14 +148,16 @@ def _axis(top: float, rows: int, unit: str = "s") -> _Axis:
     """Round ticks whose last one is the lowest above `top` (with a tick every other row or so)."""
     top = top if top > 0 else (1e-3 if unit == "s" else float(1 << 20))
     unit, scale = unit_of(top, unit)
-    best: tuple[float, float] | None = None
-    for count in range(1, max(1, (rows + 1) // 2 + 1) + 1):
+    # The step that reaches least above `top` (the bars use the height); of those, the one whose
+    # tick count is nearest a tick every other row (a 10 s top once read "0" and "10" alone).
+    want = max(1, rows // 2)
+    options = []
+    for count in range(1, max(1, rows - 1) + 1):
         step = nice_step(top * scale, count) / scale
         reach = math.ceil(top / step - 1e-9) * step
-        if best is None or reach < best[0] - 1e-12:
-            best = (reach, step)
-    assert best is not None
-    return _Axis(best[0], best[1], unit, scale)
+        options.append((round(reach * scale, 9), abs(round(reach / step) - want), step, reach))
+    _, _, step, reach = min(options)
+    return _Axis(reach, step, unit, scale)
 
 
 def _cell(lo: float, size: float, bounds: list[float], styles: list[str]) -> tuple[str, str]:
