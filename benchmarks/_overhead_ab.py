@@ -2,15 +2,16 @@
 
     pitstop run --headless benchmarks/_overhead_ab.py PAIRS PERIODS OUT.json
 
-Runs `_workload_10ms` under `pitstop run` with the default profiler schedule
-(a window of 5 steps every 500, the first after step 50).
+Runs `_workload_10ms` under `pitstop run` with the profiler schedule
+overhead.py gives it (`--profile 100:5:50`: a window of 5 steps every 100, the
+first after step 50; the default is every 500).
 
 Phase 1 alternates two arms in PAIRS pairs of 25-step blocks (~0.25 s), in
 ABBA order, so the drift of a shared machine cancels pair by pair:
   plain    the agent switched off (`disabled`): its hooks pass straight through,
            the sampler skips its samples, nothing is encoded, written or sent;
   agent    the always-on agent, profiler windows paused (`agent.windows` None).
-Phase 2 runs PERIODS schedule periods (500 steps each) with the windows on,
+Phase 2 runs PERIODS schedule periods (`every` steps each) with the windows on,
 starting on the schedule's grid, so step 0 of each period opens a window.
 
 Writes every step time, and the agent's index of the first timed step so that

@@ -1,6 +1,7 @@
 """Prints the step-time cost of pitstop's agent and of its default profiler windows, and RSS over 200 windows.
 
-    python benchmarks/overhead.py [--pairs 160] [--periods 6] [--rounds 3] [--steps 500] [--rss-windows 200]
+    python benchmarks/overhead.py [--pairs 160] [--periods 30] [--window-every 100] [--rounds 3] [--steps 500]
+                                  [--rss-windows 200]
 
 One workload: ~10 ms CPU steps (an MLP, a DataLoader, SGD; `_workload_10ms.py`).
 
@@ -9,11 +10,17 @@ measured in ONE process under `pitstop run` (`_overhead_ab.py`): the agent is
 switched off and on in alternating 25-step blocks, ABBA, so the drift of a
 shared machine cancels pair by pair. Printed: the ratio of median step times
 (on / off) with a bootstrap 90% interval over the pairs, and the ratio of mean
-step times. Then 500-step schedule periods with the default windows on: the
-time each window adds (its 5 profiled steps, profiler start and stop, the
-tables built on a thread) is the excess of the 40 steps from its start over the
-mean of the rest of its period; windows ratio = agent ratio x (1 + added time
-per period / period time). Every step counts, as the workload timed it: the
+step times. Then schedule periods with windows on: the time each window adds
+(its 5 profiled steps, profiler start and stop, the tables built on a thread)
+is the excess of the 40 steps from its start over the mean of the rest of its
+period; windows ratio = agent ratio x (1 + added time per window / the time of
+a default 500-step period at the same pace). The windows are opened every 100
+steps here, five times as densely as by default, to measure 30 of them in the
+time 6 default periods took: with 6, two runs on the busy shared VM gave -29
+and +0.5 ms per window (single windows from -455 to +354 ms; windows then cost
+~50 ms). Windows do not interact: a window's disturbance ends within
+~12 steps (docs/internals.md, "Profiler windows"), so each window's cost is
+the same at either density. Every step counts, as the workload timed it: the
 agent marks the steps a window disturbs ("profiled", "after-profile") and keeps
 them out of its step statistics, but the training still took that long. The
 marks are printed after it, read from the record: how many per window, and how
@@ -46,7 +53,8 @@ HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "_workload_10ms.py"
 AB = HERE / "_overhead_ab.py"
 WARMUP = 20  # steps dropped from each whole-process run
-REACH = 40  # steps from a window's start that carry its cost (5 profiled + aggregation on a thread)
+REACH = 40  # steps from a window's start that carry its cost (5 profiled, then ~5 marked "after-profile")
+DEFAULT_EVERY = 500  # pitstop's default schedule: a window of 5 steps every 500 (`--profile 500:5:50`)
 ENV = dict(os.environ, PITSTOP_STATUS_INTERVAL="3600")
 
 
@@ -67,9 +75,10 @@ def bootstrap(plain: list[list[float]], agent: list[list[float]], rounds: int = 
     return ratios[int(0.05 * rounds)], ratios[int(0.95 * rounds) - 1]
 
 
-def in_process(pairs: int, periods: int, tmp: Path) -> None:
+def in_process(pairs: int, periods: int, window_every: int, tmp: Path) -> None:
     out = tmp / "ab.json"
-    subprocess.run(pitstop("--record", str(tmp / "ab.jsonl"), str(AB), str(pairs), str(periods), str(out)),
+    subprocess.run(pitstop("--profile", f"{window_every}:5:50", "--record", str(tmp / "ab.jsonl"), str(AB),
+                           str(pairs), str(periods), str(out)),
                    check=True, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=HERE)
     data = json.loads(out.read_text())
     plain, agent = data["blocks"]["plain"], data["blocks"]["agent"]
@@ -89,11 +98,15 @@ def in_process(pairs: int, periods: int, tmp: Path) -> None:
         period = timed[start:start + every]
         rest = statistics.fmean(period[REACH:])
         added.append(sum(period[:REACH]) - REACH * rest)
-        period_time.append(every * rest)
+        period_time.append(DEFAULT_EVERY * rest)  # the default schedule's period, at this stretch's pace
     share = statistics.fmean(added) / statistics.fmean(period_time)
-    print(f"  default windows ({data['active']} steps every {every}): {data['windows']} windows in {len(added)} "
-          f"periods ({data['skipped']} skipped); each adds {statistics.fmean(added) * 1e3:.1f} ms "
-          f"(min {min(added) * 1e3:.1f}, max {max(added) * 1e3:.1f}) to a {statistics.fmean(period_time):.2f} s period")
+    density = (f"{DEFAULT_EVERY / every:g}x as dense as the default {DEFAULT_EVERY}, to measure more of them"
+               if every != DEFAULT_EVERY else "the default schedule")
+    print(f"  windows of {data['active']} steps, one every {every} steps ({density}): {data['windows']} windows "
+          f"({data['skipped']} skipped); each "
+          f"adds {statistics.fmean(added) * 1e3:.1f} ms (median {statistics.median(added) * 1e3:.1f}, min "
+          f"{min(added) * 1e3:.1f}, max {max(added) * 1e3:.1f}) to a {statistics.fmean(period_time):.2f} s "
+          f"default period")
     # A window's cost lands on a few steps and barely moves a median: it is added as a share of time.
     print(f"  agent + default windows: {median_ratio * (1 + share):.4f} (the agent's ratio of medians x "
           f"(1 + {share:.4f})), {mean_ratio * (1 + share):.4f} (its ratio of means x the same)   target <= 1.015")
@@ -169,15 +182,21 @@ def whole_process(rounds: int, steps: int, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=160, help="part 1: pairs of 25-step blocks")
-    parser.add_argument("--periods", type=int, default=6, help="part 1: 500-step periods with windows")
+    parser.add_argument("--periods", type=int, default=30, help="part 1: windows measured (one per period)")
+    parser.add_argument("--window-every", type=int, default=100,
+                        help=f"part 1: steps per period (>= {REACH + 20}); each window is costed against the "
+                             f"default {DEFAULT_EVERY}-step period")
     parser.add_argument("--rounds", type=int, default=3, help="part 2: rounds of whole processes (0: skip)")
     parser.add_argument("--steps", type=int, default=500, help="part 2: steps per process")
     parser.add_argument("--rss-windows", type=int, default=200, help="part 3: windows (0: skip)")
     args = parser.parse_args()
+    if args.window_every < REACH + 20:
+        parser.error(f"--window-every must leave at least 20 steps after the {REACH} a window's cost lands on")
     print(f"command: python benchmarks/overhead.py --pairs {args.pairs} --periods {args.periods} "
-          f"--rounds {args.rounds} --steps {args.steps} --rss-windows {args.rss_windows}", flush=True)
+          f"--window-every {args.window_every} --rounds {args.rounds} --steps {args.steps} "
+          f"--rss-windows {args.rss_windows}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        in_process(args.pairs, args.periods, Path(tmp))
+        in_process(args.pairs, args.periods, args.window_every, Path(tmp))
         if args.rounds:
             whole_process(args.rounds, args.steps, Path(tmp))
     if args.rss_windows:
