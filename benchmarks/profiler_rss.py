@@ -88,7 +88,7 @@ def rss_over_windows(n: int) -> None:
     t0 = time.perf_counter()
     for i in range(1, n + 1):
         w.request()
-        for _ in range(3):  # the step that opens it, then the 2 recorded steps
+        for _ in range(4):  # the step that opens it, the 2 recorded steps, the one that stops it
             work.step()
             w.on_step(step)
             step += 1
