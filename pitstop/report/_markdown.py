@@ -1,0 +1,99 @@
+"""Provides `render_markdown`: the report as Markdown to paste into an issue (tables, and sparklines for charts)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from pitstop.analysis._summary import fmt_pct
+from pitstop.report._data import ReportData, TableRow, overview
+
+_SPARKS = "▁▂▃▄▅▆▇█"
+# A sparkline of 60 characters fits an issue's code block without wrapping.
+SPARK_WIDTH = 60
+
+
+def sparkline(values: Sequence[float], width: int = SPARK_WIDTH) -> str:
+    """Values squeezed into `width` characters (means of equal slices), scaled from 0 to their max."""
+    if not values:
+        return ""
+    n = len(values)
+    cells = [values[int(i * n / width): max(int(i * n / width) + 1, int((i + 1) * n / width))]
+             for i in range(min(width, n))]
+    means = [sum(c) / len(c) for c in cells]
+    top = max(means)
+    if top <= 0:
+        return _SPARKS[0] * len(means)
+    return "".join(_SPARKS[min(7, int(m / top * 7.999))] for m in means)
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _kv(rows: Sequence[tuple[str, str]]) -> list[str]:
+    return ["| | |", "|---|---|"] + [f"| {_cell(k)} | {_cell(v)} |" for k, v in rows]
+
+
+def _table(rows: Sequence[TableRow]) -> list[str]:
+    out = ["| name | calls/step | ms/step | share of step |", "|---|---:|---:|---:|"]
+    out += [f"| `{_cell(r.name)}` | {r.calls:.1f} | {r.ms:.2f} | {fmt_pct(r.share) if r.share is not None else 'n/a'} |"
+            for r in rows]
+    return out
+
+
+def render_markdown(data: ReportData) -> str:
+    """The whole report, GitHub-flavoured Markdown."""
+    steps = data.series.steps
+    lines = [f"## pitstop report: `{data.script}`", "",
+             f"record `{data.path}`, written {time.strftime('%Y-%m-%d %H:%M', time.localtime(data.generated))}", ""]
+    lines += _kv(overview(data))
+    wall = [v for _, v in steps.points("wall")]
+    if wall:
+        wait = [v for _, v in steps.points("wait")]
+        rate = [v for _, v in steps.ratio("samples", "wall_known")]
+        rss = [v for _, v in steps.points("rss", "max")]
+        top = max(wall)
+        lines += ["", "Over the run (left: start, right: end; each line scaled to its own max):", "", "```"]
+        lines.append(f"step time  {sparkline(wall)}  max {top * 1e3:.0f} ms")
+        if wait:
+            lines.append(f"data wait  {sparkline(wait)}  max {max(wait) * 1e3:.0f} ms")
+        if rate:
+            lines.append(f"samples/s  {sparkline(rate)}  max {max(rate):.0f}")
+        if rss:
+            lines.append(f"host rss   {sparkline(rss)}  max {max(rss) / (1 << 20):.0f} MiB")
+        lines.append("```")
+    lines += ["", f"### Findings ({len(data.found)})", ""]
+    if not data.found:
+        lines.append("none: nothing in this run crossed a threshold")
+    for f in data.found:
+        lines.append(f"**[{f.severity}] {f.title}** (`{f.rule}`)")
+        lines += [f"- {e}" for e in f.evidence]
+        if f.cause:
+            lines.append(f"- cause: {f.cause}")
+        if f.gain:
+            lines.append(f"- gain: {f.gain}")
+        if f.fix:
+            lines += ["", "```python", f.fix, "```"]
+        lines.append("")
+    if data.loaders:
+        lines += ["### DataLoaders", "", "| role | settings | workers' CPU (cores) |", "|---|---|---:|"]
+        lines += [f"| {_cell(r.role)} | {_cell(r.settings)} | "
+                  f"{f'{r.workers_cores:.2f}' if r.workers_cores is not None else 'n/a'} |" for r in data.loaders]
+        lines.append("")
+    if data.windows:
+        lines += ["### Profiler windows", ""] + [f"- {w}" for w in data.windows] + [""]
+        lines += ["Top ops (per profiled step):", ""] + _table(data.ops[:10]) + [""]
+        if data.kernels:
+            lines += ["CUDA kernels:", ""] + _table(data.kernels[:10]) + [""]
+    if data.job is not None:
+        lines += ["### Ranks", "", "| rank | status | steps | step p50 | data wait |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r.label} | {r.status} | {r.steps} | "
+                  f"{f'{r.step_p50_s * 1e3:.1f} ms' if r.step_p50_s is not None else 'n/a'} | "
+                  f"{fmt_pct(r.data_wait_frac)} |" for r in data.job.rows]
+        lines.append("")
+    lines += ["### Environment", ""] + _kv(data.environment)
+    lines += ["", "### pitstop's overhead", ""] + _kv(data.overhead)
+    if data.notes:
+        lines += ["", "### Notes", ""] + [f"- {n}" for n in data.notes]
+    return "\n".join(lines) + "\n"
