@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pitstop.analysis import _rules_loop as loop
 from pitstop.analysis import _rules_model as model
 from pitstop.analysis import _rules_resources as resources
+from pitstop.analysis import _rules_share as share
+from pitstop.analysis import _rules_trends as trends
 from pitstop.analysis._context import SEVERITY_RANK, WARMUP, Context, Finding, measure
 from pitstop.analysis._state import RunState
 
@@ -18,14 +20,19 @@ Rule = Callable[[Context], "Finding | None"]
 RULES: tuple[tuple[str, Rule], ...] = (
     ("nonfinite-loss", model.nonfinite_loss),
     ("gpu-memory-pressure", resources.memory_pressure),
+    ("memory-creep", trends.memory_creep),
     ("shm-small", resources.shm_small),
     ("data-wait", loop.data_wait),
+    ("epoch-stall", trends.epoch_stall),
+    ("eval-share", share.eval_share),
     ("low-gpu-util", loop.low_gpu_util),
     ("host-sync", loop.host_syncs),
     ("data-parallel", model.data_parallel),
     ("no-amp", model.no_amp),
     ("pageable-h2d", loop.pageable_copies),
     ("workers-oversubscribed", resources.workers_oversubscribed),
+    ("cpu-oversubscribed", share.cpu_oversubscribed),
+    ("data-wait-moderate", share.data_wait_moderate),
     ("cudnn-benchmark-shapes", model.cudnn_benchmark_shapes),
     ("channels-last", model.channels_last),
     ("cudnn-benchmark", model.cudnn_benchmark_off),

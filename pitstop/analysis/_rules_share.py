@@ -1,0 +1,151 @@
+"""Provides the rules about shares of the time: evaluation, a moderate data wait, CPU threads fighting for cores."""
+
+from __future__ import annotations
+
+import math
+
+from pitstop.analysis._context import MIN_STEPS, Context, Finding, describe_loader, ms
+from pitstop.analysis._rules_loop import CPU_SATURATED, DATA_WAIT_FRAC
+
+# Evaluation over 15% of the wall time is worth a line (a common recipe, one
+# validation pass per epoch on a tenth of the data, costs 5-10%); from 30% the
+# run spends a third of its time not training.
+EVAL_SHARE = 0.15
+EVAL_SHARE_MEDIUM = 0.30
+# One pass may be the final evaluation, which no schedule change removes.
+EVAL_MIN_PASSES = 2
+
+# A data wait over 10% of the step is a stall worth more than 1.11x: issue 14 saw a peer call a run
+# input-bound at 13% while pitstop, under its 20% threshold, said nothing. "Over 10%" as the evidence
+# shows it, in whole percent: a wait shown as "10%" (0.1000...02 after summing) does not fire.
+DATA_WAIT_MODERATE_FRAC = 0.105
+
+# Threads beyond the usable cores by at least half a core, with the machine's CPUs at
+# CPU_SATURATED (85%) or more: then the threads are really waiting for each other.
+OVERSUBSCRIBED_EXCESS = 0.5
+
+
+def eval_share(ctx: Context) -> Finding | None:
+    """Evaluation passes take a large share of the run's wall time."""
+    run = ctx.run
+    if run.eval_steps < EVAL_MIN_PASSES or run.first_t is None or run.last_t is None:
+        return None
+    elapsed = run.last_t - run.first_t
+    if elapsed <= 0 or run.eval_s <= 0:
+        return None
+    share = run.eval_s / elapsed
+    if share < EVAL_SHARE:
+        return None
+    per_pass = run.eval_s / run.eval_steps
+    train_between = run.train_steps / run.eval_steps
+    evidence = [
+        f"{run.eval_steps} evaluation passes took {run.eval_s:.1f} s, {share:.0%} of the run's {elapsed:.0f} s "
+        f"({per_pass:.2f} s each)",
+        f"one pass every ~{train_between:.0f} training steps"
+        + (f" ({train_between * ctx.wall_p50:.1f} s of training)" if ctx.wall_p50 else ""),
+    ]
+    evals = [d for d in run.dataloaders.values() if run.loader_role(d.id) == "eval"]
+    fix = ("if step % (2 * EVAL_EVERY) == 0:  # evaluate half as often\n"
+           "    evaluate(model, val_subset)  # or on a fixed subset between full passes\n"
+           "with torch.inference_mode():  # no autograd bookkeeping in evaluation")
+    for dl in evals[:1]:
+        evidence.append(describe_loader(dl, role="evaluation"))
+        if dl.num_workers == 0:
+            fix += f"\nDataLoader(val_set, batch_size={(dl.batch_size or 1) * 2}, num_workers=2)  # eval loads in workers"
+    return Finding(
+        rule="eval-share",
+        title="Evaluation takes a large share of the run",
+        severity="medium" if share >= EVAL_SHARE_MEDIUM else "low",
+        evidence=evidence,
+        cause="evaluation runs often, on much data, or slowly (no workers, autograd on): the model is not training meanwhile",
+        fix=fix,
+        gain=f"evaluating half as often gives back ~{share / 2:.0%} of the wall time",
+        knob=None,
+    )
+
+
+def data_wait_moderate(ctx: Context) -> Finding | None:
+    """A data wait under the data-wait threshold, graded by the gain at stake (never beside data-wait)."""
+    if ctx.n < MIN_STEPS or ctx.data_frac is None:
+        return None
+    frac = ctx.data_frac
+    if frac < DATA_WAIT_MODERATE_FRAC or frac > DATA_WAIT_FRAC:
+        return None  # above DATA_WAIT_FRAC the data-wait finding speaks
+    gain = 1.0 / (1.0 - frac)  # the step if the wait were hidden entirely
+    dl = ctx.loader()
+    usable = ctx.usable_cpus()
+    evidence = [f"data wait is {frac:.0%} of step time over {ctx.n} steps (p50 {ms(ctx.wait_p50)} of "
+                f"{ms(ctx.wall_p50)}): under the {DATA_WAIT_FRAC:.0%} of a data-bound run, still worth up to "
+                f"{gain:.2f}x"]
+    workers = dl.num_workers if dl is not None else 0
+    if dl is not None:
+        evidence.append(f"{describe_loader(dl)}: persistent_workers={dl.persistent_workers}, "
+                        f"prefetch_factor={dl.prefetch_factor}")
+    cap = max(1, usable - 1) if usable is not None else None
+    more = workers + 1 if workers else 1
+    if cap is not None:
+        more = min(more, cap)
+    args = [f"num_workers={more}"] if more > workers else [f"num_workers={workers}"]
+    args += ["persistent_workers=True", f"prefetch_factor={max(4, (dl.prefetch_factor or 2) if dl else 2)}"]
+    if ctx.cuda:
+        args.append("pin_memory=True")
+    saturated = False
+    s = ctx.run
+    busy = s.system_cpu_sum / s.system_cpu_n if s.system_cpu_n else None
+    if busy is not None and busy >= CPU_SATURATED and not ctx.cuda:
+        saturated = True
+        evidence.append(f"the machine's CPUs are {busy:.0f}% busy and training computes on them")
+    return Finding(
+        rule="data-wait-moderate",
+        title="The step waits a little for data",
+        severity="low",
+        evidence=evidence,
+        cause="the DataLoader is not always ready when the step asks: too few workers, or too little prefetch to "
+              "absorb slow batches",
+        fix="DataLoader(dataset, ..., " + ", ".join(args) + ")",
+        gain=(f"up to {gain:.2f}x if the wait is hidden (step from {ms(ctx.wall_p50)} to ~{ms(ctx.compute_p50)})"
+              + ("; the CPUs are saturated, so expect less: let `pitstop tune` measure it" if saturated else "")),
+        knob="num_workers",
+    )
+
+
+def cpu_oversubscribed(ctx: Context) -> Finding | None:
+    """torch's intra-op threads plus the workers' busy cores exceed the usable cores, and the CPUs are saturated.
+
+    Needs `Runtime.torch_threads` (torch.get_num_threads() at the first step),
+    which schema 1 records do not carry yet: without it the rule says nothing.
+    DataLoader workers run with one torch thread each (torch sets it in every
+    worker), so they count for the cores they were measured to use.
+    """
+    rt = ctx.run.runtime
+    threads = getattr(rt, "torch_threads", None) if rt is not None else None
+    usable = ctx.usable_cpus()
+    s = ctx.run
+    if not threads or not usable or not s.system_cpu_n or ctx.n < MIN_STEPS:
+        return None
+    busy = s.system_cpu_sum / s.system_cpu_n
+    dl = ctx.loader()
+    cpu = ctx.loader_worker_cpu(dl) if dl is not None and dl.num_workers else None
+    worker_cores = cpu[1] / 100.0 if cpu is not None else 0.0
+    demand = threads + worker_cores
+    if demand - usable < OVERSUBSCRIBED_EXCESS or busy < CPU_SATURATED:
+        return None
+    main = s.cpu_main_sum / s.cpu_main_n / 100.0 if s.cpu_main_n else None
+    suggest = max(1, usable - math.ceil(worker_cores))
+    evidence = [
+        f"torch runs {threads} intra-op threads and the DataLoader workers use {worker_cores:.2f} cores: "
+        f"{demand:.1f} cores wanted, {usable} usable",
+        f"the machine's CPUs are {busy:.0f}% busy" + (f"; the main process gets {main:.2f} cores" if main is not None else ""),
+    ]
+    return Finding(
+        rule="cpu-oversubscribed",
+        title="More CPU threads than cores",
+        severity="medium",
+        evidence=evidence,
+        cause=("intra-op threads wait for cores the workers hold: a parallel op ends with its slowest thread, "
+               "and threads that spin while they wait burn the cores the workers need"),
+        fix=(f"torch.set_num_threads({suggest})  # usable cores minus the workers' share\n"
+             f"# or, before Python starts: OMP_NUM_THREADS={suggest}"),
+        gain="not estimated from this run: measure the step with the thread count above against the current one",
+        knob=None,
+    )
