@@ -30,8 +30,11 @@ class Line:
     dashed: bool = False
 
 
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values covering lo..hi (1, 2, 2.5 or 5 times a power of ten apart)."""
+def nice_ticks(lo: float, hi: float, count: int = 5, cover: bool = False) -> list[float]:
+    """Round tick values within lo..hi (1, 2, 2.5 or 5 times a power of ten apart).
+
+    With `cover`, the last tick is the first at or above hi: a y axis that ends on a round number.
+    """
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return [lo]
     raw = (hi - lo) / max(1, count)
@@ -40,7 +43,8 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     first = math.floor(lo / step) * step
     ticks = []
     value = first
-    while value <= hi + step * 1e-9:
+    end = math.ceil(hi / step - 1e-9) * step if cover else hi
+    while value <= end + step * 1e-9:
         if value >= lo - step * 1e-9:
             ticks.append(round(value, 12))
         value += step
@@ -88,7 +92,7 @@ def chart(title: str, lines: Sequence[Line], x_label: str, y_format: Callable[[f
     y1 = max(p[1] for p in pts)
     if x1 <= x0:
         x1 = x0 + 1
-    yt = nice_ticks(y0, y1 if y1 > y0 else y0 + 1)
+    yt = nice_ticks(y0, y1 if y1 > y0 else y0 + 1, cover=True)
     y1 = max(y1, yt[-1]) if yt else y1
     if y1 <= y0:
         y1 = y0 + 1
