@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pitstop.analysis._context import MIN_STEPS, WARMUP, Finding, measure
+from pitstop.analysis._stats import percentile
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 from pitstop.analysis._state import RunState
 from pitstop.events import OpStat, ProfileWindow
@@ -44,6 +45,9 @@ class StepSplit:
     wait_p50: float
     compute_p50: float
     data_frac: float  # total data wait / total wall: the data-wait finding's share
+    wait_p95: float
+    wall_sum: float  # seconds over the measured steps
+    wait_sum: float
 
 
 def step_split(run: RunState, warmup: int = WARMUP) -> StepSplit | None:
@@ -52,7 +56,9 @@ def step_split(run: RunState, warmup: int = WARMUP) -> StepSplit | None:
     if not ctx.n or ctx.data_frac is None or ctx.wall_p50 is None:
         return None
     assert ctx.wait_p50 is not None and ctx.compute_p50 is not None
-    return StepSplit(ctx.n, ctx.wall_p50, ctx.wait_p50, ctx.compute_p50, ctx.data_frac)
+    wait_p95 = percentile((s.data_wait for s in ctx.steps), 95)
+    return StepSplit(ctx.n, ctx.wall_p50, ctx.wait_p50, ctx.compute_p50, ctx.data_frac, wait_p95,
+                     ctx.wall_sum, ctx.wait_sum)
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,16 @@ class DataVerdict:
     severity: str = ""  # the finding's severity when bound
 
 
-def data_verdict(run: RunState, found: Sequence[Finding], warmup: int = WARMUP) -> DataVerdict:
-    """The verdict *is* the data-wait finding: present means loader-bound, absent means it keeps up."""
+def data_verdict(run: RunState, found: Sequence[Finding], warmup: int = WARMUP,
+                 split: StepSplit | None = None) -> DataVerdict:
+    """The verdict *is* the data-wait finding: present means loader-bound, absent means it keeps up.
+
+    `split` is the run's step_split when the caller has it (it sorts every measured step).
+    """
     finding = next((f for f in found if f.rule == "data-wait"), None)
     if finding is not None:
         return DataVerdict(True, f"loader-bound: {finding.title}", finding.severity)
-    split = step_split(run, warmup)
+    split = split if split is not None else step_split(run, warmup)
     if split is None or split.steps < MIN_STEPS:
         have = split.steps if split is not None else 0
         return DataVerdict(None, f"too early to say: {have} of {MIN_STEPS} measured steps")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pitstop.analysis import Finding, RunState
 from pitstop.analysis._cpu import cpu_now
-from pitstop.analysis._figures import step_split, window_phases
+from pitstop.analysis._figures import window_phases
 from pitstop.analysis._summary import gpu_reason
 from pitstop.events import Sample
 from pitstop.tui import format as fmt
@@ -32,7 +32,7 @@ def split_info(frame: Frame) -> SplitInfo | None:
     run = frame.run
     if run is None or run.last_step is None:
         return None
-    split = step_split(run)
+    split = frame.split
     bound = any(f.rule == "data-wait" for f in frame.findings or ())
     phases, title, note = (), "", _no_window_note(frame)
     if run.profiles:

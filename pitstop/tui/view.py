@@ -14,7 +14,7 @@ from pathlib import PurePath
 from pitstop.analysis import Finding, JobState, JobSummary, RunState, percentile
 from pitstop.analysis._context import WARMUP
 from pitstop.analysis._cpu import cpu_now
-from pitstop.analysis._figures import data_verdict, step_split
+from pitstop.analysis._figures import StepSplit, data_verdict
 from pitstop.analysis._summary import STATUS_WINDOW, gpu_reason
 from pitstop.events import Gpu, ProfileWindow, Sample, Step
 from pitstop.tui import format as fmt
@@ -53,6 +53,8 @@ class Frame:
     # The findings of the shown run (the job's first), computed once by the app for every
     # screen (throttled: the rules walk every step); None before the run's first step.
     findings: tuple[Finding, ...] | None = None
+    # The shown run's step split (analysis._figures.step_split), computed with the findings.
+    split: StepSplit | None = None
 
 
 # -- header -------------------------------------------------------------------
@@ -141,8 +143,10 @@ def title_text(frame: Frame) -> str:
     run = frame.run
     label = frame.label
     if not frame.live and label.startswith("replay: "):
+        # A record file keeps its session directory's name; a directory is its own name.
         parts = PurePath(label[len("replay: "):]).parts
-        label = "replay: " + ("…/" if len(parts) > 2 else "") + "/".join(parts[-2:])
+        keep = 2 if parts and parts[-1].endswith(".jsonl") else 1
+        label = "replay: " + ("…/" if len(parts) > keep else "") + "/".join(parts[-keep:])
     if run is not None and run.hello is not None and run.hello.script:
         return run.hello.script if frame.live else f"{run.hello.script} ({label})"
     return label
@@ -337,30 +341,27 @@ def torch_mem_reason(run: RunState) -> str | None:
 
 
 # -- data ---------------------------------------------------------------------
-def data_rows(run: RunState | None, found: tuple[Finding, ...] | None = None) -> tuple[Row, ...]:
+def data_rows(run: RunState | None, found: tuple[Finding, ...] | None = None,
+              split: StepSplit | None = None) -> tuple[Row, ...]:
     """Data wait over the measured steps, the loader's rate against the step's appetite, and the verdict.
 
-    The same steps and share as the data-wait finding (`step_split`), and the
-    verdict is that finding (`data_verdict`): the Data screen and the overview
-    cannot disagree (issue 12).
+    The same steps and share as the data-wait finding (`split`, the run's
+    step_split), and the verdict is that finding (`data_verdict`): the Data
+    screen and the overview cannot disagree (issue 12).
     """
-    recent = run.measured_steps(WARMUP) if run is not None else []
-    split = step_split(run) if run is not None else None
-    if run is None or not recent or split is None:
+    if run is None or split is None:
         return ()
-    waits = [s.data_wait for s in recent]
-    wall = sum(s.wall for s in recent)
-    compute = sum(s.compute for s in recent)
-    verdict = data_verdict(run, found or ())
+    verdict = data_verdict(run, found or (), split=split)
     rows = [
-        Row("data wait p50", fmt.ms(percentile(waits, 50))),
-        Row("data wait p95", fmt.ms(percentile(waits, 95))),
+        Row("data wait p50", fmt.ms(split.wait_p50)),
+        Row("data wait p95", fmt.ms(split.wait_p95)),
         Row("share of step", fmt.pct(100 * split.data_frac), "bold red" if verdict.bound else ""),
     ]
-    # One batch per step: the loader delivered len(recent) batches in `wall` seconds.
-    # The step alone (without waiting) could take one every compute/len seconds.
-    consumed = len(recent) / wall if wall > 0 else None
-    appetite = len(recent) / compute if compute > 0 else None
+    # One batch per step: the loader delivered `steps` batches in the steps' wall time;
+    # the step alone (without waiting) could take one every compute / steps seconds.
+    compute = split.wall_sum - split.wait_sum
+    consumed = split.steps / split.wall_sum if split.wall_sum > 0 else None
+    appetite = split.steps / compute if compute > 0 else None
     rows.append(Row("loader delivers", fmt.rate(consumed, "batches")))
     rows.append(Row("step could take", fmt.rate(appetite, "batches") + " (if data were free)"))
     style = "bold red" if verdict.bound else ("green" if verdict.bound is False else "dim")

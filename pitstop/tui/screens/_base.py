@@ -7,11 +7,10 @@ import time
 from textual.app import ComposeResult
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from pitstop.tui import view
 from pitstop.tui.view import Frame
-from pitstop.tui.widgets import HeaderInfo, StatusHeader
+from pitstop.tui.widgets import HeaderInfo, KeyBar, StatusHeader
 
 
 # Chart data walks the last 300 steps: live, charts move once a second (the app refreshes at
@@ -42,8 +41,8 @@ class PitstopScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="status")
         yield from self.compose_body()
-        # Compact, without the palette hint: every binding fits in 80 columns.
-        yield Footer(compact=True, show_command_palette=False)
+        # One line of text, not Textual's Footer: see widgets/_keybar.py (screen switches).
+        yield KeyBar()
 
     def compose_body(self) -> ComposeResult:
         yield from ()

@@ -26,5 +26,5 @@ class DataScreen(PitstopScreen):
     def show_body(self, frame: Frame) -> None:
         if self.charts_due(frame):
             self.query_one("#wait-chart", BarChart).series = view.wait_bars(frame.run)
-        self.query_one("#data-figures", Figures).rows = view.data_rows(frame.run, frame.findings)
+        self.query_one("#data-figures", Figures).rows = view.data_rows(frame.run, frame.findings, frame.split)
         self.query_one("#workers", Figures).rows = view.worker_rows(frame.run)

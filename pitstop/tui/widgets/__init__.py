@@ -7,6 +7,7 @@ from pitstop.tui.widgets._figures import Figures, Row
 from pitstop.tui.widgets._findings import FindingsPanel, FindingView, TopFinding
 from pitstop.tui.widgets._gauges import Gauge, GaugeLine, Gauges
 from pitstop.tui.widgets._header import HeaderInfo, StatusHeader
+from pitstop.tui.widgets._keybar import KeyBar
 from pitstop.tui.widgets._split import Phase, SplitInfo, TimeSplit
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "GaugeLine",
     "Gauges",
     "HeaderInfo",
+    "KeyBar",
     "Layer",
     "Phase",
     "Row",
