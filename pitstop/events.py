@@ -60,6 +60,7 @@ class Runtime:
     shm_bytes: int | None = None  # size of /dev/shm, None where there is none
     unavailable: dict[str, str] = field(default_factory=dict)  # metric -> reason
     cpu_bf16: bool | None = None  # the CPU has native bf16 (avx512_bf16 / amx_bf16); None: unknown
+    torch_threads: int | None = None  # torch.get_num_threads(): at import, sent again at the first step if changed
 
 
 @dataclass(frozen=True)

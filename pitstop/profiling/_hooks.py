@@ -9,6 +9,7 @@ the model (Conv2d, GradScaler, DataParallel, DDP) and to apply a tuned config.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import importlib
 import importlib.abc
@@ -80,6 +81,13 @@ def _leading_dim(batch: Any, tensor_type: type) -> int | None:
             if found is not None:
                 return found
     return None
+
+
+def _torch_threads(torch: Any) -> int | None:
+    try:
+        return int(torch.get_num_threads())
+    except Exception:
+        return None
 
 
 def _cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
@@ -168,6 +176,7 @@ class Hooks:
         self._model_reported = False
         self._model_watched = False
         self.overrides: Any = None
+        self.runtime: Runtime | None = None
         self.device_type = "cpu"
 
     def install(self, torch: Any) -> None:
@@ -232,8 +241,7 @@ class Hooks:
             usable = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             usable = os.cpu_count()
-        self.agent.emit(
-            Runtime(
+        self.runtime = Runtime(
                 t=time.time(),
                 torch_version=str(torch.__version__),
                 cuda_version=cuda_version,
@@ -245,14 +253,20 @@ class Hooks:
                 shm_bytes=_shm_bytes(),
                 unavailable=unavailable,
                 cpu_bf16=_cpu_bf16(),
+                torch_threads=_torch_threads(torch),
             )
-        )
+        self.agent.emit(self.runtime)
         self.device_type = device_type
         self.agent.cuda_device = device_type == "cuda"
 
     def report_model(self) -> None:
         """What we learned about the model; sent at the first step and when it changes."""
         torch = self.torch
+        threads = _torch_threads(torch)
+        runtime = self.runtime
+        if runtime is not None and threads != runtime.torch_threads:  # the script set its own
+            self.runtime = dataclasses.replace(runtime, t=time.time(), torch_threads=threads)
+            self.agent.emit(self.runtime)
         try:
             benchmark = bool(torch.backends.cudnn.benchmark)
         except Exception:
