@@ -168,6 +168,7 @@ class PitstopApp(App[str]):
         self._summary_at = 0.0
         self._findings: tuple[Finding, ...] | None = None
         self._split: StepSplit | None = None
+        self._switching = False  # refresh_views for a screen switch: reuse the figures of this run
         self._findings_key: tuple[int, int, int, int] | None = None
         self._findings_at = 0.0
         self.screenshot_dir: Path | None = None  # None: the current directory
@@ -322,7 +323,7 @@ class PitstopApp(App[str]):
         key = (id(job), job.version)
         now = time.monotonic()
         stale = self._summary_key is None or self._summary_key[0] != key[0] or (
-            key != self._summary_key and now - self._summary_at >= SUMMARY_EVERY_S)
+            key != self._summary_key and now - self._summary_at >= SUMMARY_EVERY_S and not self._switching)
         if stale:
             self._summary, self._summary_key, self._summary_at = job_summary(job), key, now
         return self._summary
@@ -346,7 +347,7 @@ class PitstopApp(App[str]):
                 return self._findings, self._split
             # A replay's seek is a jump the user asked for: its figures come at once.
             same = self._findings_key[:2] == key[:2] and self.timeline is None
-            if same and now - self._findings_at < FINDINGS_EVERY_S:
+            if same and (now - self._findings_at < FINDINGS_EVERY_S or self._switching):
                 return self._findings, self._split
         job_level = job_findings(job) if len(job.runs) > 1 else []
         self._findings = (*job_level, *findings(run))
@@ -392,7 +393,13 @@ class PitstopApp(App[str]):
     async def action_show(self, mode: str) -> None:
         if self.current_mode != mode:
             await self.switch_mode(mode)
-        self.refresh_views()
+        # A screen switch shows the figures already computed (at most a second old): the ~30 ms
+        # of rules, split and job summary wait for the next tick, not the key (issue 12).
+        self._switching = True
+        try:
+            self.refresh_views()
+        finally:
+            self._switching = False
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -36,6 +36,19 @@ def wrap(line: str, width: int) -> list[str]:
     return rows
 
 
+class FollowingLog(Log):
+    """A Log that stays at its end when it is resized while following (auto_scroll).
+
+    Log follows only as lines are written: the header growing by a line after
+    the last write left the last lines below the screen (seen in the 80x24
+    snapshot: the log ended two lines short).
+    """
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.auto_scroll:
+            self.call_after_refresh(self.scroll_end, animate=False)
+
+
 class LogScreen(PitstopScreen):
     """The last MAX_LOG_LINES lines of output; `/` searches, `n` jumps to the next match."""
 
@@ -62,7 +75,7 @@ class LogScreen(PitstopScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="log-status")
-        yield Log(id="log", auto_scroll=True)
+        yield FollowingLog(id="log", auto_scroll=True)
         yield Input(placeholder="search the log (enter to find, escape to close)", id="log-search")
 
     def on_mount(self) -> None:
@@ -74,11 +87,7 @@ class LogScreen(PitstopScreen):
         return max(10, log.scrollable_content_region.width - 1)
 
     def on_resize(self, event: events.Resize) -> None:
-        self.call_after_refresh(self._rebuild_if_resized)
-
-    def _rebuild_if_resized(self) -> None:
-        if self._wrap_width() != self._width:
-            self._rebuild()
+        self.call_after_refresh(self._ingest)
 
     def _rebuild(self) -> None:
         """Write every kept line again, wrapped to the Log's width."""
@@ -94,16 +103,23 @@ class LogScreen(PitstopScreen):
         self._dropped = self._dropped_rows = 0
         if rows:
             log.write_lines(rows)
-        if log.auto_scroll:
-            log.call_after_refresh(log.scroll_end, animate=False)
 
     def show_body(self, frame: Frame) -> None:
+        self._ingest()
+        self._status()
+
+    def _ingest(self) -> None:
+        """Take the buffer's new lines, wrapped to the Log's width (all of them again if it changed)."""
+        log = self.query_one(Log)
+        if log.scrollable_content_region.width <= 0:
+            return  # not laid out yet: wrapping to no width would make one row per few characters
+        changed = False
+        if self._wrap_width() != self._width:
+            self._rebuild()
+            changed = True
         lines = self.buffer.since(self._seen)
         if lines:
             self._seen = self.buffer.total
-            log = self.query_one(Log)
-            if self._width == 0:
-                self._width = self._wrap_width()
             rows: list[str] = []
             for line in lines:
                 wrapped = wrap(line, self._width)
@@ -117,11 +133,11 @@ class LogScreen(PitstopScreen):
                 self._rebuild()
             else:
                 log.write_lines(rows)
-            if log.auto_scroll:
-                # Log follows only when already at the end; a layout change (the status line
-                # wrapping) can leave it a few lines short, so follow explicitly after layout.
-                log.call_after_refresh(log.scroll_end, animate=False)
-        self._status()
+            changed = True
+        if changed and log.auto_scroll:
+            # Log follows only when already at the end; a layout change (the status line
+            # wrapping) can leave it a few lines short, so follow explicitly after layout.
+            log.call_after_refresh(log.scroll_end, animate=False)
 
     def _status(self, note: str | None = None) -> None:
         if note is not None:
