@@ -30,8 +30,10 @@ MIN_BLOCKS = 6
 MAX_LAG1 = 0.3
 CONFIDENCE = 0.95
 # A difference under 2% is called no difference even when the interval excludes
-# it: two runs of the same command on the shared 2-core VM differed by up to
-# this much from the machine alone (docs/compare.md, "How sure").
+# it: the interval covers the steps' own variation, not what differs between two
+# processes (allocator and page-cache state, CPU clocks), and 2% is too small to
+# act on. What differs a lot more on a shared machine is other jobs' load: compare
+# shows it and says so (compare/_model.py, OTHER_LOAD_CORES).
 MIN_EFFECT = 0.02
 
 

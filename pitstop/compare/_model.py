@@ -12,6 +12,11 @@ from pitstop.events import ProfileWindow
 
 # Ops listed: the union of each run's 10 costliest per profiled step; more is noise in a terminal.
 TOP_OPS = 10
+# Other processes' CPU differing by a quarter of a core and a tenth of the machine between the runs
+# is worth a note: on the shared 2-core VM four runs of one command ran at 117, 83, 56 and 59
+# samples/s as other jobs came and went, and compare said "slower" of the first against the last.
+OTHER_LOAD_CORES = 0.25
+OTHER_LOAD_FRAC = 0.10
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,13 @@ def build(a_path: str, a_runs: list[RunState], b_path: str, b_runs: list[RunStat
     if side_a.processes != side_b.processes:
         notes.append(f"A has {side_a.processes} process(es), B {side_b.processes}: step times are rank 0's, "
                      "throughput is the job's")
+    load_a, load_b = other_load(pa), other_load(pb)
+    cores = pa.runtime.cpu_count if pa.runtime is not None and pa.runtime.cpu_count else None
+    if load_a is not None and load_b is not None and cores and abs(load_b - load_a) >= max(
+            OTHER_LOAD_CORES, OTHER_LOAD_FRAC * cores):
+        busier, more, less = ("B", load_b, load_a) if load_b > load_a else ("A", load_a, load_b)
+        notes.append(f"the machine was busier during {busier}: other processes used {more:.2f} cores on average "
+                     f"against {less:.2f} (of {cores}); part of the difference may be the machine's, not the run's")
     phases, ops = _windows(pa, pb, notes)
     fa, fb = _findings(a_runs), _findings(b_runs)
     return Comparison(
@@ -162,10 +174,27 @@ def _metrics(a_runs: list[RunState], pa: RunState, b_runs: list[RunState], pb: R
         Metric("peak host rss", sa.peak_rss, sb.peak_rss, "bytes", "lower"),
         Metric("gpu util", sa.gpu_util_mean, sb.gpu_util_mean, "pct", "higher"),
         Metric("cpu main", sa.cpu.main, sb.cpu.main, "cores", "lower"),
+        Metric("cpu of other processes", other_load(pa), other_load(pb), "cores", "lower"),
     ]
     # A row neither run has says nothing (peak allocated on two CPU runs; eval share without eval).
     return tuple(m for m in rows if (m.a is not None or m.b is not None) and (m.a or m.b or m.unit != "frac"
                                                                            or m.name != "eval share"))
+
+
+def other_load(run: RunState) -> float | None:
+    """Mean cores the machine spent on processes outside this run (machine busy minus main and workers)."""
+    count = run.runtime.cpu_count if run.runtime is not None else None
+    if not count:
+        return None
+    total = 0.0
+    n = 0
+    for s in run.samples:
+        own = [p.cpu for p in s.procs if p.cpu is not None]
+        if s.system_cpu is None or not own:
+            continue
+        total += max(0.0, s.system_cpu / 100.0 * count - sum(own) / 100.0)
+        n += 1
+    return total / n if n else None
 
 
 def _eval_share(eval_s: float, elapsed: float | None) -> float | None:

@@ -164,7 +164,9 @@ def comparison_text(c: Comparison, ascii_only: bool = False) -> str:
     for side in (c.a, c.b):
         lines.append(f"  {side.name}  {side.path}: {side.script or '?'}, {side.processes} process(es), "
                      f"{side.steps} steps ({side.training_steps} training steps measured)")
-    lines += ["", "verdict: " + verdict_text(c.steps), "         " + basis_text(c.steps), ""]
+    lines += ["", "verdict: " + verdict_text(c.steps), "         " + basis_text(c.steps)]
+    # Notes right under the verdict: "the machine was busier during B" changes how to read it.
+    lines += [f"  - {n}" for n in c.notes] + [""]
     lines += metric_table(c.metrics)
     plot = distribution_plot(c.a.walls, c.b.walls, ascii_only=ascii_only)
     if plot:
@@ -183,6 +185,4 @@ def comparison_text(c: Comparison, ascii_only: bool = False) -> str:
     lines += ["", "findings"]
     lines += _finding_lines("gone", c.gone) + _finding_lines("appeared", c.appeared)
     lines += _finding_lines("in both", c.kept)
-    if c.notes:
-        lines += ["", "notes"] + [f"  - {n}" for n in c.notes]
     return "\n".join(lines)

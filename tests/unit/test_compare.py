@@ -194,3 +194,24 @@ def test_distribution_plot_shows_both_runs_on_shared_bins() -> None:
     first, last = lines[1], lines[-1]
     assert first.count("#") > last.count("#") > 0  # A splits in two; B is all in the first bin
     assert distribution_plot([], [0.1]) == []
+
+
+def test_a_busier_machine_during_one_run_is_said_under_the_verdict(tmp_path: Path) -> None:
+    from pitstop.events import Proc, Sample
+
+    def with_load(path: Path, system_cpu: float, session: str) -> Path:
+        write_record(path, walls(60, 0.05, seed=1), session=session)
+        lines = path.read_text().splitlines()
+        samples = [encode(Sample(t=1001.0 + i, system_cpu=system_cpu, procs=[Proc(pid=100, role="main", cpu=90.0,
+                                                                                   rss=1)])) for i in range(5)]
+        path.write_text("\n".join(lines[:3] + samples + lines[3:]) + "\n")
+        return path
+
+    quiet = with_load(tmp_path / "quiet.jsonl", 50.0, "s1")  # 1.0 core busy of 2: 0.1 by others
+    busy = with_load(tmp_path / "busy.jsonl", 100.0, "s2")  # 2.0 busy: 1.1 by others
+    c = compare_paths(quiet, busy)
+    assert any(n.startswith("the machine was busier during B: other processes used 1.10 cores on average "
+                            "against 0.10 (of 2)") for n in c.notes), c.notes
+    row = next(m for m in c.metrics if m.name == "cpu of other processes")
+    assert (round(row.a, 2), round(row.b, 2)) == (0.1, 1.1)  # type: ignore[arg-type]
+    assert not any("busier" in n for n in compare_paths(quiet, quiet).notes)
