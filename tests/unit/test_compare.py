@@ -114,10 +114,11 @@ def test_runs_of_very_different_lengths_are_fast_to_compare() -> None:
 
 # -- records, comparability, gate, text ------------------------------------------
 def write_record(path: Path, step_walls: list[float], script: str = "train.py", workers: int = 0,
-                 session: str = "s1", ops: dict[str, float] | None = None) -> Path:
+                 session: str = "s1", ops: dict[str, float] | None = None, rank: int | None = None) -> Path:
     events: list[object] = [
-        Hello(schema=1, pitstop_version="0.1.0", session=session, pid=100, ppid=1, host="h", argv=["python", script],
-              cwd="/", started=1000.0, python="3.11.7", script=script),
+        Hello(schema=1, pitstop_version="0.1.0", session=session, pid=100 + (rank or 0), ppid=1, host="h",
+              argv=["python", script], cwd="/", started=1000.0, python="3.11.7", script=script, rank=rank,
+              world_size=None if rank is None else 2),
         Runtime(t=1000.1, torch_version="2.13.0", cuda_version=None, device_type="cpu", cpu_count=2, usable_cpus=2),
         DataLoaderInfo(t=1000.2, id=1, num_workers=workers, batch_size=32, pin_memory=False,
                        persistent_workers=False, prefetch_factor=2 if workers else None),
@@ -215,3 +216,20 @@ def test_a_busier_machine_during_one_run_is_said_under_the_verdict(tmp_path: Pat
     row = next(m for m in c.metrics if m.name == "cpu of other processes")
     assert (round(row.a, 2), round(row.b, 2)) == (0.1, 1.1)  # type: ignore[arg-type]
     assert not any("busier" in n for n in compare_paths(quiet, quiet).notes)
+
+
+def test_jobs_of_two_ranks_compare_by_rank_0_and_sum_their_throughput(tmp_path: Path) -> None:
+    dirs = []
+    for name, median in (("a", 0.10), ("b", 0.05)):
+        d = tmp_path / name
+        d.mkdir()
+        for rank in (0, 1):
+            write_record(d / f"rank{rank}.jsonl", walls(80, median, seed=rank), session=name, rank=rank, workers=2)
+        dirs.append(d)
+    single = write_record(tmp_path / "one.jsonl", walls(80, 0.05), workers=2)
+    c = compare_paths(dirs[0], dirs[1])
+    assert c.a.processes == 2 and c.steps.verdict == "faster"
+    through = next(m for m in c.metrics if m.name == "throughput")
+    assert through.a is not None and through.b is not None and through.b / through.a > 1.8  # both ranks' samples
+    mixed = compare_paths(dirs[1], single)
+    assert any("A has 2 process(es), B 1" in n for n in mixed.notes)
