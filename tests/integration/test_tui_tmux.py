@@ -1,4 +1,5 @@
-"""The TUI in a real terminal (tmux): watch the demo, detach, training goes on, re-attach, stop."""
+"""The TUI in a real terminal (tmux): watch the demo, detach, training goes on, re-attach, stop; at
+80x24 the overview shows the finding to act on without a key (issue 12)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,10 @@ class Tmux:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
                               env=self.env, timeout=30).stdout
 
-    def start(self, session: str, command: str, cwd: Path | None = None) -> None:
+    def start(self, session: str, command: str, cwd: Path | None = None, size: tuple[int, int] = (120, 40)) -> None:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items()
                            if k.startswith(("PITSTOP_", "PYTHON")) or k in ("PATH", "HOME"))
-        self.tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40",
+        self.tmux("new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]),
                   f"cd {shlex.quote(str(cwd or Path.cwd()))} && env {exports} {command}; echo VIEWER-EXITED; sleep 600")
 
     def screen(self, session: str) -> str:
@@ -89,6 +90,37 @@ def test_demo_in_a_terminal_detach_and_reattach(tmp_path: Path, env: dict[str, s
                  what="the stop question")
         term.keys("attach", "y")
         wait_for(lambda: not _alive(training_pid), timeout=60, what="training to stop after k, y")
+    finally:
+        term.kill()
+        if training_pid is not None and _alive(training_pid):
+            os.kill(training_pid, signal.SIGKILL)
+
+
+def test_at_80x24_the_overview_shows_the_finding_its_fix_and_the_resources_without_a_key(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    # The demo loads every batch in the main process (num_workers=0): the data-wait finding fires
+    # once 10 steps after the warm-up are measured. No key is sent until the end.
+    term = Tmux(f"pitstop-test80-{os.getpid()}", env)
+    pitstop = f"{shlex.quote(sys.executable)} -m pitstop.cli"
+    training_pid = None
+    try:
+        term.start("small", f"{pitstop} demo --steps 100000", cwd=tmp_path, size=(80, 24))
+        wait_for(lambda: "The DataLoader cannot keep up" in term.screen("small"), timeout=240,
+                 what="the data-wait finding on the 80x24 overview", show=lambda: term.screen("small"))
+        screen = term.screen("small")
+        lines = screen.splitlines()
+        training_pid = int(re.search(r"\bpid (\d+)", screen).group(1))  # type: ignore[union-attr]
+        assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
+        assert re.search(r"step p50 .* data wait .*\(\d+%\) · compute", screen)
+        assert "fix DataLoader(dataset, batch_size=32, num_workers=" in screen
+        assert "gain up to " in screen
+        assert any(line.strip().startswith("GPU ") for line in lines)  # n/a with its reason here
+        assert any(line.strip().startswith("CPU main ") for line in lines)
+        assert any(line.strip().startswith("mem host rss ") for line in lines)
+        assert "step time (" in screen  # and the chart in what is left
+        term.keys("small", "C-c")  # ctrl+c quits the viewer, as in htop; training goes on
+        wait_for(lambda: "VIEWER-EXITED" in term.screen("small"), what="the viewer to exit on ctrl+c")
+        assert _alive(training_pid)
     finally:
         term.kill()
         if training_pid is not None and _alive(training_pid):
