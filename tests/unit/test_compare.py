@@ -22,7 +22,7 @@ from pitstop.analysis._compare import (
 from pitstop.cli import main
 from pitstop.compare import EXIT_OK, EXIT_SLOWER, EXIT_TOO_SHORT, compare_paths, gate, script_key, to_json
 from pitstop.compare._text import distribution_plot
-from pitstop.events import DataLoaderInfo, End, Hello, ProfileWindow, Runtime, Step, encode, OpStat
+from pitstop.events import DataLoaderInfo, End, Hello, OpStat, ProfileWindow, Runtime, Step, encode
 
 
 def walls(n: int, median: float, spread: float = 0.1, seed: int = 0) -> list[float]:
