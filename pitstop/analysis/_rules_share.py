@@ -112,18 +112,24 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
 def cpu_oversubscribed(ctx: Context) -> Finding | None:
     """torch's intra-op threads plus the workers' busy cores exceed the usable cores, and the CPUs are saturated.
 
-    Needs `Runtime.torch_threads` (torch.get_num_threads() at the first step),
-    which schema 1 records do not carry yet: without it the rule says nothing.
+    Needs `Runtime.torch_threads` (torch.get_num_threads(); the latest Runtime
+    holds what the script set before its first step): older records do not
+    carry it, and then the rule says nothing.
     DataLoader workers run with one torch thread each (torch sets it in every
     worker), so they count for the cores they were measured to use.
     """
     rt = ctx.run.runtime
-    threads = getattr(rt, "torch_threads", None) if rt is not None else None
+    threads = rt.torch_threads if rt is not None else None
     usable = ctx.usable_cpus()
     s = ctx.run
-    if not threads or not usable or not s.system_cpu_n or ctx.n < MIN_STEPS:
+    if not threads or not usable or ctx.n < MIN_STEPS:
         return None
-    busy = s.system_cpu_sum / s.system_cpu_n
+    # Readings while the measured steps ran: start-up (imports, dataset set-up) leaves the CPUs idle.
+    start = ctx.steps[0].t - ctx.steps[0].wall
+    during = [x.system_cpu for x in s.samples if x.system_cpu is not None and x.t >= start]
+    if not during:
+        return None
+    busy = sum(during) / len(during)
     dl = ctx.loader()
     cpu = ctx.loader_worker_cpu(dl) if dl is not None and dl.num_workers else None
     worker_cores = cpu[1] / 100.0 if cpu is not None else 0.0

@@ -269,9 +269,8 @@ def settings(run: RunState) -> dict[str, str]:
         out["cuDNN"] = str(rt.cudnn_version) if rt.cudnn_version is not None else "n/a"
         out["device"] = rt.device_type + (f" ({', '.join(rt.device_names)})" if rt.device_names else "")
         out["CPUs usable"] = f"{rt.usable_cpus} of {rt.cpu_count}"
-        threads = getattr(rt, "torch_threads", None)  # not in schema 1's Runtime yet: shown once recorded
-        if threads is not None:
-            out["torch threads"] = str(threads)
+        if rt.torch_threads is not None:
+            out["torch threads"] = str(rt.torch_threads)
     dl = run.training_loader()
     if dl is not None:
         for key in ("num_workers", "batch_size", "pin_memory", "persistent_workers", "prefetch_factor"):

@@ -192,9 +192,8 @@ def _environment(run: RunState) -> list[tuple[str, str]]:
     out.append(("GPU driver", "not in the record"))
     out.append(("CPU", f"{rt.usable_cpus} usable of {rt.cpu_count} logical CPUs"
                 + {True: ", native bf16", False: ", no native bf16", None: ""}[rt.cpu_bf16]))
-    threads = getattr(rt, "torch_threads", None)  # a later Runtime field; shown once recorded
-    if threads is not None:
-        out.append(("torch threads", str(threads)))
+    if rt.torch_threads is not None:
+        out.append(("torch threads", str(rt.torch_threads)))
     out.append(("/dev/shm", fmt_bytes(rt.shm_bytes) if rt.shm_bytes is not None else "none"))
     for metric, why in rt.unavailable.items():
         out.append((f"{metric} unavailable", why))

@@ -210,6 +210,8 @@ CASES = [
     ("epoch-stall", ["finding_epoch_stall.py", "6"], ["finding_epoch_stall.py", "6", "--persistent"]),
     ("eval-share", ["finding_eval_share.py", "60"], None),
     ("data-wait-moderate", ["finding_data_wait_moderate.py", "80"], None),
+    ("cpu-oversubscribed", ["finding_cpu_oversubscribed.py", "150"],
+     ["finding_cpu_oversubscribed.py", "150", "--fixed"]),
 ]
 
 

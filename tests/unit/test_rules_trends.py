@@ -14,10 +14,9 @@ GiB = 1 << 30
 
 
 @dataclass(frozen=True)
-class RuntimeWithThreads(Runtime):
-    """A Runtime as it will be once the agent records torch's thread count (proposed `torch_threads`)."""
+class RuntimeWithMemory(Runtime):
+    """A Runtime as it will be once the agent records the memory the process may use (proposed `host_mem_total`)."""
 
-    torch_threads: int | None = None
     host_mem_total: int | None = None
 
 
@@ -28,12 +27,13 @@ def rule(run: RunState, rule_id: str) -> Finding | None:
     return next((f for f in found if f.rule == rule_id), None)
 
 
-def cpu_runtime(usable: int = 8, **extra: object) -> Runtime:
-    if extra:
-        return RuntimeWithThreads(t=0.5, torch_version="2.13", cuda_version=None, device_type="cpu",
-                                  cpu_count=usable, usable_cpus=usable, shm_bytes=8 * GiB, **extra)  # type: ignore[arg-type]
+def cpu_runtime(usable: int = 8, torch_threads: int | None = None, host_mem_total: int | None = None) -> Runtime:
+    if host_mem_total is not None:
+        return RuntimeWithMemory(t=0.5, torch_version="2.13", cuda_version=None, device_type="cpu", cpu_count=usable,
+                                 usable_cpus=usable, shm_bytes=8 * GiB, torch_threads=torch_threads,
+                                 host_mem_total=host_mem_total)
     return Runtime(t=0.5, torch_version="2.13", cuda_version=None, device_type="cpu", cpu_count=usable,
-                   usable_cpus=usable, shm_bytes=8 * GiB)
+                   usable_cpus=usable, shm_bytes=8 * GiB, torch_threads=torch_threads)
 
 
 def loader(workers: int = 2, persistent: bool = False, dataset_len: int | None = 640, batch: int = 32,
@@ -45,9 +45,9 @@ def loader(workers: int = 2, persistent: bool = False, dataset_len: int | None =
 
 # -- memory creep ---------------------------------------------------------------
 def creeping_run(per_step: float, steps: int = 600, plateau_at: int | None = None, field: str = "host_rss",
-                 **rt: object) -> RunState:
+                 host_mem_total: int | None = None) -> RunState:
     run = RunState()
-    run.add(cpu_runtime(**rt))
+    run.add(cpu_runtime(host_mem_total=host_mem_total))
     t = 1.0
     base = 500 * MiB
     for i in range(steps):
@@ -168,7 +168,7 @@ def test_eval_share_quiet_for_a_small_share_or_a_single_pass() -> None:
 # -- CPU oversubscription -------------------------------------------------------
 def threads_run(threads: int | None, worker_cpu: float, busy: float = 97.0, usable: int = 4) -> RunState:
     run = RunState()
-    run.add(cpu_runtime(usable=usable, torch_threads=threads) if threads is not None else cpu_runtime(usable=usable))
+    run.add(cpu_runtime(usable=usable, torch_threads=threads))
     run.add(loader(workers=2))
     t = 1.0
     for i in range(30):
@@ -190,7 +190,7 @@ def test_cpu_oversubscribed_fires_when_threads_and_busy_workers_exceed_the_cores
 
 
 def test_cpu_oversubscribed_quiet_without_the_thread_count_idle_workers_or_idle_cpus() -> None:
-    assert rule(threads_run(threads=None, worker_cpu=60.0), "cpu-oversubscribed") is None  # schema 1 records
+    assert rule(threads_run(threads=None, worker_cpu=60.0), "cpu-oversubscribed") is None  # older records
     assert rule(threads_run(threads=4, worker_cpu=5.0), "cpu-oversubscribed") is None  # workers mostly idle
     assert rule(threads_run(threads=4, worker_cpu=60.0, busy=50.0), "cpu-oversubscribed") is None
     assert rule(threads_run(threads=2, worker_cpu=60.0), "cpu-oversubscribed") is None  # 3.2 of 4
@@ -220,3 +220,15 @@ def test_data_wait_moderate_never_beside_data_wait_and_quiet_below_ten_percent()
     high = findings(waiting_run(0.4))
     assert "data-wait" in [f.rule for f in high] and "data-wait-moderate" not in [f.rule for f in high]
     assert rule(waiting_run(0.05), "data-wait-moderate") is None
+
+
+def test_cpu_oversubscribed_reads_the_cpu_while_steps_ran_not_at_start_up() -> None:
+    run = threads_run(threads=4, worker_cpu=60.0)
+    quiet = RunState()
+    quiet.add(cpu_runtime(usable=4, torch_threads=4))
+    quiet.add(loader(workers=2))
+    for i in range(20):  # imports and set-up: the CPUs idle before the first step
+        quiet.add(Sample(t=0.1 + i * 0.04, system_cpu=5.0))
+    for event in list(run.steps) + list(run.samples):
+        quiet.add(event)
+    assert rule(quiet, "cpu-oversubscribed") is not None
