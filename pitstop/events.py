@@ -61,6 +61,7 @@ class Runtime:
     unavailable: dict[str, str] = field(default_factory=dict)  # metric -> reason
     cpu_bf16: bool | None = None  # the CPU has native bf16 (avx512_bf16 / amx_bf16); None: unknown
     torch_threads: int | None = None  # torch.get_num_threads(): at import, sent again at the first step if changed
+    host_mem_total: int | None = None  # bytes the process may use: MemTotal, or a smaller cgroup limit
 
 
 @dataclass(frozen=True)

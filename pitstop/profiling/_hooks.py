@@ -18,6 +18,7 @@ import os
 import sys
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
@@ -81,6 +82,28 @@ def _leading_dim(batch: Any, tensor_type: type) -> int | None:
             if found is not None:
                 return found
     return None
+
+
+def host_mem_total(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes of memory this process may use: MemTotal, or the cgroup's limit when smaller."""
+    total = None
+    try:
+        with open(meminfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        total = None
+    for name in ("memory.max", "memory/memory.limit_in_bytes"):  # cgroup v2, v1
+        try:
+            text = Path(cgroup, name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (total is None or int(text) < total):
+            total = int(text)
+        break
+    return total
 
 
 def _torch_threads(torch: Any) -> int | None:
@@ -254,6 +277,7 @@ class Hooks:
                 unavailable=unavailable,
                 cpu_bf16=_cpu_bf16(),
                 torch_threads=_torch_threads(torch),
+                host_mem_total=host_mem_total(),
             )
         self.agent.emit(self.runtime)
         self.device_type = device_type

@@ -19,6 +19,10 @@ FORBIDDEN = {
     "pitstop.profiling.transport": ("torch", "textual", "rich"),
     "pitstop.profiling.sources": ("torch", "textual", "rich"),
     "pitstop.profiling.windows": ("textual", "rich"),
+    "pitstop.profiling.stepclock": ("torch", "textual", "rich"),  # pure: unit-tested without torch
+    "pitstop.profiling._patch": ("torch", "textual", "rich"),
+    "pitstop.compare": ("torch", "textual", "rich"),
+    "pitstop.report": ("torch", "textual", "rich"),
     "pitstop.tuning.command": ("textual", "rich", "pitstop.tui"),
     "pitstop.tui": ("torch",),
     "pitstop.cli": ("torch", "textual", "rich"),
