@@ -133,8 +133,7 @@ def _limit(ctx: Context, field: str) -> tuple[float | None, str]:
         total = ctx.run.gpu_mem_total
         return (float(total), "GPU's memory") if total else (None, "the GPU's memory size was not sampled")
     rt = ctx.run.runtime
-    # Runtime.host_mem_total: MemTotal, or the cgroup limit when smaller (None in older records).
-    total = getattr(rt, "host_mem_total", None) if rt is not None else None
+    total = rt.host_mem_total if rt is not None else None  # MemTotal or a smaller cgroup limit; None in older records
     return (float(total), "memory this process may use") if total else (
         None, "the record does not carry the machine's memory size")
 
