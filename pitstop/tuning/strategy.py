@@ -412,9 +412,16 @@ class Search:
     def _confirm(self, base: TrialResult, stopped: str) -> Outcome:
         out = Outcome(baseline=base, results=self.results, space=self.space, stopped=stopped,
                       notes=self.notes)
-        best = self.best_measured()
-        contestants = [c for c in (self.inc, best.candidate if best else None) if c not in (None, Candidate())]
-        contestants = list(dict.fromkeys(contestants))
+        # The incumbent and the best other measured configuration (the two best measured when
+        # exploration adopted nothing): the fullest contest the budget allows uses its reserve.
+        ranked: list[Candidate] = []
+        for r in sorted((r for r in self.results if r.ok and r.candidate not in (Candidate(), self.inc)
+                         and r.candidate not in self.excluded and (self.ratio(r) or 0.0) > 1.0),
+                        key=lambda r: -(self.ratio(r) or 0.0)):
+            if r.candidate not in ranked:
+                ranked.append(r.candidate)
+        contestants = ([self.inc] if self.inc != Candidate() else []) + ranked
+        contestants = contestants[:2]
         if not contestants:
             others = [r for r in self.results if r.candidate != Candidate()]
             why = ("only the script's own settings were measured" + (" before --budget ran out" if stopped else "")
