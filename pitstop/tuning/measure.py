@@ -80,7 +80,9 @@ def measure(events: Iterable[Event], warmup: int, windows: int = WINDOWS) -> Mea
         elif isinstance(event, End):
             m.trial_complete = event.reason == "trial-complete"
     m.steps_seen = len(steps)
-    measured = [s for s in steps if s.step >= warmup]
+    # Training steps only, as every front counts them (RunState.measured_steps): a step
+    # holding an eval pass or a profiler window is not the pace of training.
+    measured = [s for s in steps if s.step >= warmup and s.mark is None]
     m.measured_steps = len(measured)
     # Step-time jitter is judged on groups of steps: with N workers, batches
     # arrive in round-robin bursts, so single steps alternate between ~0 and a
