@@ -45,7 +45,7 @@ class TrialRow:
     @property
     def steps_text(self) -> str:
         """`60 steps`, or `41 of 60 steps` when the script ended sooner."""
-        if self.ok and self.measured_steps and self.measured_steps < self.steps:
+        if self.measured_steps and self.measured_steps < self.steps:
             return f"{self.measured_steps} of {self.steps} steps"
         return f"{self.steps} steps"
 

@@ -28,7 +28,7 @@ def _ratio(result: TrialResult, base: TrialResult | None) -> str:
 
 def steps_text(result: TrialResult) -> str:
     """`60` as planned, or `41 of 60` when the script ended sooner (a trial says what it measured)."""
-    if result.ok and result.measured_steps and result.measured_steps < result.steps:
+    if result.script_ended and result.measured_steps and result.measured_steps < result.steps:
         return f"{result.measured_steps} of {result.steps}"
     return str(result.steps)
 
@@ -72,6 +72,8 @@ def tick_line(tick: Tick, tune: str) -> str:
 def format_report(outcome: Outcome, title: str = "", confirm_command: str = "") -> str:
     """The text report printed at the end of a tune."""
     base = outcome.baseline
+    if base is None or not base.ok:  # an unstable first baseline: ratios against the first stable run
+        base = next((r for r in outcome.results if r.ok and not r.candidate.settings), base)
     lines: list[str] = []
     if title:
         lines += [title, ""]

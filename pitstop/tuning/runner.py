@@ -363,7 +363,9 @@ def classify(candidate: Candidate, steps: int, stage: str, code: int | None, tim
         return result("crash", f"exit {code}: {line}" if line else f"exit {code}")
     if not m.agent_started:
         return result("crash", f"no record: the agent did not start ({read_problem or 'no events'})")
-    rejected = {k: v for k, v in m.skipped.items() if k in candidate.as_dict()}
+    # A knob skipped on one loader but applied to another was applied: [dataloader] knobs
+    # reach the training loader and skip evaluation loaders by design (docs/config.md).
+    rejected = {k: v for k, v in m.skipped.items() if k in candidate.as_dict() and k not in m.applied}
     if rejected:
         knob, why = next(iter(rejected.items()))
         return result("rejected", f"{knob} not applied: {why}")

@@ -45,6 +45,11 @@ class _OutOfBudget(Exception):
     """Exploration must stop to leave the confirmation its share of the budget."""
 
 
+def _measured(r: TrialResult) -> bool:
+    """An unstable run still measured a figure (its windows disagreed more than 25%)."""
+    return r.status == "unstable" and r.throughput is not None
+
+
 def _data_wait_share(result: TrialResult) -> float | None:
     """1 - throughput / compute-only throughput: how much of the step waits for data."""
     if not result.throughput or not result.compute_throughput:
@@ -132,6 +137,7 @@ class Search:
         result = self.evaluate(candidate, self._steps_for(candidate, steps), stage)
         self.budget.charge(result)
         self.results.append(result)
+        self._limit_steps(result)
         if explore:
             self.cache[key] = result
         if self.planned is not None:
@@ -158,8 +164,12 @@ class Search:
 
     def _better(self, a: TrialResult, b: TrialResult, metric: str = "throughput") -> bool:
         """a beats b by more than the noise."""
-        if not (a.ok and b.ok):
-            return a.ok and not b.ok
+        if not a.ok:
+            return False
+        if not (b.ok or _measured(b)):
+            return True  # anything that ran beats a failure
+        # An unstable reference (its windows disagreed) still has a figure: a win over it is
+        # measured like any other, not granted because the other side failed to be stable.
         return self._figure(a, metric) > self._figure(b, metric) * (1.0 + self.noise(a, b, metric=metric))
 
     def _simplest_best(self, results: list[TrialResult], metric: str = "throughput") -> TrialResult | None:
@@ -175,7 +185,8 @@ class Search:
 
     def _baseline_at(self, steps: int) -> TrialResult | None:
         """A successful run of the script's own settings, at `steps` if there is one."""
-        runs = [r for r in self.results if r.ok and r.candidate == Candidate()]
+        runs = [r for r in self.results if (r.ok or _measured(r)) and r.candidate == Candidate()]
+        runs.sort(key=lambda r: not r.ok)  # stable runs first
         same = [r for r in runs if r.steps == steps]
         return (same or runs or [None])[0]
 
@@ -199,7 +210,6 @@ class Search:
         self.space = self.space_for(base)
         if base.facts is not None and base.facts.usable_cpus:
             self._cpus = base.facts.usable_cpus
-        self._limit_steps(base)
         if self._fit_steps(base) and base.ok:
             # The same configuration measured over fewer steps: it stands for the new
             # length too (a second baseline only to change the count cost 1 of 4 trials).
@@ -255,14 +265,20 @@ class Search:
                           f"first, at {value} (the loader needs ~{need}x its speed)")
         self._run(self.inc.with_("num_workers", value, self.space.own), self.steps, "workers", reserve=False)
 
-    def _limit_steps(self, base: TrialResult) -> None:
-        """A script that ended by itself sets how many steps a trial can measure: never plan more."""
-        if base.script_ended and base.measured_steps >= self.min_steps:
-            self.max_steps = min(self.max_steps, base.measured_steps)
-            self.steps = min(self.steps, self.max_steps)
-            self.long = min(self.long, self.max_steps)
-            self.notes.append(f"the script ends by itself after {base.steps_seen} steps: trials measure at "
-                              f"most {self.max_steps}")
+    def _limit_steps(self, result: TrialResult) -> None:
+        """A script that ended by itself sets how many steps a trial can measure: never plan more.
+
+        (A test script that ran 111 steps in all was planned 1883 per trial after
+        --min-time raised the count, and every table row said 1883.)
+        """
+        if not (result.script_ended and self.min_steps <= result.measured_steps < self.max_steps):
+            return
+        self.max_steps = result.measured_steps
+        self.steps = min(self.steps, self.max_steps)
+        self.long = min(self.long, self.max_steps)
+        self.cache.setdefault((result.candidate, self.max_steps), result)  # it measured all there is
+        self.notes.append(f"the script ends by itself after {result.steps_seen} steps: trials measure at "
+                          f"most {self.max_steps}")
 
     def _fit_steps(self, base: TrialResult) -> bool:
         """Short trials measure at least `min_seconds`: windows of a few milliseconds measure the scheduler."""

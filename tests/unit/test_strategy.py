@@ -369,3 +369,36 @@ def test_confirm_only_runs_the_ab_rounds_of_one_config_and_nothing_else() -> Non
     assert outcome.winner == Candidate() and not outcome.improves
     with pytest.raises(UsageError, match="at least 2 trials"):
         Search(Sim(data_bound), lambda base: two_cores(), Budget(trials=1), steps=30).confirm_only(two)
+
+
+def test_a_script_that_ends_by_itself_caps_the_steps_every_later_trial_plans() -> None:
+    class Ends(Sim):
+        def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
+            res = super().__call__(candidate, steps, stage)
+            if steps > 100:  # the script stops after 100 measured steps, whatever was planned
+                return res.replace(measured_steps=100, steps_seen=105, script_ended=True)
+            return res
+
+    sim = Ends(data_bound, step_seconds=0.001)  # 30 steps in 0.03 s: --min-time raises the count to 1000
+    outcome, _ = search(data_bound, two_cores(), budget=Budget(trials=8), sim=sim, min_seconds=1.0)
+    planned = [steps for _, steps, _ in sim.calls]
+    assert planned[1] == 1000 and all(s <= 100 for s in planned[2:]), planned
+    assert any("ends by itself after 105 steps" in n for n in outcome.notes)
+
+
+def test_a_configuration_does_not_win_because_the_baseline_was_unstable() -> None:
+    # A test script with erratic steps: every run of its own settings is "unstable" (windows
+    # ±117%), yet measured; workers=1 is no faster and must not be granted a win over it.
+    class Erratic(Sim):
+        def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
+            res = super().__call__(candidate, steps, stage)
+            if candidate == Candidate():
+                return res.replace(status="unstable", reason="window throughputs spread ±117%")
+            return res
+
+    def flat(cfg: dict[str, Any]) -> tuple[float, float, str]:
+        return 80.0, 0.03, ""
+
+    for seed in range(3):
+        outcome, _ = search(flat, two_cores(), budget=Budget(trials=6), sim=Erratic(flat, seed))
+        assert not outcome.improves, (seed, outcome.winner, outcome.message)

@@ -190,3 +190,13 @@ def test_journal_replays_in_order_and_tolerates_a_torn_line(tmp_path: Path) -> N
     assert replay(a, 10, "confirm").throughput == 4.0 and len(runs) == 4  # a fresh, 3rd run of a
     fresh = Journal(path, header, force=True)
     assert fresh.entries == {}
+
+
+def test_a_knob_applied_to_the_training_loader_is_not_rejected_for_skipping_an_eval_loader(tmp_path: Path) -> None:
+    train = DataLoaderInfo(t=0, id=1, num_workers=2, batch_size=8, pin_memory=False, persistent_workers=False,
+                           prefetch_factor=2, overrides={"num_workers": 2})
+    evaluation = DataLoaderInfo(t=0, id=2, num_workers=0, batch_size=8, pin_memory=False, persistent_workers=False,
+                                prefetch_factor=None, skipped={"num_workers": "an evaluation DataLoader ..."})
+    path = write(tmp_path / "r.jsonl", [hello(), train, evaluation, *steps([0.1] * 30)])
+    res = classify(Candidate.of({"num_workers": 2}), 15, "workers", 0, False, 60, path, "", 5, None)
+    assert res.status == "ok", res.reason

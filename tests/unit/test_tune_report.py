@@ -62,7 +62,7 @@ def test_an_unconfirmed_best_names_the_command_that_confirms_it() -> None:
 
 
 def test_trials_shorter_than_planned_and_progress_lines_say_what_they_measured() -> None:
-    short = result({"num_workers": 2}, 120.0, "workers", steps=60, measured=41)
+    short = result({"num_workers": 2}, 120.0, "workers", steps=60, measured=41).replace(script_ended=True)
     line = progress_line(short, 2, None, result({}, 100.0, "baseline"), tune_status(2, None, "2 of 4 trials", 9.0))
     assert line.startswith("[2/?] workers=2") and "[workers, 41 of 60 steps]" in line
     assert "tune: 2 trials, budget 2 of 4 trials left, ETA ~9s" in line
