@@ -541,6 +541,9 @@ class Search:
             shown = ", ".join(f"{c.candidate.label()} x{score[c.candidate]:.2f}" for c in alive if c.candidate in score)
             out.message = ("nothing beat the script's own settings by more than the noise "
                            f"(±{noise:.1%})" + (f": {shown} in the rounds" if shown else ""))
+            if rounds < 2 and any(v > 1.0 for v in score.values()):
+                out.message += ("; one round cannot separate that from the noise: a larger --budget "
+                                "runs two rounds")
             return out
         top = max(beaters, key=lambda c: score[c.candidate])
         close = [c for c in beaters if score[c.candidate] * (1.0 + noise) >= score[top.candidate]]
