@@ -142,6 +142,15 @@ class Overrides:
             if values.get(knob) != value:
                 applied[knob] = value
             values[knob] = value
+        if want.get("num_workers") == 0:
+            # Loading in the main process: the script's worker-only arguments would make
+            # DataLoader raise ("multiprocessing_context can only be used with ...
+            # num_workers > 0"); they have no effect without workers, so they are unset.
+            for knob, off in (("persistent_workers", False), ("prefetch_factor", None),
+                              ("multiprocessing_context", None)):
+                if values.get(knob) not in (None, False) and knob not in want:
+                    values[knob] = off
+                    applied[knob] = off
         return (), values, applied, skipped
 
     def _is_training(self, values: dict[str, Any]) -> bool:

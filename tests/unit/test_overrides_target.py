@@ -57,3 +57,12 @@ def test_the_first_loader_is_the_training_one_when_none_shuffles() -> None:
     overrides = Overrides(agent, torch, {"dataloader": {"num_workers": 2}})
     first = _build(overrides, batch_size=4)  # an iterable-style script that shuffles upstream
     assert first.num_workers == 2
+
+
+def test_no_workers_unsets_the_scripts_worker_only_arguments_instead_of_crashing() -> None:
+    agent = _Agent()
+    overrides = Overrides(agent, torch, {"dataloader": {"num_workers": 0}})
+    loader = _build(overrides, batch_size=4, shuffle=True, num_workers=2, persistent_workers=True,
+                    prefetch_factor=4, multiprocessing_context="spawn")
+    assert (loader.num_workers, loader.persistent_workers, loader.multiprocessing_context) == (0, False, None)
+    assert agent.events[0].overrides["num_workers"] == 0
