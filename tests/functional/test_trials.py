@@ -253,6 +253,8 @@ def test_a_real_tune_fills_the_table_trial_by_trial(tmp_path: Path) -> None:
             assert app.finished_at is not None, child.log_path.read_text()
             await wait_for(pilot, lambda: any(word in screen_text(app) for word in
                                               ("Winner:", "Best found", "Nothing beat", "No configuration")))
+            # The progress file is read on the view's own poll: wait for the last one.
+            await wait_for(pilot, lambda: app.progress is not None and app.progress.done == 2)
             final_screen = screen_text(app)  # read while the app still runs
         assert app.returncode == 0, child.log_path.read_text()
         assert len(app.rows) == journal_trials() == 2 and seen
