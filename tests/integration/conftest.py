@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,3 +59,23 @@ def wait_for(
         time.sleep(0.1)
     shown = f"\n{show()}" if show is not None else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{shown}")
+
+
+def run_pitstop(
+    args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240.0
+) -> subprocess.CompletedProcess[str]:
+    """`pitstop ARGS` in its own process group, killed whatever happens (DataLoader workers, ranks)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pitstop.cli", *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if proc.returncode is None:
+            proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

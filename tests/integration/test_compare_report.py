@@ -17,7 +17,7 @@ import pytest
 from pitstop.analysis import RunState, run_rules
 from pitstop.profiling.record import iter_record
 
-from .conftest import SCRIPTS
+from .conftest import SCRIPTS, run_pitstop
 
 NEW_RULES = {"memory-creep", "epoch-stall", "eval-share", "cpu-oversubscribed", "data-wait-moderate"}
 # 60 steps: the default profiler window (steps 50-54) marks ~8 of them, leaving ~49 training
@@ -39,19 +39,7 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def pitstop(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`pitstop ARGS` in its own process group, killed whatever happens (DataLoader workers included)."""
-    proc = subprocess.Popen([sys.executable, "-m", "pitstop.cli", *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.returncode is None:
-            proc.wait()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_pitstop(args, env, cwd, TIMEOUT)
 
 
 def rules_of(record: Path) -> list[str]:

@@ -23,31 +23,11 @@ import pytest
 
 from pitstop.events import End, Hello, Note, Step
 
-from .conftest import SCRIPTS, events_of
+from .conftest import SCRIPTS, events_of, run_pitstop  # test_eval_loader imports run_pitstop from here
 
 LIGHTNING_STEPS = 30  # below 50, where the default profiler schedule opens its first window
 HF_STEPS, HF_BATCH, HF_EVAL_EVERY = 40, 8, 10
 TIMEOUT = 240.0
-
-
-def run_pitstop(
-    args: list[str], env: dict[str, str], cwd: Path, timeout: float = TIMEOUT
-) -> subprocess.CompletedProcess[str]:
-    """`pitstop ARGS` in its own process group, which is killed whatever happens (framework ranks included)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pitstop.cli", *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.returncode is None:
-            proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.fixture
