@@ -140,14 +140,16 @@ def test_a_script_whose_epoch_never_ends_still_stops(tmp_path: Path) -> None:
     assert not any("ended by itself" in n for n in base["notes"])  # the agent ended it (trial-complete)
 
 
-def test_workers_0_with_the_scripts_persistent_workers_is_a_rejected_trial(tmp_path: Path) -> None:
+def test_workers_0_with_the_scripts_persistent_workers_is_a_trial_that_runs(tmp_path: Path) -> None:
+    # num_workers=0 unsets the script's persistent_workers=True (it made DataLoader raise: a
+    # crashed trial before): the configuration is measured like any other.
     proc = tune(tmp_path, ["--knobs", "workers", "--budget", "4"],
                 ["--workers", "2", "--persistent", "--work", "2000"])
     assert proc.returncode == 0, proc.stderr
     data = report(proc)
     zero = trials(data, num_workers=0)
-    assert zero and zero[0]["status"] in ("crash", "rejected")
-    assert "persistent_workers" in zero[0]["reason"]
+    assert zero and zero[0]["status"] not in ("crash",), zero[0]
+    assert "persistent_workers" not in (zero[0].get("reason") or "")
 
 
 def test_resume_after_interruption_reuses_finished_trials(tmp_path: Path) -> None:
