@@ -126,11 +126,11 @@ def _cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
     return None
 
 
-def find_root(module_type: type, optimizer: Any) -> Any:
-    """The outermost module holding the optimizer's parameters (see Hooks.watch_model).
+def find_root(module_type: type) -> Any:
+    """The outermost module with the most trainable parameters (see Hooks.watch_model).
 
-    One pass over the objects the GC tracks, once per run, at the first step (a
-    warm-up step, never measured): ~0.1 s with transformers imported (200k objects).
+    One pass over the objects the GC tracks, once per run, at the first backward
+    (a warm-up step, never measured): ~0.1 s with transformers imported (200k objects).
     """
     # type(o), not isinstance(o, ...): isinstance reads `__class__`, and some objects
     # warn on attribute access (torch.distributed.reduce_op printed a FutureWarning
@@ -146,15 +146,9 @@ def find_root(module_type: type, optimizer: Any) -> Any:
             modules.append(o)
     inner = {id(child) for m in modules for child in m._modules.values() if child is not None}
     tops = [m for m in modules if id(m) not in inner]
-    if optimizer is not None:
-        wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
 
-        def score(m: Any) -> int:
-            return sum(1 for p in m.parameters() if id(p) in wanted)
-    else:
-
-        def score(m: Any) -> int:
-            return sum(p.numel() for p in m.parameters() if p.requires_grad)
+    def score(m: Any) -> int:
+        return sum(p.numel() for p in m.parameters() if p.requires_grad)
 
     best, best_score = None, 0
     for m in tops:
@@ -197,7 +191,6 @@ class Hooks:
         self.data_parallel = False
         self.ddp = False
         self._model_reported = False
-        self._model_watched = False
         self.overrides: Any = None
         self.runtime: Runtime | None = None
         self.device_type = "cpu"
@@ -504,12 +497,11 @@ class Hooks:
         patch(torch.autocast, "__enter__", make_enter)
 
     # ---- the model's root module ----------------------------------------------
-    def watch_model(self, optimizer: Any) -> None:
-        """Find the model (once, at the first backward) and watch its forwards.
+    def watch_model(self) -> None:
+        """Find the model (the agent calls this once, at the first backward) and watch its forwards.
 
-        The root module is the outermost module holding the optimizer's
-        parameters (without one, as at the first backward: the outermost module
-        with the most trainable parameters). Its class's `__call__` is patched
+        The root module is the outermost module with the most trainable
+        parameters (no optimizer has stepped yet at the first backward). Its class's `__call__` is patched
         (`_patch`, invisible) to tell the clock whether a forward of the root
         trains (grad on, train mode) or evaluates, and to give samples (the
         batch dimension of its input) to loops that slice batches without a
@@ -517,11 +509,8 @@ class Hooks:
         in the module's state, and `torch.save(model)` of pytorch/examples'
         word_language_model then failed pickling pitstop's hook.
         """
-        if self._model_watched:
-            return
-        self._model_watched = True
         try:
-            root = find_root(self.torch.nn.Module, optimizer)
+            root = find_root(self.torch.nn.Module)
         except Exception as err:
             self.agent.note("warn", "hooks", f"model not found: {err}", once="root")
             return

@@ -278,7 +278,7 @@ class Agent:
         self.clock.on_backward(_perf())
         if not self._model_watched and self.hooks is not None:
             self._model_watched = True  # once: the model is found at the first backward
-            self.hooks.watch_model(None)
+            self.hooks.watch_model()
 
     def manual_step(self, samples: int | None = None) -> None:
         if self.disabled:
