@@ -201,6 +201,11 @@ class OpStat:
     self_us: float  # self CPU time
     total_us: float  # CPU time including children
     device_self_us: float | None = None  # self CUDA time; None on CPU
+    # Where it ran: "data" (inside the DataLoader's __next__ in the main process: the dataset's
+    # own ops with num_workers=0), "forward" (the rest of the training thread: forward, loss),
+    # "backward", "optimizer"; None on another thread outside those, or in a record made before
+    # phases were kept. An op that ran in several phases has one row per phase.
+    phase: str | None = None
 
 
 @dataclass(frozen=True)

@@ -267,25 +267,86 @@ def _is_copy(name: str) -> bool:
     return name.startswith("Memcpy") or name.startswith("Memset")
 
 
-def top_ops(evs: Sequence[Ev], device: str, top: int) -> list[OpStat]:
-    """Host ops grouped by name, sorted by self device time (CUDA) or self CPU time."""
-    acc: dict[str, list[float]] = {}
+class _Ranges:
+    """Per thread, the merged time ranges of one phase's markers, for containment tests."""
+
+    def __init__(self) -> None:
+        self.raw: dict[int, list[tuple[float, float]]] = {}
+        self.merged: dict[int, tuple[list[float], list[float]]] = {}
+
+    def add(self, thread: int, start: float, end: float) -> None:
+        self.raw.setdefault(thread, []).append((start, end))
+
+    def freeze(self) -> None:
+        for thread, spans in self.raw.items():
+            u = union(spans)
+            self.merged[thread] = ([a for a, _ in u], [b for _, b in u])
+
+    def holds(self, ev: Ev) -> bool:
+        spans = self.merged.get(ev.thread)
+        if spans is None:
+            return False
+        i = bisect_right(spans[0], ev.start_us) - 1
+        return i >= 0 and ev.end_us <= spans[1][i]
+
+
+def op_phases(evs: Sequence[Ev]) -> list[str | None]:
+    """The phase each event ran in (None for device and async events, and off the training thread
+    outside any marked range).
+
+    An op inside the DataLoader's `__next__` on its own thread is data loading (with
+    num_workers=0 the dataset's `__getitem__` and collate run there: the demo's blur, 1615
+    calls, was the top op and read as the model's); inside an autograd `evaluate_function`,
+    backward (on any thread: on CUDA the engine has its own); inside `Optimizer.step`/
+    `zero_grad`, the optimizer; the rest of the training thread is forward (with the loss).
+    """
+    data, opt, bwd = _Ranges(), _Ranges(), _Ranges()
     for ev in evs:
         if ev.on_device or ev.is_async:
             continue
-        row = acc.get(ev.name)
+        name = ev.name
+        if name.startswith(DATA_PREFIX):
+            data.add(ev.thread, ev.start_us, ev.end_us)
+        elif name.startswith(OPTIMIZER_PREFIXES):
+            opt.add(ev.thread, ev.start_us, ev.end_us)
+        elif name.startswith(BACKWARD_PREFIX):
+            bwd.add(ev.thread, ev.start_us, ev.end_us)
+    for r in (data, opt, bwd):
+        r.freeze()
+    tid = main_thread(evs)
+    out: list[str | None] = []
+    for ev in evs:
+        if ev.on_device or ev.is_async:
+            out.append(None)
+        elif bwd.holds(ev):
+            out.append("backward")
+        elif opt.holds(ev):
+            out.append("optimizer")
+        elif data.holds(ev):
+            out.append("data")
+        else:
+            out.append("forward" if ev.thread == tid else None)
+    return out
+
+
+def top_ops(evs: Sequence[Ev], device: str, top: int) -> list[OpStat]:
+    """Host ops grouped by phase and name, sorted by self device time (CUDA) or self CPU time."""
+    acc: dict[tuple[str | None, str], list[float]] = {}
+    for ev, phase in zip(evs, op_phases(evs)):
+        if ev.on_device or ev.is_async or _is_marker(ev.name):
+            continue
+        key = (phase, ev.name)
+        row = acc.get(key)
         if row is None:
-            row = acc[ev.name] = [0, 0.0, 0.0, 0.0]
+            row = acc[key] = [0, 0.0, 0.0, 0.0]
         row[0] += 1
         row[1] += ev.self_cpu_us
         row[2] += ev.end_us - ev.start_us
         row[3] += ev.self_device_us
-    for name in [n for n in acc if _is_marker(n)]:
-        del acc[name]
     cuda = device == "cuda"
     stats = [
-        OpStat(name, int(c), round(s, 3), round(t, 3), round(d, 3) if cuda else None)
-        for name, (c, s, t, d) in acc.items()
+        OpStat(name, int(c), round(s, 3), round(t, 3), round(d, 3) if cuda else None, phase)
+        for (phase, name), (c, s, t, d) in acc.items()
     ]
     if cuda:
         stats.sort(key=lambda o: (o.device_self_us or 0.0, o.self_us), reverse=True)

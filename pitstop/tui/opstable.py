@@ -1,14 +1,13 @@
 """Provides the Ops screen's tables as plain rows: ops or CUDA kernels of one profiler window, with
-their share of the step, grouped by the phase their name tells.
+their share of the step, grouped by the phase they ran in.
 
-What the record allows (issue 12): a ProfileWindow gives the step's phases
-(host milliseconds per step in data / forward / backward / optimizer) and the
-top ops by name, but not the phase each op ran in, nor whether an aten op ran in
-the dataset's `__getitem__` or in the model (OpStat aggregates by name). So ops
-are grouped only by what their own name says (`op_phase`: the DataLoader's
-`__next__`, autograd's backward functions and `*_backward` ops, the optimizer's
-step); every other op is in one group that says it mixes forward, the loss,
-the optimizer's arithmetic and, with num_workers=0, the dataset's own ops.
+The agent tags each op with the phase it ran in (`OpStat.phase`, from the
+profiler's own ranges: the DataLoader's `__next__`, autograd's backward
+functions, the optimizer's step), so the dataset's own ops with num_workers=0
+(a blur in `__getitem__` was the demo's top op, 1615 calls) sit under "data
+loading", apart from the model's. Records made before that carry no phase:
+their ops are grouped by what their name says (`op_phase`), the rest in one
+group that says it mixes forward, the loss and the dataset's ops.
 """
 
 from __future__ import annotations
@@ -20,17 +19,20 @@ from pitstop.analysis._figures import PHASE_LABELS, op_phase, op_step_share, win
 from pitstop.events import ProfileWindow
 
 # Groups in step order; None holds the ops whose name does not say their phase.
-GROUPS: tuple[str | None, ...] = ("data", None, "backward", "optimizer")
+GROUPS: tuple[str | None, ...] = ("data", "forward", None, "backward", "optimizer")
 GROUP_TITLES = {
-    "data": "data loading",
+    "data": "data loading (dataset, collate)",
+    "forward": "forward and loss",
     None: "forward/loss/dataset ops",
     "backward": "backward",
     "optimizer": "optimizer",
 }
+# In a record with phases, None is an op on another thread outside the marked ranges.
+OTHER_THREADS_TITLE = "other threads"
 # Which phase's share a group's title shows. The unnamed group has none: it is not the forward
 # phase (on the demo its top op was the dataset's blur, 69% of the step, under "forward 4%").
-GROUP_PHASE: dict[str | None, str | None] = {"data": "data", None: None, "backward": "backward",
-                                             "optimizer": "optimizer"}
+GROUP_PHASE: dict[str | None, str | None] = {"data": "data", "forward": "forward", None: None,
+                                             "backward": "backward", "optimizer": "optimizer"}
 # Long record-function names, shortened to what a person reads in a narrow column.
 ABBREVIATIONS = (
     ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.", "DataLoader (main) "),
@@ -84,13 +86,14 @@ def op_rows(window: ProfileWindow, run: RunState | None, sort: int, grouped: boo
     step_s = window_step_s(run, window)
     cuda = window.device == "cuda"
     rows: list[tuple[str | None, TableRow]] = []
+    tagged = any(o.phase is not None for o in window.ops)
     for o in window.ops:
         values: tuple[str | float | None, ...] = (
             short_name(o.name), op_step_share(o, window, step_s), float(o.calls), o.self_us, o.total_us,
             o.total_us / o.calls if o.calls else 0.0)
         if cuda:
             values += (o.device_self_us,)
-        rows.append((op_phase(o.name), TableRow(values)))
+        rows.append((o.phase if tagged else op_phase(o.name), TableRow(values)))
     columns = op_columns(window)
     if not grouped:
         return _sorted([r for _, r in rows], columns, sort)
@@ -104,7 +107,8 @@ def op_rows(window: ProfileWindow, run: RunState | None, sort: int, grouped: boo
         phase = phases.get(name) if name is not None else None
         # A phase is host time: beside ops ranked by device time (CUDA) its share would mislead.
         share = phase.ms / 1000.0 / step_s if phase is not None and step_s and not cuda else None
-        out.append(TableRow((GROUP_TITLES[group], share) + (None,) * (len(columns) - 2), group=True))
+        title = OTHER_THREADS_TITLE if group is None and tagged else GROUP_TITLES[group]
+        out.append(TableRow((title, share) + (None,) * (len(columns) - 2), group=True))
         out.extend(_sorted(members, columns, sort))
     return out
 

@@ -160,3 +160,24 @@ def test_log_lines_are_cleaned_and_wrapped_as_a_terminal_would_show_them() -> No
     assert clean(" 10%|#  \r 50%|##  \r100%|###") == "100%|###"
     assert wrap("a" * 25, 10) == ["a" * 10, "  " + "a" * 8, "  " + "a" * 7]
     assert wrap("short", 10) == ["short"]
+
+
+def test_ops_grouped_by_the_phase_they_ran_in_keep_the_datasets_ops_apart() -> None:
+    from pitstop.events import OpStat, ProfileWindow
+    from pitstop.tui.opstable import op_rows
+
+    ops = [OpStat("aten::avg_pool2d", 1615, 90_000.0, 95_000.0, None, "data"),
+           OpStat("aten::addmm", 30, 20_000.0, 25_000.0, None, "forward"),
+           OpStat("aten::add_", 10, 1_000.0, 1_000.0, None, "optimizer"),
+           OpStat("aten::add_", 10, 500.0, 500.0, None, "forward")]
+    window = ProfileWindow(t=FIXED, step_start=5, step_end=10, device="cpu", duration_s=0.5, ops=ops,
+                           kernels=[], phases_ms={"data": 18.0, "forward": 5.0, "optimizer": 1.0})
+    rows = op_rows(window, None, sort=3, grouped=True)
+    titles = [(str(r.values[0]), r.group) for r in rows]
+    assert titles[0] == ("data loading (dataset, collate)", True)
+    assert titles[1] == ("aten::avg_pool2d", False)  # the blur is the dataset's, not the model's
+    forward = titles.index(("forward and loss", True))
+    optimizer = titles.index(("optimizer", True))
+    assert ("aten::addmm", False) in titles[forward:optimizer]
+    assert titles[optimizer + 1:] == [("aten::add_", False)]
+    assert "forward/loss/dataset ops" not in [t for t, _ in titles]

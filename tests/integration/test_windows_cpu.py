@@ -250,11 +250,47 @@ def test_kinetos_raw_events_give_the_tables_torchs_own_event_list_gives() -> Non
     torchs = _aggregate.within_steps(_aggregate.extract(prof.events(), use_device=False), 1, 5)
     a = _aggregate.aggregate(ours, steps=4, device="cpu", top=1000)
     b = _aggregate.aggregate(torchs, steps=4, device="cpu", top=1000)
-    assert {o.name: o.calls for o in a.ops} == {o.name: o.calls for o in b.ops}
-    by_name = {o.name: o for o in b.ops}
+    # An op has one row per phase it ran in (aten::add in forward and in the optimizer).
+    assert {(o.phase, o.name): o.calls for o in a.ops} == {(o.phase, o.name): o.calls for o in b.ops}
+    by_key = {(o.phase, o.name): o for o in b.ops}
     for mine in a.ops:
-        theirs = by_name[mine.name]
+        theirs = by_key[(mine.phase, mine.name)]
         assert mine.self_us == pytest.approx(theirs.self_us, abs=0.01)
         assert mine.total_us == pytest.approx(theirs.total_us, abs=0.01)
     assert a.phases_ms == b.phases_ms and a.syncs_per_step == b.syncs_per_step
     assert a.syncs_per_step["aten::item"] == 1.0
+
+
+class _BlurSet(torch.utils.data.Dataset):  # type: ignore[misc]
+    """A dataset whose __getitem__ runs torch ops of its own (avg_pool2d: a blur), as image pipelines do."""
+
+    def __len__(self) -> int:
+        return 32 * 12
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        x = torch.randn(1, 3, 18, 18)
+        return torch.nn.functional.avg_pool2d(x, 3, stride=1)[0], i % 10
+
+
+def test_the_datasets_own_ops_are_apart_from_the_models() -> None:
+    """With num_workers=0 the dataset's ops run in the training thread: the Ops screen must not
+    show them as the model's (issue 12: a blur in __getitem__ was the demo's top op)."""
+    sink = Sink()
+    w = ProfilerWindows(every=100, active=4, first=3, trace_dir=None, device_type="cpu",
+                        emit=sink.emit, note=sink.note)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step, (x, y) in enumerate(torch.utils.data.DataLoader(_BlurSet(), batch_size=32)):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        w.on_step(step)
+    w.close()
+    sink.wait_windows(1)
+    phase = {(o.phase, o.name) for o in sink.windows[0].ops}
+    assert ("data", "aten::avg_pool2d") in phase, sorted(phase, key=str)
+    assert ("forward", "aten::addmm") in phase, sorted(phase, key=str)
+    assert not any(name == "aten::avg_pool2d" and p != "data" for p, name in phase)
+    assert any(p == "backward" for p, _ in phase) and any(p == "optimizer" for p, _ in phase)
