@@ -377,7 +377,9 @@ class TrialsApp(App[str]):
                 text.append(f"  no config written: {end.no_config}")
             return text
         if self.finished_at is not None and self.returncode != 0:
-            return Text(f"The tune ended without a winner: {self.out.name} was not written.", style=FAILED_STYLE)
+            why = f" ({end.no_config})" if end is not None and end.no_config else ""
+            return Text(f"The tune ended without a winner: {self.out.name} was not written{why}.",
+                        style=FAILED_STYLE)
         if best is None:
             return Text("No trial has succeeded yet.", style=FAILED_STYLE)
         x = ratio(best, base)

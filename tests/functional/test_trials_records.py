@@ -32,7 +32,12 @@ OWN_LOADER = {"num_workers": 0, "batch_size": 32, "pin_memory": False, "persiste
 
 
 class StandInRunner:
-    """Trials without processes: workers speed the script up to 4 (noise 1%); each trial ticks its steps."""
+    """Trials without processes: workers speed the script up to 4 (noise 1%); each trial ticks its steps.
+
+    `CRASH` makes every trial crash, as a script that cannot find its data does.
+    """
+
+    CRASH = ""
 
     def __init__(self, spec: TrialSpec, timeout: float | None = None, first_step_timeout: float = 300.0,
                  on_tick: Callable[[Tick], None] | None = None) -> None:
@@ -52,6 +57,8 @@ class StandInRunner:
         if self.on_tick is not None:
             self.on_tick(Tick(self.count, candidate.label(), stage, planned, planned, 0.1 * planned, 60.0, None,
                               done=True))
+        if self.CRASH:
+            return TrialResult(candidate, steps, stage, "crash", reason=self.CRASH, duration=1.0)
         workers = int(candidate.as_dict().get("num_workers") or 0)
         rate = 100.0 * (1 + min(workers, 4)) * (1.0 + 0.001 * (self.count % 3))
         facts = Facts(usable_cpus=8, shm_bytes=8 << 30, has_dataloader=True, loader=dict(OWN_LOADER)) \
@@ -85,8 +92,9 @@ def tune_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     return code, journal, log
 
 
-def ended_process() -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+def ended_process(code: int = 0) -> subprocess.Popen[bytes]:
+    """The tuner's process, already ended with `code` (the view reads its journal, then its exit)."""
+    proc = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
     proc.wait()
     return proc
 
@@ -144,3 +152,25 @@ def test_the_journal_holds_every_trials_start_steps_and_result_and_the_outcome(
     assert end.winner == "workers=4" and end.settings == {"num_workers": 4} and end.improves and end.confirmed
     assert end.speedup is not None and end.speedup > 4.5 and end.interval is not None
     assert end.config == "pitstop.toml" and (tmp_path / end.config).exists() and end.no_config == ""
+
+
+def test_a_tune_whose_baseline_fails_shows_why_no_config_was_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(StandInRunner, "CRASH", "exit 1: FileNotFoundError: data/train.bin")
+    code, journal, log = tune_here(tmp_path, monkeypatch, capsys, "--budget", "3")
+    assert code == 1
+    end = read_journal(journal).end
+    assert end is not None and end.status == "failed" and end.exit_code == 1 and end.winner is None
+    assert end.config is None and "data/train.bin" in end.no_config
+    proc = ended_process(1)
+
+    async def scenario() -> None:
+        app = TrialsApp(proc, journal, log, tmp_path / "pitstop.toml", clock=time.time)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: "FAILED" in screen_text(app))
+            text = screen_text(app)
+            assert "The tune ended without a winner: pitstop.toml was not written (" in text
+            assert "data/train.bin" in text and "config pitstop.toml" not in text
+        assert any("data/train.bin" in line for line in app.report)  # the report names it too
+
+    run(scenario())
