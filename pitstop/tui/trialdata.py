@@ -1,24 +1,19 @@
-"""Provides what the Trials view reads: trial rows from the tuner's journal, and facts from its log."""
+"""Provides what the Trials view reads: the tuner's journal records, followed as it grows, folded into one state.
+
+Records only (pitstop.tuning.journalformat): the view once read the tuner's
+human output with regexes, and rewording the report emptied it (issue 13).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pitstop.tuning.results import TrialResult
-
-# The tuner's progress line: "[3/14] workers=2 pin=on  412.3 samples/s (x1.62 ±2.1%)  ok  [data, 30 steps]"
-# ("[1/?]" before the baseline tells how many trials the tune will take).
-_PROGRESS = re.compile(r"^\[(\d+)/(\d+|\?)\] ")
-# Its first line: "pitstop tune: python train.py (budget 10m, 30 steps/trial); journal ...".
-_START = re.compile(r"^pitstop tune: (.+?) \(budget ([^,)]+)")
-# The report's title: "pitstop tune: python train.py — 9 trials (0 from the journal) in 41 s".
-_TITLE = re.compile(r"^pitstop tune: .+ — \d+ trials")
-_WROTE = re.compile(r"^Wrote (.+?)(?: \(not confirmed\))?\. Train with it:")
-_WINNER = re.compile(r"^(?:Winner|Best found \(not confirmed\)): (.+)$")
-_NOTHING = re.compile(r"^Nothing beat the script's own settings")
+from pitstop.tuning.journalformat import Start, Totals, TrialEnd, TrialProgress, TrialStart, TuneEnd, decode
 
 
 @dataclass(frozen=True)
@@ -50,41 +45,110 @@ class TrialRow:
         return f"{self.steps} steps"
 
 
-def read_journal(path: Path) -> tuple[dict[str, object] | None, list[TrialRow]]:
-    """(header, trials) of a journal; a torn last line (a trial being written) is skipped."""
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        return None, []
-    header: dict[str, object] | None = None
-    rows: list[TrialRow] = []
-    for line in raw.split(b"\n"):
-        if not line.strip():
-            continue
+@dataclass(frozen=True)
+class TuneState:
+    """The tune as its journal tells it: the trials, the running one, the totals, and how the tuner run ended."""
+
+    header: dict[str, Any] | None = None  # what is tuned: target, knobs, steps... (docs/tuning.md)
+    start: Start | None = None  # the latest tuner run (a --resume adds one): budget, start time
+    rows: tuple[TrialRow, ...] = ()
+    running: TrialStart | None = None  # None between trials and once the run ended
+    steps: TrialProgress | None = None  # the running trial's latest steps
+    totals: Totals | None = None
+    totals_at: float = 0.0  # time.time() when `totals` was written (its ETA counts from there)
+    end: TuneEnd | None = None  # None while the latest run goes on
+    unreadable: int = 0  # lines skipped: torn, or malformed
+
+    @property
+    def done(self) -> int:
+        return max(len(self.rows), self.totals.done if self.totals else 0)
+
+    @property
+    def planned(self) -> int | None:
+        """Trials the tune will take, as last planned (never fewer than it ran); None before the plan."""
+        planned = self.totals.planned if self.totals else None
+        return max(planned, self.done) if planned else None
+
+
+def fold(state: TuneState, data: dict[str, Any]) -> TuneState:
+    """The state after one more journal line (raises ValueError, TypeError or KeyError for a malformed one)."""
+    if data.get("kind") == "header":
+        return dataclasses.replace(state, header=data)
+    rec = decode(data)
+    if isinstance(rec, Start):
+        # A new tuner run: what an interrupted earlier one left running or said at its end is over.
+        return dataclasses.replace(state, start=rec, running=None, steps=None, end=None, totals=rec.totals,
+                                   totals_at=rec.at)
+    if isinstance(rec, TrialStart):
+        return dataclasses.replace(state, running=rec, steps=None, totals=rec.totals, totals_at=rec.at)
+    if isinstance(rec, TrialProgress):
+        if state.running is None or rec.index != state.running.index:
+            return state
+        return dataclasses.replace(state, steps=rec)
+    if isinstance(rec, TrialEnd):
+        r = rec.result
+        row = TrialRow(len(state.rows) + 1, r.candidate.label(), r.stage, r.steps, r.status, r.reason,
+                       r.throughput, r.spread, r.unit, r.peak_mem, r.mem_kind, r.measured_steps)
+        return dataclasses.replace(state, rows=(*state.rows, row), running=None, steps=None)
+    if isinstance(rec, TuneEnd):
+        totals = rec.totals or state.totals
+        return dataclasses.replace(state, end=rec, running=None, steps=None, totals=totals, totals_at=rec.at)
+    return state  # a kind a newer pitstop writes: nothing this view shows
+
+
+class JournalFollower:
+    """Reads a journal as the tuner appends to it: each whole line once, from the start again when it is replaced.
+
+    The tuner replaces the file (a new inode) when it starts afresh or resumes,
+    and appends otherwise; a line not yet ended by a newline is read next time.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ident: tuple[int, int] | None = None
+        self.offset = 0
+        self.state = TuneState()
+
+    def poll(self) -> TuneState | None:
+        """The state when the journal changed since the last poll, else None (also while it does not exist)."""
         try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        if rec.get("kind") == "header":
-            header = rec
-        elif rec.get("kind") == "trial" and isinstance(rec.get("result"), dict):
+            with open(self.path, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                fresh = (st.st_dev, st.st_ino) != self.ident or st.st_size < self.offset
+                if fresh:
+                    self.ident, self.offset, self.state = (st.st_dev, st.st_ino), 0, TuneState()
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except OSError:
+            return None
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return self.state if fresh else None
+        state = self.state
+        for line in chunk[:end].split(b"\n"):
+            if not line.strip():
+                continue
             try:
-                r = TrialResult.from_dict(rec["result"])
-            except (TypeError, KeyError, ValueError):
-                continue  # a line from another pitstop version: skip it rather than fail the view
-            rows.append(TrialRow(len(rows) + 1, r.candidate.label(), r.stage, r.steps, r.status, r.reason,
-                                 r.throughput, r.spread, r.unit, r.peak_mem, r.mem_kind, r.measured_steps))
-    return header, rows
+                data = json.loads(line)
+                state = fold(state, data) if isinstance(data, dict) else state
+            except (ValueError, TypeError, KeyError):
+                state = dataclasses.replace(state, unreadable=state.unreadable + 1)
+        self.offset += end + 1
+        self.state = state
+        return state
 
 
-def baseline_of(rows: list[TrialRow]) -> TrialRow | None:
+def read_journal(path: Path) -> TuneState:
+    """The whole journal at once (a missing one reads as an empty tune)."""
+    return JournalFollower(path).poll() or TuneState()
+
+
+def baseline_of(rows: tuple[TrialRow, ...]) -> TrialRow | None:
     """The first successful baseline trial: what every ratio is taken against."""
     return next((r for r in rows if r.stage == "baseline" and r.ok), None)
 
 
-def best_of(rows: list[TrialRow]) -> TrialRow | None:
+def best_of(rows: tuple[TrialRow, ...]) -> TrialRow | None:
     """The fastest successful trial so far (the tuner's final pick also weighs noise and simplicity)."""
     ok = [r for r in rows if r.ok]
     return max(ok, key=lambda r: r.throughput or 0.0) if ok else None
@@ -94,101 +158,3 @@ def ratio(row: TrialRow, base: TrialRow | None) -> float | None:
     if not row.ok or base is None or not base.throughput:
         return None
     return (row.throughput or 0.0) / base.throughput
-
-
-@dataclass(frozen=True)
-class LogFacts:
-    """What the tuner's output says: the target, the budget, trials planned, and its final report."""
-
-    target: str | None = None
-    budget: str | None = None
-    done: int | None = None
-    planned: int | None = None
-    report: tuple[str, ...] = ()  # the report (or the last words of a tuner that stopped), once it exited
-    config: str | None = None  # where pitstop.toml was written
-    winner: str | None = None
-    nothing: bool = False  # the report says nothing beat the script's own settings (no config written)
-
-
-def parse_log(lines: list[str], finished: bool) -> LogFacts:
-    """Facts from the tuner's output lines; the report only once the tuner has exited."""
-    target = budget = None
-    done = planned = None
-    title_at = None
-    config = winner = None
-    nothing = False
-    for i, line in enumerate(lines):
-        if target is None and (m := _START.match(line)):
-            target, budget = m.group(1), m.group(2)
-        elif m := _PROGRESS.match(line):
-            done = int(m.group(1))
-            planned = int(m.group(2)) if m.group(2) != "?" else planned
-        elif _NOTHING.match(line):
-            nothing = True
-        elif _TITLE.match(line):
-            title_at = i
-        elif m := _WROTE.match(line):
-            config = m.group(1)
-        elif m := _WINNER.match(line):
-            winner = m.group(1).strip()
-    report: tuple[str, ...] = ()
-    if finished:
-        if title_at is not None:
-            report = tuple(lines[title_at:])
-        else:
-            # No report: it was interrupted or refused to start; its last words say why.
-            last_progress = max((i for i, line in enumerate(lines) if _PROGRESS.match(line)), default=-1)
-            report = tuple(line for line in lines[last_progress + 1:] if line.strip())[-12:]
-    return LogFacts(target, budget, done, planned, report, config, winner, nothing)
-
-
-@dataclass(frozen=True)
-class TrialProgress:
-    """The running trial and the tune as a whole, from the tuner's progress file (rewritten twice a second)."""
-
-    at: float  # time.time() when the tuner wrote it
-    label: str | None = None  # the running trial (None between trials)
-    stage: str = ""
-    index: int = 0
-    steps_done: int = 0
-    steps_planned: int = 0
-    elapsed: float = 0.0
-    limit: float = 0.0
-    first_step_limit: float | None = None
-    done: int = 0  # trials finished
-    planned: int | None = None
-    budget_left: str = ""
-    eta: float | None = None
-    budget_trials: int | None = None
-    budget_seconds: float | None = None
-    used_trials: int = 0
-    used_seconds: float = 0.0
-
-    @property
-    def budget_fraction(self) -> float | None:
-        """How much of the budget is spent, 0..1."""
-        if self.budget_trials:
-            return min(1.0, self.used_trials / self.budget_trials)
-        if self.budget_seconds:
-            return min(1.0, self.used_seconds / self.budget_seconds)
-        return None
-
-
-def read_progress(path: Path) -> TrialProgress | None:
-    """The tuner's progress file, or None when it has not written one (or it is not readable)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        tune = data.get("tune") or {}
-        trial = data.get("trial") or {}
-        return TrialProgress(
-            at=float(data.get("t") or 0.0), label=trial.get("label") if not trial.get("done") else None,
-            stage=str(trial.get("stage") or ""), index=int(trial.get("index") or 0),
-            steps_done=int(trial.get("steps_done") or 0), steps_planned=int(trial.get("steps_planned") or 0),
-            elapsed=float(trial.get("elapsed") or 0.0), limit=float(trial.get("limit") or 0.0),
-            first_step_limit=trial.get("first_step_limit"),
-            done=int(tune.get("done") or 0), planned=tune.get("planned"), budget_left=str(tune.get("budget_left") or ""),
-            eta=tune.get("eta"), budget_trials=tune.get("budget_trials"), budget_seconds=tune.get("budget_seconds"),
-            used_trials=int(tune.get("used_trials") or 0), used_seconds=float(tune.get("used_seconds") or 0.0),
-        )
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None

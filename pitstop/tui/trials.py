@@ -1,8 +1,9 @@
 """Provides the Trials view of `pitstop tune`: a live table of finished trials, the tuner's output, its report.
 
 The tuner runs in its own process (it installs signal handlers, and Textual
-wants the main thread); this app only reads what it writes: the journal (one
-JSON line per finished trial) and its output log (progress lines, report).
+wants the main thread); this app only reads what it writes: its journal's
+records (trials started, their steps, finished trials, the outcome with its
+report), and its output log, shown as it is and never parsed.
 """
 
 from __future__ import annotations
@@ -32,23 +33,14 @@ from pitstop.tui.inbox import Inbox
 from pitstop.tui.logtail import LogBuffer
 from pitstop.tui.messages import LogLinesArrived
 from pitstop.tui.screens import ConfirmScreen, HelpScreen
-from pitstop.tui.trialdata import (
-    LogFacts,
-    TrialProgress,
-    TrialRow,
-    baseline_of,
-    best_of,
-    parse_log,
-    ratio,
-    read_journal,
-    read_progress,
-)
+from pitstop.tui.trialdata import JournalFollower, TrialRow, TuneState, baseline_of, best_of, ratio, read_journal
 from pitstop.tui.tunelaunch import stat_key
 from pitstop.tui.widgets import HeaderInfo, StatusHeader
-from pitstop.tuning.journal import companion
 
-# The journal is re-read when its size or mtime changes; a trial takes seconds, so 4 Hz is plenty.
+# The journal's new lines are read 4 times a second: its running trial's steps move at most once a second.
 POLL_S = 0.25
+# A tuner that ended without an outcome record (it refused to start, or crashed): its last words.
+LAST_WORDS = 12
 BEST_STYLE = "bold green"
 FAILED_STYLE = "yellow"
 BAR_WIDTH = 24
@@ -69,26 +61,14 @@ NOTES = (
 
 
 class JournalRead(Message):
-    """The journal as it stands (the whole file is small: a line per trial); a newer read replaces an older."""
+    """The tune as its journal stands after new lines; a newer state replaces an older."""
 
-    def __init__(self, header: dict[str, object] | None, rows: list[TrialRow]) -> None:
+    def __init__(self, state: TuneState) -> None:
         super().__init__()
-        self.header = header
-        self.rows = rows
+        self.state = state
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, JournalRead)
-
-
-class ProgressRead(Message):
-    """The tuner's progress file as it stands; a newer read replaces an older."""
-
-    def __init__(self, progress: TrialProgress | None) -> None:
-        super().__init__()
-        self.progress = progress
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, ProgressRead)
 
 
 def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
@@ -103,38 +83,43 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> Text:
     return text
 
 
-def progress_text(p: TrialProgress | None, now: float, running: bool) -> Text:
+def progress_text(s: TuneState, now: float, running: bool) -> Text:
     """The running trial (steps done of planned, elapsed) and the whole tune (trials, budget left, ETA)."""
-    if p is None:
+    t = s.totals
+    if t is None:
         return Text("waiting for the tuner's first trial to start", style="dim") if running else Text("")
-    since = max(0.0, now - p.at) if running else 0.0  # the clock moves between the tuner's writes
     out = Text()
-    if running and p.label is not None:
-        elapsed = p.elapsed + since
-        out.append(f"trial {p.index} ", style="bold")
-        out.append(f"{p.label} [{p.stage}]  ")
-        if p.steps_done == 0 and p.first_step_limit:
-            out.append_text(bar(elapsed / p.first_step_limit))
+    trial = s.running
+    if running and trial is not None:
+        # The clock moves between the tuner's lines: elapsed counts on from the latest one.
+        steps = s.steps
+        elapsed = steps.elapsed + now - steps.at if steps is not None else now - trial.at
+        elapsed = max(0.0, elapsed)
+        done = steps.steps_done if steps is not None else 0
+        planned = steps.steps_planned if steps is not None else trial.steps_planned
+        out.append(f"trial {trial.index} ", style="bold")
+        out.append(f"{trial.label} [{trial.stage}]  ")
+        if done == 0 and trial.first_step_limit:
+            out.append_text(bar(elapsed / trial.first_step_limit))
             out.append(f"  no training step yet  {fmt.elapsed(elapsed)} "
-                       f"(first-step limit {fmt.elapsed(p.first_step_limit)})")
+                       f"(first-step limit {fmt.elapsed(trial.first_step_limit)})")
         else:
-            out.append_text(bar(p.steps_done / p.steps_planned if p.steps_planned else 0.0))
-            out.append(f"  {p.steps_done}/{p.steps_planned} steps  {fmt.elapsed(elapsed)}"
-                       f" (limit {fmt.elapsed(p.limit)})")
+            out.append_text(bar(done / planned if planned else 0.0))
+            out.append(f"  {done}/{planned} steps  {fmt.elapsed(elapsed)} (limit {fmt.elapsed(trial.limit)})")
         out.append("\n")
     elif running:
         out.append("between trials\n", style="dim")
     out.append("tune ", style="bold")
-    planned = max(p.done, p.planned) if p.planned else None
-    fraction = p.budget_fraction
-    if fraction is None and planned:
-        fraction = p.done / planned
+    planned_trials = s.planned
+    fraction = t.budget_fraction
+    if fraction is None and planned_trials:
+        fraction = s.done / planned_trials
     out.append_text(bar(fraction or 0.0))
-    out.append(f"  {p.done}/{planned} trials" if planned else f"  {p.done} trials")
-    if p.budget_left:
-        out.append(f"  budget {p.budget_left} left")
-    if running and p.eta is not None:
-        out.append(f"  ETA ~{fmt.elapsed(max(0.0, p.eta - since))}")
+    out.append(f"  {s.done}/{planned_trials} trials" if planned_trials else f"  {s.done} trials")
+    if t.budget_left:
+        out.append(f"  budget {t.budget_left} left")
+    if running and t.eta is not None:
+        out.append(f"  ETA ~{fmt.elapsed(max(0.0, t.eta - max(0.0, now - s.totals_at)))}")
     return out
 
 
@@ -162,22 +147,20 @@ class TrialsApp(App[str]):
         started: float | None = None,
         stale: tuple[int, int, int] | None = None,
         resume_command: str | None = None,
-        progress_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.proc = proc
         self.journal = journal
-        self.progress_path = progress_path or companion(journal, ".progress.json")
-        self.progress: TrialProgress | None = None
+        self.state = TuneState()
         self.log_path = log_path
         self.out = out
         self.clock = clock
         self.started = clock() if started is None else started
         self.stale = stale  # the journal of an earlier tune, until the tuner rewrites it
         self.resume_command = resume_command
-        self.rows: list[TrialRow] = []
-        self.header_rec: dict[str, object] | None = None
-        self.facts = LogFacts()
+        self.report: tuple[str, ...] = ()  # once the tuner exited: its report, or its last words
+        self.journal_polls = 0  # journal reads so far (tests wait on it rather than on time)
+        self.tuner_polls = 0
         self.finished_at: float | None = None
         self.returncode: int | None = None
         self.stopping = False
@@ -218,17 +201,13 @@ class TrialsApp(App[str]):
     # -- reading (worker threads) -------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="journal", name="journal")
     def watch_journal(self) -> None:
-        last: tuple[int, int, int] | None = None
-        last_progress: tuple[int, int, int] | None = stat_key(self.progress_path) if self.stale else None
+        follower = JournalFollower(self.journal)
         while not self._stop.is_set():
-            key = stat_key(self.journal)
-            if key is not None and key != last and key != self.stale:
-                last = key
-                self.post_message(JournalRead(*read_journal(self.journal)))
-            progress = stat_key(self.progress_path)
-            if progress is not None and progress != last_progress:
-                last_progress = progress  # an earlier tune's file is skipped until the tuner rewrites it
-                self.post_message(ProgressRead(read_progress(self.progress_path)))
+            # An earlier tune's journal is skipped until the tuner rewrites it.
+            state = follower.poll() if stat_key(self.journal) != self.stale else None
+            if state is not None:
+                self.post_message(JournalRead(state))
+            self.journal_polls += 1
             self._stop.wait(POLL_S)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="log", name="log tail")
@@ -247,13 +226,13 @@ class TrialsApp(App[str]):
             self.notify(f"{event.worker.name}: {event.worker.error}", severity="error", timeout=15)
 
     # -- messages -----------------------------------------------------------
-    def on_journal_read(self, message: JournalRead) -> None:
-        self.header_rec, self.rows = message.header, message.rows
-        self.refresh_view()
+    @property
+    def rows(self) -> tuple[TrialRow, ...]:
+        return self.state.rows
 
-    def on_progress_read(self, message: ProgressRead) -> None:
-        if message.progress is not None:
-            self.progress = message.progress
+    def on_journal_read(self, message: JournalRead) -> None:
+        if self.finished_at is None:  # after the exit, the whole journal was read once: it is final
+            self.state = message.state
         self.refresh_view()
 
     def on_log_lines_arrived(self, message: LogLinesArrived) -> None:
@@ -262,6 +241,7 @@ class TrialsApp(App[str]):
         self.refresh_view()
 
     def poll_tuner(self) -> None:
+        self.tuner_polls += 1
         if self.finished_at is not None:
             return
         code = self.proc.poll()
@@ -269,14 +249,11 @@ class TrialsApp(App[str]):
             return
         self.finished_at = self.clock()
         self.returncode = exit_code_of(code)
-        # Read both files whole once: the tail threads poll, and the report must not miss its end.
+        # Read the journal whole once: the reading thread polls, and the outcome must not miss its end.
         if stat_key(self.journal) != self.stale:
-            self.header_rec, self.rows = read_journal(self.journal)
-        try:
-            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError as err:
-            lines = [f"cannot read the tuner's output {self.log_path}: {err.strerror or err}"]
-        self.facts = parse_log(lines, finished=True)
+            self.state = read_journal(self.journal)
+        end = self.state.end
+        self.report = end.report if end is not None else self._last_words()
         if self.stopping:
             self.exit("stopped")
             return
@@ -296,11 +273,17 @@ class TrialsApp(App[str]):
             return "DONE"
         return "STOPPED" if self.returncode == 130 else "FAILED"
 
+    def _last_words(self) -> tuple[str, ...]:
+        """No outcome in the journal (the tuner refused to start, or crashed): the end of its output."""
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as err:
+            lines = [f"cannot read the tuner's output {self.log_path}: {err.strerror or err}"]
+        return tuple(line for line in lines if line.strip())[-LAST_WORDS:]
+
     def refresh_view(self) -> None:
         if not self.screen_stack:  # a message that arrived while the app shuts down: nothing to draw
             return
-        if self.finished_at is None and len(self.log_buffer.lines):
-            self.facts = parse_log(list(self.log_buffer.lines), finished=False)
         try:
             with self.batch_update():
                 self._draw_header()
@@ -312,31 +295,29 @@ class TrialsApp(App[str]):
             return
 
     def _script(self) -> str:
-        target = self.header_rec.get("target") if self.header_rec else None
-        return str(target or self.facts.target or self.journal.name)
+        target = self.state.header.get("target") if self.state.header else None
+        return str(target or self.journal.name)
 
     def _draw_header(self) -> None:
-        facts = self.facts
-        done = len(self.rows)
-        known = self.progress.planned if self.progress is not None and self.progress.planned else facts.planned
-        planned = max(known or 0, done) if known is not None else None
+        s = self.state
+        done, planned = s.done, s.planned
         until = self.finished_at if self.finished_at is not None else self.clock()
         items: list[tuple[str, str]] = [
             ("trials", f"{done}/{planned} planned" if planned else str(done)),
             ("elapsed", fmt.elapsed(until - self.started)),
-            ("budget", facts.budget or fmt.na("not read yet")),
+            ("budget", s.start.budget if s.start is not None else fmt.na("not read yet")),
         ]
         if self.finished_at is not None:
             items.append(("exit", str(self.returncode)))
-            if facts.config:
-                items.append(("config", facts.config))
+            if s.end is not None and s.end.config:
+                items.append(("config", s.end.config))
         self._main.query_one(StatusHeader).info = HeaderInfo(title=self._script(), mode=self.mode(), items=tuple(items),
                                                        screen="trials")
 
     def _highlight(self) -> str | None:
         """The label to show in green: the tuner's winner once it said, else the fastest so far."""
-        if self.facts.winner:
-            return self.facts.winner
+        if self.state.end is not None and self.state.end.winner:
+            return self.state.end.winner
         best = best_of(self.rows)
         return best.label if best is not None else None
 
@@ -344,7 +325,7 @@ class TrialsApp(App[str]):
         rows = self.rows
         highlight = self._highlight()
         self._main.query_one("#trials-progress", Static).update(
-            progress_text(self.progress, self.clock(), self.finished_at is None))
+            progress_text(self.state, self.clock(), self.finished_at is None))
         self._main.query_one("#trials-best", Static).update(self._best_text())
         key = (len(rows), highlight, rows[-1].label if rows else None)
         if key == self._shown_rows:
@@ -382,16 +363,23 @@ class TrialsApp(App[str]):
             return Text(f"No trial finished yet: {how}.", style="dim")
         base = baseline_of(rows)
         best = best_of(rows)
-        if self.finished_at is not None and self.facts.nothing:
+        end = self.state.end
+        if end is not None and end.winner and not end.improves and end.status == "finished":
             return Text(f"Nothing beat the script's own settings: {self.out.name} was not written; "
                         "keep training as you do.", style="bold")
-        if self.facts.winner:
-            text = Text.assemble(("winner: ", "bold"), (self.facts.winner, BEST_STYLE))
-            if self.facts.config:
-                text.append(f"  written to {self.facts.config}", style="bold")
+        if end is not None and end.winner:
+            text = Text.assemble(("winner: ", "bold"), (end.winner, BEST_STYLE))
+            if end.speedup is not None:
+                text.append(f"  x{end.speedup:.2f}" + ("" if end.confirmed else " (not confirmed)"))
+            if end.config:
+                text.append(f"  written to {end.config}", style="bold")
+            elif end.no_config:
+                text.append(f"  no config written: {end.no_config}")
             return text
         if self.finished_at is not None and self.returncode != 0:
-            return Text(f"The tune ended without a winner: {self.out.name} was not written.", style=FAILED_STYLE)
+            why = f" ({end.no_config})" if end is not None and end.no_config else ""
+            return Text(f"The tune ended without a winner: {self.out.name} was not written{why}.",
+                        style=FAILED_STYLE)
         if best is None:
             return Text("No trial has succeeded yet.", style=FAILED_STYLE)
         x = ratio(best, base)
@@ -411,7 +399,7 @@ class TrialsApp(App[str]):
         report.display = on
         self._main.query_one("#trials-log", Log).display = not on
         if on:
-            text = "\n".join(self.facts.report) or "the tuner printed no report"
+            text = "\n".join(self.report) or "the tuner printed no report"
             if self.returncode not in (0, None) and self.resume_command and self.returncode == 130:
                 text += f"\n\ncontinue with: {self.resume_command}"
             self._main.query_one("#trials-report-text", Static).update(Text(text))
@@ -466,7 +454,7 @@ class TrialsApp(App[str]):
             resume = f"; if it stops, continue with: {self.resume_command}" if self.resume_command else ""
             return (f"pitstop tune continues in the background (pid {self.proc.pid}); follow it: {follow}"
                     f"{resume}")
-        lines = list(self.facts.report)
+        lines = list(self.report)
         if self.returncode == 130 and self.resume_command:
             lines.append(f"continue with: {self.resume_command}")
         return "\n".join(lines)

@@ -43,11 +43,6 @@ class TunerChild:
     stale: tuple[int, int, int] | None  # the journal's (inode, size, mtime) before the start, if it existed
     resume_command: str
 
-    @property
-    def progress(self) -> Path:
-        """Where the tuner writes its running trial's steps and the tune's budget (the progress bars)."""
-        return companion(self.journal, ".progress.json")
-
 
 def option_value(options: Sequence[str], name: str) -> str | None:
     """The value of `--name V` or `--name=V` in an option list (the last one wins, as argparse does)."""

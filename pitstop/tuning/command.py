@@ -21,6 +21,7 @@ from pitstop.errors import ConfigError, TuneError, UsageError
 from pitstop.profiling.launch import Target
 from pitstop.tuning.guard import FileGuard
 from pitstop.tuning.journal import Journal, JournaledEvaluator, companion, default_journal
+from pitstop.tuning.journalformat import Record, Start, Totals, TrialProgress, TrialStart, TuneEnd
 from pitstop.tuning.report import format_report, progress_line, tick_line, to_json, tune_status
 from pitstop.tuning.results import Candidate, TrialResult
 from pitstop.tuning.runner import FIRST_STEP_TIMEOUT, FIRST_TRIAL_LIMIT, Tick, TrialRunner, TrialSpec, path_hint
@@ -33,8 +34,13 @@ VALUE_OPTIONS = frozenset({"--budget", "--steps", "--warmup", "--min-time", "--o
 DEFAULT_BUDGET = "10m"
 DEFAULT_STEPS = 30
 DEFAULT_WARMUP = 5
-# Headless: a running trial reports its steps this often (the Trials view reads them twice a second).
+# Headless: a running trial reports its steps this often on stderr.
 TICK_LINE_EVERY_S = 10.0
+# The journal gets a running trial's steps at most once a second while they move (the
+# view's bar moves at 4 Hz polls; a line a tick, 2 Hz, made a 1-hour tune's journal 7200
+# lines), and every 10 s while they do not (a baseline waiting minutes for its first step).
+PROGRESS_RECORD_EVERY_S = 1.0
+PROGRESS_RECORD_QUIET_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,47 +121,62 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 class _Progress:
-    """Progress for a person: a line per finished trial, a line every few seconds inside a long one
-    (headless), and a small JSON file the Trials view reads for its progress bars."""
+    """Progress for a person and for the Trials view: a line per finished trial and, headless, a line every
+    few seconds inside a long one (stderr); trial starts and in-trial steps as journal records (the view's)."""
 
-    def __init__(self, path: Path, started: float) -> None:
-        self.path = path
-        self.started = started
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
         self.search: Search | None = None
         self.baseline: TrialResult | None = None
         self.last_line = 0.0
         self.guard_said = ""
         self.warned: set[str] = set()
-        self.trial: dict[str, Any] | None = None
+        self.running: int | None = None  # the runner's count of the trial whose start is journaled
+        self.index = 0  # that trial's number in the tune
+        self.last_record = 0.0
+        self.last_steps = 0
 
-    def tune(self) -> tuple[str, dict[str, Any]]:
+    def totals(self) -> Totals:
         s = self.search
         if s is None:
-            return "", {}
-        done, planned, eta = len(s.results), s.planned, s.eta()
-        state = {"done": done, "planned": planned, "budget_left": s.budget.left(), "eta": eta,
-                 "budget_trials": s.budget.trials, "budget_seconds": s.budget.seconds,
-                 "used_trials": s.budget.used_trials, "used_seconds": round(s.budget.used_seconds, 1)}
-        return tune_status(done, planned, s.budget.left(), eta), state
+            return Totals()
+        return Totals(done=len(s.results), planned=s.planned, budget_left=s.budget.left(), eta=s.eta(),
+                      budget_trials=s.budget.trials, budget_seconds=s.budget.seconds,
+                      used_trials=s.budget.used_trials, used_seconds=round(s.budget.used_seconds, 1))
+
+    def note(self, record: Record, sync: bool = False) -> None:
+        try:
+            self.journal.record(record, sync)
+        except OSError:
+            pass  # progress is a courtesy: the tune goes on without it (a finished trial's line is not)
 
     def on_tick(self, tick: Tick) -> None:
-        text, state = self.tune()
-        self.trial = {"index": tick.index, "label": tick.label, "stage": tick.stage,
-                      "steps_done": tick.steps_done, "steps_planned": tick.steps_planned,
-                      "elapsed": round(tick.elapsed, 1), "limit": round(tick.limit, 1),
-                      "first_step_limit": tick.first_step_limit, "done": tick.done}
-        self.write(state)
         now = time.monotonic()
         if tick.done:
             self.last_line = 0.0
-        elif tick.elapsed >= TICK_LINE_EVERY_S and now - self.last_line >= TICK_LINE_EVERY_S:
+            self.running = None
+            return
+        totals = self.totals()
+        if tick.index != self.running:
+            self.running, self.index = tick.index, totals.done + 1
+            self.note(TrialStart(time.time(), self.index, tick.label, tick.stage, tick.steps_planned,
+                                 round(tick.limit, 1), tick.first_step_limit, totals))
+            self.last_record, self.last_steps = now, tick.steps_done
+        elif (now - self.last_record >= PROGRESS_RECORD_EVERY_S and tick.steps_done != self.last_steps
+              or now - self.last_record >= PROGRESS_RECORD_QUIET_S):
+            self.note(TrialProgress(time.time(), self.index, tick.steps_done, tick.steps_planned,
+                                    round(tick.elapsed, 1)))
+            self.last_record, self.last_steps = now, tick.steps_done
+        if tick.elapsed >= TICK_LINE_EVERY_S and now - self.last_line >= TICK_LINE_EVERY_S:
             self.last_line = now
+            text = tune_status(totals.done, totals.planned, totals.budget_left, totals.eta)
             print(tick_line(tick, text), file=sys.stderr, flush=True)
 
     def on_result(self, result: TrialResult, index: int, planned: int | None, runner: TrialRunner) -> None:
         if result.stage == "baseline" and self.baseline is None and result.ok:
             self.baseline = result
-        text, state = self.tune()
+        t = self.totals()
+        text = tune_status(t.done, t.planned, t.budget_left, t.eta) if self.search is not None else ""
         print(progress_line(result, index, planned, self.baseline, text), file=sys.stderr, flush=True)
         restored = runner.restored.summary() if runner.restored is not None and not result.from_journal else ""
         if restored and restored != self.guard_said:
@@ -167,18 +188,6 @@ class _Progress:
             print(f"pitstop tune: warning: {', '.join(new)} changed during trial {runner.count} where no guard "
                   "saw it (code outside Python in the trial, or another process writing here): not put back; "
                   "--scratch runs trials in an empty directory", file=sys.stderr, flush=True)
-        self.trial = None
-        self.write(state)
-
-    def write(self, tune: dict[str, Any]) -> None:
-        data = {"t": time.time(), "elapsed": round(time.monotonic() - self.started, 1), "tune": tune,
-                "trial": self.trial}
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, self.path)  # whole or not at all: the viewer never reads half
-        except OSError:
-            pass  # progress is a courtesy: the tune goes on without it
 
 
 def run(args: argparse.Namespace, target: Target) -> int:
@@ -216,7 +225,7 @@ def run(args: argparse.Namespace, target: Target) -> int:
             print(f"pitstop tune: an earlier tune was killed during a trial; pitstop {recovered.summary()}",
                   file=sys.stderr)
     started = time.monotonic()
-    progress = _Progress(companion(journal_path, ".progress.json"), started)
+    progress = _Progress(journal)
     spec = TrialSpec(target=target, cwd=cwd, records=companion(journal_path, ".records"),
                      warmup=args.warmup, scratch=bool(args.scratch), guard=guard)
     runner = TrialRunner(spec, timeout=args.trial_timeout, first_step_timeout=args.first_step_timeout,
@@ -235,6 +244,7 @@ def run(args: argparse.Namespace, target: Target) -> int:
     search = Search(evaluator, space_for, budget, args.steps,
                     on_result=lambda r, i, n: progress.on_result(r, i, n, runner), min_seconds=args.min_time)
     progress.search = search
+    progress.note(Start(time.time(), args.budget, len(journal.entries), os.getpid(), progress.totals()))
     old = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if confirm is not None:
@@ -245,9 +255,16 @@ def run(args: argparse.Namespace, target: Target) -> int:
         runner.kill()
         done = sum(1 for line in journal_path.read_text().splitlines() if '"kind":"trial"' in line)
         why = f"stopped by {err}" if isinstance(err, _Stop) else "interrupted"
-        print(f"pitstop tune: {why}; {done} finished trials are in {journal_path}; "
-              "rerun with --resume to continue", file=sys.stderr)
+        said = (f"pitstop tune: {why}; {done} finished trials are in {journal_path}; "
+                "rerun with --resume to continue")
+        print(said, file=sys.stderr)
+        progress.note(TuneEnd(time.time(), "interrupted", 130, said, no_config=why, report=(said,),
+                              totals=progress.totals()), sync=True)
         return 130
+    except TuneError as err:
+        progress.note(TuneEnd(time.time(), "failed", err.exit_code, str(err), no_config=str(err),
+                              report=(f"pitstop tune: {err}",), totals=progress.totals()), sync=True)
+        raise
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -266,24 +283,49 @@ def run(args: argparse.Namespace, target: Target) -> int:
                                        guidance(outcome.winner, outcome.space))
         written = str(save_config(cfg, out, force=args.force))
     again = confirm_command(outcome, args, target, written) if outcome.improves and not outcome.confirmed else ""
+    report = format_report(outcome, title, again) + wrote_line(written, outcome.confirmed, target)
     if args.json:
         print(json.dumps(to_json(outcome, written) | {"confirm_command": again or None}, indent=2))
     else:
-        print(format_report(outcome, title, again))
-        if written and outcome.confirmed:
-            print(f"\nWrote {written}. Train with it:  pitstop run --config {written} {script_words(target)}")
-        elif written:
-            print(f"\nWrote {written} (not confirmed). Train with it:  pitstop run --config {written} "
-                  f"{script_words(target)}")
+        print(report)
+    code = 0
     if outcome.winner is None:
-        print(f"pitstop tune: {outcome.message}", file=sys.stderr)
         hint = path_hint(outcome.baseline, spec) if outcome.baseline is not None else ""
-        if hint:
-            print(f"pitstop tune: {hint}", file=sys.stderr)
-        return 1
-    if confirm is not None and not (outcome.improves and outcome.winner == confirm):
-        return 1
-    return 0
+        for said in (outcome.message, hint):
+            if said:
+                print(f"pitstop tune: {said}", file=sys.stderr)
+                report += f"\npitstop tune: {said}"  # the view shows these with the report
+        code = 1
+    elif confirm is not None and not (outcome.improves and outcome.winner == confirm):
+        code = 1
+    progress.note(_ended(outcome, code, written, confirm is not None, again, report, progress.totals()), sync=True)
+    return code
+
+
+def wrote_line(written: str | None, confirmed: bool, target: Target) -> str:
+    """The report's last line when a config was written: where, and the command that trains with it."""
+    if not written:
+        return ""
+    how = "" if confirmed else " (not confirmed)"
+    return f"\n\nWrote {written}{how}. Train with it:  pitstop run --config {written} {script_words(target)}"
+
+
+def _ended(outcome: Outcome, code: int, written: str | None, confirming: bool, again: str, report: str,
+           totals: Totals) -> TuneEnd:
+    """The journal's outcome record: what the report says, as fields the Trials view reads."""
+    if written:
+        no_config = ""
+    elif confirming:
+        no_config = "--confirm writes no config"
+    elif outcome.winner is None:
+        no_config = outcome.message or "nothing could be measured"
+    else:
+        no_config = "nothing beat the script's own settings by more than the noise"
+    winner = outcome.winner
+    return TuneEnd(time.time(), "finished" if code == 0 else "failed", code, outcome.message,
+                   winner.label() if winner is not None else None, winner.as_dict() if winner is not None else None,
+                   outcome.improves, outcome.speedup, outcome.interval, outcome.confirmed, written, no_config,
+                   again or None, tuple(report.splitlines()), totals)
 
 
 def _confirm_candidate(path: str | None) -> Candidate | None:

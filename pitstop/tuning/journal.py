@@ -1,4 +1,4 @@
-"""Provides the tune journal: finished trials as JSON lines, so an interrupted tune resumes without re-running them."""
+"""Provides the tune journal: the tune's records as JSON lines; an interrupted tune resumes from its finished trials."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from pitstop.errors import TuneError
 from pitstop.profiling.launch import Target
+from pitstop.tuning.journalformat import JOURNAL_VERSION, READABLE_VERSIONS, Record, TrialEnd, encode
 from pitstop.tuning.results import Candidate, TrialResult
 
-JOURNAL_VERSION = 1
 SUFFIX = ".journal.jsonl"
 
 
@@ -35,7 +35,7 @@ def default_journal(out: Path, target: Target, cwd: Path) -> Path:
 
 
 def companion(journal: Path, suffix: str) -> Path:
-    """A file beside the journal, of the same tune: `.records`, `.tune.log`, `.progress.json`, `.guard`."""
+    """A file beside the journal, of the same tune: `.records`, `.tune.log`, `.guard`."""
     name = journal.name[: -len(SUFFIX)] if journal.name.endswith(SUFFIX) else journal.stem
     return journal.with_name(name + suffix)
 
@@ -56,12 +56,22 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(k for k in keys if old.get(k) != new.get(k))
 
 
-class Journal:
-    """An append-only JSON-lines file: a header, then one line per finished trial.
+def unreadable_version(header: dict[str, Any]) -> str:
+    """Why this pitstop cannot resume a journal of this header's format version; "" when it can."""
+    version = header.get("version", 1)  # the first journals had no version: the same lines as version 1
+    if version in READABLE_VERSIONS:
+        return ""
+    known = ", ".join(str(v) for v in READABLE_VERSIONS)
+    return f"journal format version {version!r}, and this pitstop reads versions {known}"
 
-    A line is written whole and fsync'd before the next trial starts, so a
-    Ctrl+C, an SSH drop or a killed tuner leaves at most a torn last line,
-    which reading skips: the journal is always consistent.
+
+class Journal:
+    """An append-only JSON-lines file: a header, then the tune's records (journalformat), one a line.
+
+    A finished trial's line is written whole and fsync'd before the next trial
+    starts, so a Ctrl+C, an SSH drop or a killed tuner leaves at most a torn
+    last line, which reading skips: the journal is always consistent. The
+    progress lines in between are only flushed: losing one loses nothing.
     """
 
     def __init__(self, path: Path, header: dict[str, Any], resume: bool = False,
@@ -75,6 +85,9 @@ class Journal:
         elif path.exists() and not force:
             old = read_header(path)
             changed = differences(old, self.header) if old is not None else ["(not a journal)"]
+            why = unreadable_version(old) if old is not None else ""
+            if why:
+                raise TuneError(f"{path}: {why}; --force replaces it, or --journal PATH keeps both")
             if not changed:
                 raise TuneError(f"a journal of an earlier tune of this script exists: {path}; --resume "
                                 "continues it, --force starts afresh")
@@ -82,8 +95,7 @@ class Journal:
                             "--force replaces it, or --journal PATH keeps both")
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.unlink(missing_ok=True)
-            self._write(self.header)
+            self._replace([self.header])
 
     def _load(self) -> None:
         lines = self.path.read_bytes().split(b"\n")
@@ -95,47 +107,50 @@ class Journal:
                 records.append(json.loads(raw))
             except ValueError:
                 continue  # the torn line of an interrupted write: that trial did not finish
-        if not records or records[0].get("kind") != "header":
+        if not records or not isinstance(records[0], dict) or records[0].get("kind") != "header":
             raise TuneError(f"{self.path}: not a pitstop tune journal; remove it or use --force")
+        why = unreadable_version(records[0])
+        if why:
+            raise TuneError(f"{self.path}: cannot resume: {why}; --force starts afresh")
         changed = differences(records[0], self.header)
         if changed:
             raise TuneError(f"{self.path}: journal of a different tune (differs in: "
                             f"{', '.join(changed)}); rerun with the same options, or --force to start afresh")
         for rec in records[1:]:
-            if rec.get("kind") == "trial":
+            if isinstance(rec, dict) and rec.get("kind") == TrialEnd.KIND:
                 result = TrialResult.from_dict(rec["result"])
                 self.entries[(rec["key"], int(rec["steps"]), int(rec["occurrence"]))] = result
-        # Rewrite without a torn tail, so appends start on a fresh line.
-        with open(self.path, "w", encoding="utf-8") as handle:
+        # Rewrite without a torn tail, so appends start on a fresh line; the header of
+        # a version-1 journal becomes version 2's, as the lines this run adds are.
+        self._replace([self.header, *records[1:]])
+
+    def _replace(self, records: list[dict[str, Any]]) -> None:
+        """Write the journal anew as a new file put in place: a reader following the old one sees it replaced."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
             for rec in records:
                 handle.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: dict[str, Any], sync: bool = True) -> None:
         line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
+
+    def record(self, record: Record, sync: bool = False) -> None:
+        """Append a record: `sync` for those a resume or the view's verdict must not lose."""
+        self._write(encode(record), sync)
 
     def lookup(self, candidate: Candidate, steps: int, occurrence: int) -> TrialResult | None:
         return self.entries.get((candidate.key(), steps, occurrence))
 
     def append(self, result: TrialResult, occurrence: int) -> None:
-        self._write({"kind": "trial", "key": result.candidate.key(), "steps": result.steps,
-                     "occurrence": occurrence, "result": _finite(result.to_dict())})
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN: a measurement that is not a number is written as null."""
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+        self.record(TrialEnd(result.candidate.key(), result.steps, occurrence, result), sync=True)
 
 
 class JournaledEvaluator:

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from conftest import FIXED, run, screen_text, wait_for
 from textual.widgets import DataTable
-from trialkit import TRIALS, FakeTune
+from trialkit import TRIALS, FakeTune, totals
 
 from pitstop.errors import ConfigError, LaunchError
 from pitstop.profiling.launch import Target
 from pitstop.tui.screens import ConfirmScreen, HelpScreen
-from pitstop.tui.trialdata import parse_log
 from pitstop.tui.trials import TrialsApp
 from pitstop.tui.tunelaunch import journal_path, start_tuner, target_from_argv
 from pitstop.tuning.journal import default_journal
+from pitstop.tuning.journalformat import TuneEnd
 
 TUNE_SCRIPT = Path(__file__).parents[1] / "integration" / "scripts" / "tune_train.py"
 
@@ -28,6 +28,12 @@ def viewer(fake: FakeTune, **kw: object) -> TrialsApp:
     return TrialsApp(fake.proc, fake.journal_path, fake.log_path, fake.root / "pitstop.toml",
                      clock=lambda: FIXED + 75, started=FIXED, resume_command="pitstop tune --resume train.py",
                      **kw)  # type: ignore[arg-type]
+
+
+async def two_more_polls(pilot: object, app: TrialsApp) -> None:
+    """Wait until the view has read the journal twice more: what it would have seen, it has."""
+    seen = app.journal_polls
+    await wait_for(pilot, lambda: app.journal_polls >= seen + 2)
 
 
 def cells(app: TrialsApp) -> list[list[str]]:
@@ -74,29 +80,30 @@ def test_trials_appear_as_the_journal_grows_and_the_report_follows_the_exit(tmp_
         fake.close()
 
 
-def test_progress_bars_follow_the_running_trial_and_the_tune(tmp_path: Path) -> None:
+def test_progress_bars_follow_the_running_trial_and_the_tune_from_the_journal(tmp_path: Path) -> None:
     fake = FakeTune(tmp_path)
+    trials = {"budget_left": "10 of 10 trials", "budget_trials": 10, "budget_seconds": None}
 
     async def scenario() -> None:
-        app = viewer(fake)
+        app = viewer(fake)  # its clock reads FIXED + 75
         async with app.run_test(size=(120, 40)) as pilot:
-            fake.progress(FIXED + 75, {"index": 1, "label": "baseline", "stage": "baseline", "steps_done": 0,
-                                       "steps_planned": 35, "elapsed": 40.0, "limit": 600.0,
-                                       "first_step_limit": 300.0, "done": False},
-                          done=0, planned=None, budget_left="10 of 10 trials", budget_trials=10)
+            # The baseline started 40 s ago and has not reached its first step.
+            fake.start_trial(TRIALS[0], at=FIXED + 35, first_step_limit=300.0, tune=totals(0, None, **trials))
             await wait_for(pilot, lambda: "no training step yet" in screen_text(app))
+            assert "trial 1 baseline [baseline]" in screen_text(app)
             assert "0:00:40 (first-step limit 0:05:00)" in screen_text(app)
             fake.trial(TRIALS[0], planned=10)
-            fake.progress(FIXED + 70, {"index": 2, "label": "workers=2", "stage": "workers", "steps_done": 45,
-                                       "steps_planned": 65, "elapsed": 18.0, "limit": 100.0,
-                                       "first_step_limit": None, "done": False},
-                          done=1, planned=10, budget_left="9 of 10 trials", eta=200.0, budget_trials=10,
-                          used_trials=1)
+            fake.start_trial(TRIALS[1], at=FIXED + 52, steps_planned=65,
+                             tune=totals(1, 10, **trials | {"budget_left": "9 of 10 trials"}, eta=200.0,
+                                         used_trials=1))
+            await wait_for(pilot, lambda: "0/65 steps  0:00:23" in screen_text(app))
+            fake.steps(FIXED + 70, 45, 65, 18.0)
             # The clock moved 5 s since the tuner wrote: the trial's elapsed time moves with it.
-            await wait_for(pilot, lambda: "45/65 steps  0:00:23 (limit 0:01:40)" in screen_text(app))
+            await wait_for(pilot, lambda: "45/65 steps  0:00:23 (limit 0:10:00)" in screen_text(app))
             text = screen_text(app)
             assert "trial 2 workers=2 [workers]" in text
-            assert "1/10 trials  budget 9 of 10 trials left  ETA ~0:03:15" in text
+            # ETA 200 s as the trial started, 23 s ago.
+            assert "1/10 trials  budget 9 of 10 trials left  ETA ~0:02:57" in text
             assert "━" in text  # the bars
             assert "trials 1/10 planned" in text
 
@@ -111,12 +118,14 @@ def test_a_tune_where_nothing_beat_the_baseline_says_so_and_names_no_config(tmp_
     report = ("pitstop tune: python train.py — 4 trials (0 from the journal) in 20 s\n\n"
               "Nothing beat the script's own settings: no config written; keep training as you do.\n"
               "  nothing beat the script's own settings by more than the noise (±3.0%)\n")
+    kept = TuneEnd(FIXED + 20, "finished", 0, winner="baseline", settings={}, improves=False, confirmed=True,
+                   no_config="nothing beat the script's own settings by more than the noise")
 
     async def scenario() -> None:
         app = viewer(fake)
         async with app.run_test(size=(120, 40)) as pilot:
             fake.trial(TRIALS[0])
-            fake.finish(report)
+            fake.finish(report, kept)
             await wait_for(pilot, lambda: app.finished_at is not None)
             await wait_for(pilot, lambda: "pitstop.toml was not written" in screen_text(app))
             assert "DONE" in screen_text(app) and "config pitstop.toml" not in screen_text(app)
@@ -139,9 +148,9 @@ def test_quit_asks_and_yes_interrupts_the_tuner_which_keeps_its_journal(tmp_path
             await pilot.press("q")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             await pilot.press("n")  # No keeps watching
-            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
-            await pilot.pause(0.3)
-            assert fake.proc.poll() is None
+            await wait_for(pilot, lambda: "the tune goes on" in [n.message for n in app._notifications])
+            await two_more_polls(pilot, app)
+            assert fake.proc.poll() is None and not app.stopping and app.state.end is None
             await pilot.press("q")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             await pilot.press("y")
@@ -188,8 +197,8 @@ def test_an_earlier_tunes_journal_is_ignored_until_the_tuner_rewrites_it(tmp_pat
     async def scenario() -> None:
         app = viewer(fake, stale=(st.st_ino, st.st_size, st.st_mtime_ns))
         async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause(0.6)
-            assert app.rows == []  # not this tune's trial
+            await two_more_polls(pilot, app)
+            assert app.rows == ()  # not this tune's trial
             fake.trial(TRIALS[0])
             await wait_for(pilot, lambda: len(app.rows) == 2)
 
@@ -197,15 +206,6 @@ def test_an_earlier_tunes_journal_is_ignored_until_the_tuner_rewrites_it(tmp_pat
         run(scenario())
     finally:
         fake.close()
-
-
-def test_log_facts_and_the_report_of_an_interrupted_tune() -> None:
-    lines = ["pitstop tune: python t.py (budget 6, 20 steps/trial); journal j", "[1/4] baseline  1 samples/s  ok",
-             "pitstop tune: interrupted; 1 finished trials are in j; rerun with --resume to continue"]
-    facts = parse_log(lines, finished=True)
-    assert (facts.target, facts.budget, facts.done, facts.planned) == ("python t.py", "6", 1, 4)
-    assert facts.report == (lines[2],) and facts.config is None and facts.winner is None
-    assert parse_log(lines, finished=False).report == ()
 
 
 def test_a_process_argv_becomes_the_target_to_tune(tmp_path: Path) -> None:
@@ -253,17 +253,17 @@ def test_a_real_tune_fills_the_table_trial_by_trial(tmp_path: Path) -> None:
             assert app.finished_at is not None, child.log_path.read_text()
             await wait_for(pilot, lambda: any(word in screen_text(app) for word in
                                               ("Winner:", "Best found", "Nothing beat", "No configuration")))
-            # The progress file is read on the view's own poll: wait for the last one.
-            await wait_for(pilot, lambda: app.progress is not None and app.progress.done == 2)
             final_screen = screen_text(app)  # read while the app still runs
         assert app.returncode == 0, child.log_path.read_text()
         assert len(app.rows) == journal_trials() == 2 and seen
         assert app.rows[0].label == "baseline"
-        assert app.progress is not None and app.progress.done == 2  # the tuner's progress file was read
-        if app.facts.nothing:  # nothing beat the baseline: no config, and the view says so
-            assert not child.out.exists() and "was not written" in final_screen
+        end = app.state.end  # the tuner's outcome record
+        assert end is not None and end.status == "finished" and app.state.done == 2, child.log_path.read_text()
+        assert app.state.start is not None and app.state.start.budget == "2" and "budget 2" in final_screen
+        if not end.improves:  # nothing beat the baseline: no config, and the view says so
+            assert not child.out.exists() and "was not written" in final_screen and end.config is None
         else:
-            assert app.facts.config == "pitstop.toml" and child.out == tmp_path / "pitstop.toml"
+            assert end.config == "pitstop.toml" and child.out == tmp_path / "pitstop.toml"
             assert child.out.exists() and "pitstop run --config" in app.goodbye()
         header = json.loads(child.journal.read_text().splitlines()[0])
         assert "tune_train.py" in str(header["target"])
