@@ -21,7 +21,7 @@ from pitstop.events import ProfileWindow
 # Groups in step order; None holds the ops whose name does not say their phase.
 GROUPS: tuple[str | None, ...] = ("data", "forward", None, "backward", "optimizer")
 GROUP_TITLES = {
-    "data": "data loading (dataset, collate)",
+    "data": "data loading (main process)",
     "forward": "forward and loss",
     None: "forward/loss/dataset ops",
     "backward": "backward",

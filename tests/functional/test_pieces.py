@@ -174,7 +174,7 @@ def test_ops_grouped_by_the_phase_they_ran_in_keep_the_datasets_ops_apart() -> N
                            kernels=[], phases_ms={"data": 18.0, "forward": 5.0, "optimizer": 1.0})
     rows = op_rows(window, None, sort=3, grouped=True)
     titles = [(str(r.values[0]), r.group) for r in rows]
-    assert titles[0] == ("data loading (dataset, collate)", True)
+    assert titles[0] == ("data loading (main process)", True)
     assert titles[1] == ("aten::avg_pool2d", False)  # the blur is the dataset's, not the model's
     forward = titles.index(("forward and loss", True))
     optimizer = titles.index(("optimizer", True))

@@ -97,9 +97,13 @@ class KernelsScreen(PitstopScreen):
                             style="bold")
         loader = frame.run.training_loader() if frame.run is not None else None
         if self.table_kind == "ops" and loader is not None and loader.num_workers == 0:
-            # The record does not say which aten ops ran in __getitem__ (OpStat is by name).
-            text.append("\nnum_workers=0: the dataset's ops are in this table, under their aten names",
-                        style="yellow")
+            if any(o.phase is not None for o in w.ops):
+                text.append("\nnum_workers=0: the dataset's own ops run in this process: under data loading",
+                            style="yellow")
+            else:
+                # A record made before ops carried their phase: which ran in __getitem__ is unknown.
+                text.append("\nnum_workers=0: the dataset's ops are in this table, under their aten names",
+                            style="yellow")
         if self.table_kind == "kernels" and w.kernels_unavailable:
             text.append(f"\nkernels: {fmt.na(w.kernels_unavailable)}", style="yellow")
         group = " · g ungroup" if self.grouped else " · g group by phase"
