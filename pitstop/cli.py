@@ -462,6 +462,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_docs(args: argparse.Namespace) -> int:
+    """`pitstop docs [NAME] [-o FILE]`: the docs shipped in the package, listed, printed or written out."""
+    from pitstop import docs
+
+    if args.name is None:
+        for doc in docs.available():
+            print(f"{doc.name:<20} {doc.title}")
+        print("\npitstop docs NAME prints one; -o FILE writes it out (the Grafana dashboard: "
+              "pitstop docs grafana-dashboard -o dashboard.json)")
+        return 0
+    doc = docs.find(args.name)
+    if args.output:
+        print(f"pitstop: wrote {docs.write(doc, Path(args.output))}", file=sys.stderr)
+    else:
+        sys.stdout.write(docs.read(doc))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pitstop", description="A terminal profiler and tuning assistant for PyTorch training."
@@ -520,6 +538,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("record", help="a record file (.jsonl) or a session directory")
     report.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.html (offline, self-contained) or FILE.md")
     report.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+
+    docs = sub.add_parser("docs", help="list, print or write out pitstop's docs (and the Grafana dashboard)")
+    docs.add_argument("name", nargs="?", metavar="NAME", help="a doc: config, prometheus, grafana-dashboard, ... "
+                      "(none: list them)")
+    docs.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (never overwritten) instead of printing it")
 
     tune = sub.add_parser("tune", help="find the fastest stable configuration and export it",
                           usage="pitstop tune [options] (SCRIPT [ARGS...] | -m MODULE [ARGS...] | -- COMMAND...)")
@@ -595,6 +618,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "demo": cmd_demo,
             "compare": cmd_compare,
             "report": cmd_report,
+            "docs": cmd_docs,
         }
         if args.command == "doctor":
             from pitstop.doctor import run as run_doctor
