@@ -36,7 +36,9 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 # the sampler stopped, so the series disappears rather than freezing.
 SAMPLE_MAX_AGE_S = 10.0
 
-LABELS = ("job", "rank", "local_rank", "host", "script")
+# `session`, not `job`: Prometheus sets `job` on every scraped series itself (the
+# scrape config's name) and renames a target's own `job` to `exported_job`.
+LABELS = ("session", "rank", "local_rank", "host", "script")
 # Step field -> (gauge name, help): the latest value the agent stamped.
 MEMORY = {
     "mem_allocated": ("pitstop_memory_allocated_bytes", "torch CUDA memory allocated at the latest step."),
@@ -58,7 +60,7 @@ PER_GPU: dict[str, tuple[str, Callable[[Gpu], float | None]]] = {
 def hello_labels(hello: Hello) -> dict[str, str]:
     """The labels on every series of this process."""
     return {
-        "job": hello.session,
+        "session": hello.session,
         # Empty outside a launcher: an empty label is an absent one in Prometheus.
         "rank": "" if hello.rank is None else str(hello.rank),
         "local_rank": "" if hello.local_rank is None else str(hello.local_rank),

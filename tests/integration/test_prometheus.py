@@ -134,7 +134,7 @@ def test_a_run_serves_raw_counters_on_loopback_only_without_analysis(tmp_path: P
         hello = _hello(record)
         assert hello is not None
         labels = m["pitstop_steps"].samples[0].labels
-        assert labels["job"] == hello.session and labels["host"] == socket.gethostname()
+        assert labels["session"] == hello.session and labels["host"] == socket.gethostname()
         assert labels["script"].endswith("train.py")
         assert labels.get("rank", "") == ""  # not under a launcher: no rank label
         assert m["pitstop_steps"].type == "counter" and m["pitstop_step_seconds"].type == "histogram"
@@ -203,11 +203,11 @@ def test_each_rank_of_a_torchrun_job_serves_on_the_host_asked_at_base_port_plus_
             labels = got[r]["pitstop_steps"].samples[0].labels
             assert (labels["rank"], labels["local_rank"]) == (str(r), str(r))
             assert labels["script"].endswith("ddp_until_stop.py")
-            sessions.add(labels["job"])
+            sessions.add(labels["session"])
             info = got[r]["pitstop_run_info"].samples[0].labels
             assert info["world_size"] == "2" and info["device"] == "cpu"
         hellos = {h.rank: h for f in records.glob("rank*.jsonl") if (h := _hello(f)) is not None}
-        assert sessions == {hellos[0].session} and len(sessions) == 1  # one job label for every rank
+        assert sessions == {hellos[0].session} and len(sessions) == 1  # one session label for every rank
         assert [_listening(hellos[r].pid, port + r) for r in (0, 1)] == [[host], [host]]
         stop.write_text("")
         out, err = proc.communicate(timeout=120)

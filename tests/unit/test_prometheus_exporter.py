@@ -58,7 +58,7 @@ def test_steps_are_counted_raw_and_marked_steps_stay_out_of_the_training_counter
     exporter.tap(steps[:10])
     exporter.tap(steps[10:] + marked)
     m = _scraped(exporter)
-    labels = {"job": "job-9", "rank": "3", "local_rank": "1", "host": "node7", "script": "train.py"}
+    labels = {"session": "job-9", "rank": "3", "local_rank": "1", "host": "node7", "script": "train.py"}
     assert m["pitstop_steps"].type == "counter"
     assert m["pitstop_steps"].samples[0].labels == labels
     assert _one(m, "pitstop_steps", "pitstop_steps_total") == 22  # every step
@@ -182,3 +182,40 @@ def test_a_bad_prometheus_address_is_one_line(text: str, error: str) -> None:
     with pytest.raises(UsageError) as err:
         parse_prometheus(text)
     assert str(err.value).startswith(error) and "\n" not in str(err.value)
+
+
+def _fed_exporter() -> Exporter:
+    """An exporter that has seen every kind of event it exports something for (a CUDA rank with a window)."""
+    from pitstop.events import ProfileWindow, Runtime
+
+    exporter = Exporter(_hello(rank=0, local_rank=0, world_size=2), dropped=lambda: 0)
+    now = time.time()
+    exporter.tap([Runtime(t=now - 5, torch_version="2.5", cuda_version="12.4", device_type="cuda")])
+    exporter.tap([Step(t=now - 1, step=i, wall=0.1, data_wait=0.01, samples=32, loader=1, mem_allocated=2**30,
+                       mem_reserved=2**31, mem_peak=2**31, host_rss=2**30) for i in range(5)])
+    exporter.tap([ProfileWindow(t=now, step_start=2, step_end=4, device="cuda", collective_ms=12.0),
+                  Sample(t=now, gpus=[Gpu(index=0, name="H100", util=90.0, power_w=400.0, mem_used=2**33,
+                                          mem_total=2**36, temp_c=60.0, sm_clock_mhz=1980.0)],
+                         procs=[Proc(pid=1, role="main", cpu=100.0, rss=1),
+                                Proc(pid=2, role="worker", cpu=50.0, rss=1, loader=1)],
+                         alloc_retries=0, ooms=0)])
+    return exporter
+
+
+def test_every_series_the_grafana_dashboard_queries_is_one_the_agent_exports() -> None:
+    """The dashboard rates raw counters; a panel over a metric nobody exports is an empty panel."""
+    import re
+
+    from pitstop import docs
+
+    dashboard = json.loads(docs.read(docs.find("grafana-dashboard")))
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exported = {s.name for f in _scraped(_fed_exporter()).values() for s in f.samples}
+    queried = {name for e in exprs for name in re.findall(r"\bpitstop_[a-z_]+", e)}
+    assert queried and queried <= exported, sorted(queried - exported)
+    # a counter is only ever read through a rate: its raw value is "since the process started"
+    for e in exprs:
+        for name in re.findall(r"\bpitstop_[a-z_]+_(?:total|sum|count|bucket)\b", e):
+            assert re.search(rf"rate\({name}\{{", e), (name, e)
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert all("$session" in e for e in exprs) and "session" in variables
