@@ -41,3 +41,24 @@ def test_an_unknown_doc_is_one_line_naming_the_ones_there_are(capsys: pytest.Cap
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("pitstop: error: no doc named 'grafana': one of compare, config,")
     assert "grafana-dashboard" in err[0]
+
+
+def _pointers(text: str) -> set[str]:
+    """The docs a text sends its reader to: `pitstop docs NAME` and docs/NAME.md links."""
+    import re
+
+    return set(re.findall(r"pitstop docs ([a-z][a-z-]*)", text)) | set(re.findall(r"docs/([a-z-]+)\.(?:md|json)", text))
+
+
+def test_what_the_readme_the_docs_and_a_written_config_point_to_is_in_the_package(tmp_path: Path) -> None:
+    """A pip user has no docs/ folder: every pointer must be something `pitstop docs` can show."""
+    from pitstop import docs
+    from pitstop.config import Config, save_config
+
+    header = save_config(Config(), tmp_path / "pitstop.toml").read_text()
+    assert "pitstop docs config" in header  # the written file says how to read its format
+    texts = {"README.md": (DOCS.parent / "README.md").read_text(), "pitstop.toml": header}
+    texts.update({p.name: p.read_text() for p in DOCS.glob("*.md")})
+    shipped = {d.name for d in docs.available()}
+    missing = {(where, name) for where, text in texts.items() for name in _pointers(text) if name not in shipped}
+    assert not missing
