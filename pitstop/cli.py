@@ -23,7 +23,7 @@ from pitstop.profiling.launch import (
     describe_config,
     launch,
     new_session_id,
-    parse_port,
+    parse_prometheus,
     prepare_record,
 )
 from pitstop.tuning.command import VALUE_OPTIONS as TUNE_VALUE_OPTIONS
@@ -107,6 +107,7 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
         write_token(token_path)
         token_file = str(token_path)
         print(f"pitstop: serving viewers on {listen} (+LOCAL_RANK); token in {token_file}", file=sys.stderr)
+    metrics = _prometheus_endpoint(getattr(args, "prometheus", None))
     trace_dir = None
     if getattr(args, "trace_dir", None):
         trace = Path(args.trace_dir).expanduser().resolve()
@@ -123,11 +124,26 @@ def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> Se
         config=config,
         profile=_profile_setting(getattr(args, "profile", None)),
         trace_dir=trace_dir,
-        prometheus=parse_port(getattr(args, "prometheus", None)),
+        prometheus=None if metrics is None else metrics[1],
+        prometheus_host=None if metrics is None else metrics[0],
         listen=listen,
         token_file=token_file,
         socket=live,
     )
+
+
+def _prometheus_endpoint(text: str | None) -> tuple[str, int] | None:
+    """--prometheus [HOST:]PORT, said on stderr before the script starts: where, and who can reach it."""
+    metrics = parse_prometheus(text)
+    if metrics is not None:
+        from pitstop.profiling.prometheus import LOOPBACK, endpoint_url
+
+        host, port = metrics
+        reach = (f"this machine only; --prometheus 0.0.0.0:{port} to listen wider" if host == LOOPBACK
+                 else "unauthenticated: anyone who can reach this address can read it")
+        print(f"pitstop: Prometheus metrics on {endpoint_url(host, port)} (+LOCAL_RANK for each rank; {reach})",
+              file=sys.stderr, flush=True)
+    return metrics
 
 
 def _live_viewers() -> bool:
@@ -157,7 +173,7 @@ def _use_tui(args: argparse.Namespace, settings: SessionSettings | None = None) 
 def cmd_run(args: argparse.Namespace, target: Target) -> int:
     # Options first: a bad option is named before the script is looked up.
     _profile_setting(args.profile)
-    parse_port(args.prometheus)
+    parse_prometheus(args.prometheus)
     target.check()
     settings = _settings(args, target)
     if _use_tui(args, settings):
@@ -446,6 +462,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_docs(args: argparse.Namespace) -> int:
+    """`pitstop docs [NAME] [-o FILE]`: the docs shipped in the package, listed, printed or written out."""
+    from pitstop import docs
+
+    if args.name is None:
+        for doc in docs.available():
+            print(f"{doc.name:<20} {doc.title}")
+        print("\npitstop docs NAME prints one; -o FILE writes it out (the Grafana dashboard: "
+              "pitstop docs grafana-dashboard -o dashboard.json)")
+        return 0
+    doc = docs.find(args.name)
+    if args.output:
+        print(f"pitstop: wrote {docs.write(doc, Path(args.output))}", file=sys.stderr)
+    else:
+        sys.stdout.write(docs.read(doc))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pitstop", description="A terminal profiler and tuning assistant for PyTorch training."
@@ -460,8 +494,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--record", metavar="PATH", help="record file (.jsonl) or directory")
     run.add_argument("--profile", metavar="SPEC", help="profiler windows: off, demand, EVERY[:ACTIVE[:FIRST]] (default 500:5:50)")
     run.add_argument("--trace-dir", metavar="DIR", help="also write each window's Chrome trace here")
-    run.add_argument("--prometheus", metavar="PORT",
-                     help="serve Prometheus metrics on PORT (+LOCAL_RANK for each rank)")
+    run.add_argument("--prometheus", metavar="[HOST:]PORT",
+                     help="serve Prometheus metrics on PORT (+LOCAL_RANK for each rank), on 127.0.0.1 unless HOST is given")
     run.add_argument("--listen", metavar="HOST:PORT",
                      help="also serve viewers over TCP on PORT (+LOCAL_RANK), token required")
     run.add_argument("--token-file", metavar="FILE", help="the TCP token (created 0600 if missing)")
@@ -504,6 +538,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("record", help="a record file (.jsonl) or a session directory")
     report.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.html (offline, self-contained) or FILE.md")
     report.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+
+    docs = sub.add_parser("docs", help="list, print or write out pitstop's docs (and the Grafana dashboard)")
+    docs.add_argument("name", nargs="?", metavar="NAME", help="a doc: config, prometheus, grafana-dashboard, ... "
+                      "(none: list them)")
+    docs.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (never overwritten) instead of printing it")
 
     tune = sub.add_parser("tune", help="find the fastest stable configuration and export it",
                           usage="pitstop tune [options] (SCRIPT [ARGS...] | -m MODULE [ARGS...] | -- COMMAND...)")
@@ -579,6 +618,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "demo": cmd_demo,
             "compare": cmd_compare,
             "report": cmd_report,
+            "docs": cmd_docs,
         }
         if args.command == "doctor":
             from pitstop.doctor import run as run_doctor

@@ -296,8 +296,8 @@ _HEADER = """\
 #     loader = DataLoader(dataset, **cfg.dataloader_kwargs())
 #
 # A key that is left out (or commented out) keeps the script's own value.
-# The format is documented in docs/config.md; a wrong key or value fails
-# loading with the file, line and key.
+# The format: `pitstop docs config` prints it (docs/config.md in the
+# repository). A wrong key or value fails loading with the file, line and key.
 """
 
 

@@ -286,7 +286,7 @@ class End:
     t: float
     steps: int
     dropped: int  # events dropped by the bounded queue
-    reason: str = "exit"  # "exit" | "trial-complete" | "signal"
+    reason: str = "exit"  # "exit" | "exception" | "interrupted" | "trial-complete" (docs/events.md)
     exit_code: int | None = None
 
 

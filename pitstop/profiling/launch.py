@@ -5,7 +5,7 @@ sitecustomize decides whether to start the agent) and one environment
 variable, PITSTOP_SESSION, carrying the session settings as JSON. Every
 process the command starts inherits both; the bootstrap's start decision
 keeps the agent out of launchers and workers. The settings' parts a person
-types (a --prometheus port, a --record path) are checked here before anything
+types (a --prometheus address, a --record path) are checked here before anything
 starts, each with a one-line error.
 """
 
@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -125,6 +126,7 @@ class SessionSettings:
     )
     trace_dir: str | None = None
     prometheus: int | None = None  # base port: rank with LOCAL_RANK r serves metrics on port + r
+    prometheus_host: str | None = None  # where metrics listen: None is 127.0.0.1; wider only when asked (--prometheus HOST:PORT)
     listen: str | None = None  # "HOST:PORT" for TCP viewers (port + LOCAL_RANK), token required
     token_file: str | None = None  # where the TCP token lives (0600)
     started: float = field(default_factory=time.time)
@@ -190,13 +192,21 @@ def launch(
 
 
 # -- preparing a session's settings (pitstop run / demo) ------------------------
-def parse_port(text: str | None) -> int | None:
-    """--prometheus PORT: 1-65535, with a one-line error."""
+def parse_prometheus(text: str | None) -> tuple[str, int] | None:
+    """--prometheus [HOST:]PORT -> (host, base port), loopback when no host is given; one-line errors."""
     if text is None:
         return None
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    host, sep, port = text.rpartition(":")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise UsageError(f"--prometheus {text!r}: give a TCP port from 1 to 65535 (rank r serves PORT + LOCAL_RANK)")
-    return int(text)
+    if not sep:
+        return "127.0.0.1", int(port)  # loopback: the endpoint has no authentication (issue 13)
+    host = host.strip("[]")
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as err:
+        raise UsageError(f"--prometheus {text!r}: unknown host {host!r} (give HOST:PORT, e.g. 0.0.0.0:{port})") from err
+    return host, int(port)
 
 
 def _toml_value(value: object) -> str:

@@ -1,229 +1,159 @@
-"""Provides the per-rank Prometheus endpoint: `start_exporter(agent, port)` (names in docs/prometheus.md).
+"""Provides the per-rank Prometheus endpoint: raw counters and gauges of this process (names in docs/prometheus.md).
 
-Runs inside the training process. Events reach it through `agent.taps` on the
-agent's writer thread (every ~0.5 s, a batch at a time); the training thread is
-never touched. A scrape runs on prometheus_client's HTTP thread and reads a
-small, bounded RunState under a lock. Its own CollectorRegistry is used, so the
-user's own metrics on the global registry (if any) are neither polluted nor
-exported twice.
+Runs inside the training process, so it only counts: no advice rule, no
+recent-window rate, no import of `pitstop.analysis` (issue 13: every rule ran
+on the scrape thread of the user's process, a second time beside the viewers).
+Rates, quantiles and ratios are PromQL over these counters (`rate()`,
+`histogram_quantile()`), as in docs/prometheus.md and the Grafana dashboard.
+
+Events reach it through `agent.taps` on the agent's writer thread (every
+~0.5 s, a batch at a time); the training thread is never touched. Counters and
+the step histogram are prometheus_client's own thread-safe objects; the last
+sampler reading and profiler window are one reference each, read whole by a
+scrape. Its own CollectorRegistry is used, so the user's own metrics on the
+global registry (if any) are neither polluted nor exported twice.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from pitstop.analysis import RunState, findings, percentile
-from pitstop.analysis._context import WARMUP
-from pitstop.analysis._cpu import training_loader_id
-from pitstop.events import Event, Sample
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-ADDR_ENV = "PITSTOP_PROMETHEUS_ADDR"
-# 0.0.0.0: Prometheus scrapes from another host; set PITSTOP_PROMETHEUS_ADDR=127.0.0.1
-# to keep the endpoint on the machine (then scrape through an SSH tunnel).
-DEFAULT_ADDR = "0.0.0.0"
-# Rates, p50/p95 and the data-wait ratio are over the last 50 measured training
-# steps (warm-up and marked steps dropped), as the headless status line: a few
-# seconds of fast steps, a minute of slow ones.
-RECENT_STEPS = 50
-# 2000 steps (~600 KB) is plenty for the rules' medians and keeps the copy the
-# exporter holds in the training process small (the viewers keep 20000).
-KEPT_STEPS = 2_000
-# Findings walk every kept step; one evaluation per 10 s is enough for a gauge
-# scraped every 15-60 s, and caps the cost when several scrapers poll.
-FINDINGS_TTL_S = 10.0
+from pitstop.events import Event, Gpu, Hello, ProfileWindow, Runtime, Sample, Step
+
+# Loopback unless the person asks for more (`--prometheus HOST:PORT`): the
+# endpoint has no authentication (issue 13; it bound 0.0.0.0 before).
+LOOPBACK = "127.0.0.1"
+# Step wall time spans 1 ms (a small model on a GPU) to minutes (a large one
+# with gradient accumulation); 15 buckets keep each rank's series count small.
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # A GPU or process reading older than 10 s (5-20 sampler periods) is stale:
 # the sampler stopped, so the series disappears rather than freezing.
 SAMPLE_MAX_AGE_S = 10.0
 
-LABELS = ("job", "rank", "local_rank", "host", "script")
+# `session`, not `job`: Prometheus sets `job` on every scraped series itself (the
+# scrape config's name) and renames a target's own `job` to `exported_job`.
+LABELS = ("session", "rank", "local_rank", "host", "script")
+# Step field -> (gauge name, help): the latest value the agent stamped.
+MEMORY = {
+    "mem_allocated": ("pitstop_memory_allocated_bytes", "torch CUDA memory allocated at the latest step."),
+    "mem_reserved": ("pitstop_memory_reserved_bytes", "torch CUDA memory reserved (latest reading)."),
+    "mem_peak": ("pitstop_memory_peak_bytes", "torch CUDA peak memory allocated since start (latest reading)."),
+    "host_rss": ("pitstop_host_rss_bytes", "Resident memory of the training process (latest reading)."),
+}
+# Gauge name -> (help, NVML reading of one GPU; None when unavailable).
+PER_GPU: dict[str, tuple[str, Callable[[Gpu], float | None]]] = {
+    "pitstop_gpu_utilization_ratio": ("GPU utilisation (NVML), 0..1.", lambda g: None if g.util is None else g.util / 100.0),
+    "pitstop_gpu_power_watts": ("GPU power draw (NVML).", lambda g: g.power_w),
+    "pitstop_gpu_memory_used_bytes": ("GPU memory used, all processes (NVML).", lambda g: g.mem_used),
+    "pitstop_gpu_memory_total_bytes": ("GPU memory size (NVML).", lambda g: g.mem_total),
+    "pitstop_gpu_temperature_celsius": ("GPU temperature (NVML).", lambda g: g.temp_c),
+    "pitstop_gpu_sm_clock_hertz": ("GPU SM clock (NVML).", lambda g: None if g.sm_clock_mhz is None else g.sm_clock_mhz * 1e6),
+}
+
+
+def hello_labels(hello: Hello) -> dict[str, str]:
+    """The labels on every series of this process."""
+    return {
+        "session": hello.session,
+        # Empty outside a launcher: an empty label is an absent one in Prometheus.
+        "rank": "" if hello.rank is None else str(hello.rank),
+        "local_rank": "" if hello.local_rank is None else str(hello.local_rank),
+        "host": hello.host,
+        "script": hello.script,
+    }
 
 
 class Exporter:
-    """Bounded state fed by the agent's writer thread, read by prometheus_client on scrape."""
+    """This rank's metrics: updated from event batches (`tap`), read by prometheus_client on scrape."""
 
-    def __init__(self, agent: Any) -> None:
-        self._agent = agent
-        self._lock = threading.Lock()
-        self.run = RunState(max_steps=KEPT_STEPS)
-        # The agent writes Hello straight to the record and socket, not through
-        # the queue the taps see, so it is taken from the agent here.
-        self.run.add(agent.hello)
-        hello = agent.hello
-        self.labels = {
-            "job": hello.session,
-            # Empty outside a launcher: an empty label is an absent one in Prometheus.
-            "rank": "" if hello.rank is None else str(hello.rank),
-            "local_rank": "" if hello.local_rank is None else str(hello.local_rank),
-            "host": hello.host,
-            "script": hello.script,
-        }
-        self._findings: dict[str, int] | None = None
-        self._findings_t = 0.0
+    def __init__(self, hello: Hello, dropped: Callable[[], int | None] = lambda: None) -> None:
+        self.hello = hello
+        self.labels = hello_labels(hello)
+        self._values = [self.labels[k] for k in LABELS]
+        self._dropped = dropped
+        self.registry = CollectorRegistry(auto_describe=True)
+        keys, reg = list(LABELS), self.registry
+        self._info = Info("pitstop_run", "What this process is.", keys, registry=reg)
+        self._set_info(device="")
+        self._steps = Counter("pitstop_steps", "Steps completed (every step, marked ones included).",
+                              keys, registry=reg).labels(*self._values)
+        self._marked = Counter("pitstop_marked_steps", "Steps kept out of training figures, by Step.mark "
+                               "(eval, profiled, after-profile).", [*keys, "mark"], registry=reg)
+        self._step_seconds = Histogram("pitstop_step_seconds", "Wall time of training steps (marked steps left out).",
+                                       keys, buckets=STEP_BUCKETS, registry=reg).labels(*self._values)
+        self._data_wait = Counter("pitstop_data_wait_seconds", "Seconds training steps were blocked on the DataLoader.",
+                                  keys, registry=reg).labels(*self._values)
+        self._samples = Counter("pitstop_samples", "Samples (batch rows) consumed by training steps that "
+                                "reported a batch size.", keys, registry=reg).labels(*self._values)
+        # The first step often has no batch size (the model is found at its backward):
+        # counted apart, so a window where sizes are missing is seen, not an undercount.
+        self._unsized = Counter("pitstop_unsized_steps", "Training steps whose batch size is unknown "
+                                "(their samples are not in pitstop_samples_total).", keys, registry=reg).labels(*self._values)
+        self._memory = {f: Gauge(name, doc, keys, registry=reg) for f, (name, doc) in MEMORY.items()}
+        # Written by the writer thread, read by a scrape: single references, replaced whole.
+        self.sample: Sample | None = None
+        self.window: ProfileWindow | None = None
+        self.train_loader: int | None = None  # Step.loader: the loader whose batches fed the latest step
+        reg.register(_Latest(self))  # type: ignore[arg-type]
         self.server: Any = None
+
+    def _set_info(self, device: str) -> None:
+        ws = self.hello.world_size
+        self._info.labels(*self._values).info(
+            {"device": device, "world_size": "" if ws is None else str(ws), "pitstop_version": self.hello.pitstop_version}
+        )
 
     def tap(self, events: list[Event]) -> None:
         """Called by the agent's writer thread with each batch of events."""
-        with self._lock:
-            self.run.add_all(events)
+        steps = [e for e in events if isinstance(e, Step)]
+        if steps:
+            self._add_steps(steps)
+        for event in events:
+            if isinstance(event, Sample):
+                self.sample = event
+            elif isinstance(event, ProfileWindow):
+                self.window = event
+            elif isinstance(event, Runtime):
+                self._set_info(event.device_type)
 
-    def collect(self) -> Iterator[Any]:
-        """prometheus_client's Collector protocol: the metric families of this rank now."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
-        keys = list(LABELS)
-        values = [self.labels[k] for k in keys]
-        with self._lock:
-            run = self.run
-            # The steps the summary and the status line measure (warm-up and marked
-            # steps dropped): one definition of the rates on every front.
-            recent = run.measured_steps(WARMUP)[-RECENT_STEPS:]
-            last = run.steps[-1] if run.steps else None
-            sample = run.samples[-1] if run.samples else None
-            total_steps, total_wall, total_wait = run.total_steps, run.total_wall, run.total_data_wait
-            train_steps = run.train_steps  # total_wall, total_data_wait and total_samples cover these
-            total_samples, with_samples = run.total_samples, run.steps_with_samples
-            train_loader = training_loader_id(run)
-            window = run.profiles[-1] if run.profiles else None
-            counts = self._finding_counts()
-            device = run.device_type
-        dropped = getattr(self._agent, "dropped", None)
-
-        info = GaugeMetricFamily("pitstop_run_info", "Always 1; what this process is.",
-                                 labels=[*keys, "device", "world_size", "pitstop_version"])
-        hello = run.hello
-        info.add_metric([*values, device or "", "" if hello is None or hello.world_size is None
-                         else str(hello.world_size), hello.pitstop_version if hello else ""], 1.0)
-        yield info
-
-        steps = CounterMetricFamily("pitstop_steps", "Training steps completed.", labels=keys)
-        steps.add_metric(values, float(total_steps))
-        yield steps
-        # Every training step reported its batch size: otherwise the total would be an undercount.
-        if train_steps and with_samples == train_steps:
-            samples = CounterMetricFamily("pitstop_samples", "Samples (batch rows) consumed.", labels=keys)
-            samples.add_metric(values, float(total_samples))
-            yield samples
-        wait = CounterMetricFamily("pitstop_data_wait_seconds", "Seconds blocked waiting for the DataLoader.",
-                                   labels=keys)
-        wait.add_metric(values, total_wait)
-        yield wait
-
-        if recent:
-            walls = [s.wall for s in recent]
-            summary = Metric("pitstop_step_seconds", "Training step wall time: quantiles over the last 50 "
-                             "measured steps; sum and count over the run's training steps.", "summary")
-            for q in (0.5, 0.95):
-                summary.add_sample("pitstop_step_seconds", {**self.labels, "quantile": str(q)},
-                                   percentile(walls, q * 100))
-            summary.add_sample("pitstop_step_seconds_sum", dict(self.labels), total_wall)
-            summary.add_sample("pitstop_step_seconds_count", dict(self.labels), float(train_steps))
-            yield summary
-            wall = sum(walls)
-            if wall > 0:
-                ratio = GaugeMetricFamily("pitstop_data_wait_ratio",
-                                          "Fraction of step time waiting for data, last 50 steps.", labels=keys)
-                ratio.add_metric(values, sum(s.data_wait for s in recent) / wall)
-                yield ratio
-                rate = GaugeMetricFamily("pitstop_steps_per_second", "Steps per second, last 50 steps.",
-                                         labels=keys)
-                rate.add_metric(values, len(recent) / wall)
-                yield rate
-                if all(s.samples is not None for s in recent):
-                    sps = GaugeMetricFamily("pitstop_samples_per_second",
-                                            "Samples per second of this rank, last 50 steps.", labels=keys)
-                    sps.add_metric(values, sum(s.samples or 0 for s in recent) / wall)
-                    yield sps
-
-        if last is not None and last.mem_allocated is not None:
-            mem = GaugeMetricFamily("pitstop_memory_allocated_bytes", "torch CUDA memory allocated at the last step.",
-                                    labels=keys)
-            mem.add_metric(values, float(last.mem_allocated))
-            yield mem
-        if last is not None and last.mem_reserved is not None:
-            res = GaugeMetricFamily("pitstop_memory_reserved_bytes", "torch CUDA memory reserved at the last step.",
-                                    labels=keys)
-            res.add_metric(values, float(last.mem_reserved))
-            yield res
-        if last is not None and last.host_rss is not None:
-            rss = GaugeMetricFamily("pitstop_host_rss_bytes", "Resident memory of the training process.",
-                                    labels=keys)
-            rss.add_metric(values, float(last.host_rss))
-            yield rss
-
-        if sample is not None and time.time() - sample.t <= SAMPLE_MAX_AGE_S:
-            yield from self._sample_metrics(sample, keys, values, train_loader)
-
-        if window is not None and window.collective_ms is not None:
-            coll = GaugeMetricFamily("pitstop_collective_seconds",
-                                     "Collective (NCCL/gloo) time per step, latest profiler window.", labels=keys)
-            coll.add_metric(values, window.collective_ms / 1e3)
-            yield coll
-
-        if counts is not None:
-            found = GaugeMetricFamily("pitstop_findings", "Advice findings on this rank now, by severity.",
-                                      labels=[*keys, "severity"])
-            for severity in ("high", "medium", "low"):
-                found.add_metric([*values, severity], float(counts.get(severity, 0)))
-            yield found
-
-        if isinstance(dropped, int):
-            drops = CounterMetricFamily("pitstop_events_dropped", "Events the agent's bounded queue dropped.",
-                                        labels=keys)
-            drops.add_metric(values, float(dropped))
-            yield drops
-
-    def _sample_metrics(self, sample: Sample, keys: list[str], values: list[str],
-                        train: int | None) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
-
-        gpu_keys = [*keys, "gpu", "gpu_name"]
-        per_gpu = {
-            "pitstop_gpu_utilization_ratio": ("GPU utilisation (NVML), 0..1.", lambda g: None if g.util is None else g.util / 100.0),
-            "pitstop_gpu_power_watts": ("GPU power draw (NVML).", lambda g: g.power_w),
-            "pitstop_gpu_memory_used_bytes": ("GPU memory used, all processes (NVML).", lambda g: g.mem_used),
-            "pitstop_gpu_temperature_celsius": ("GPU temperature (NVML).", lambda g: g.temp_c),
-        }
-        for name, (doc, get) in per_gpu.items():
-            family = GaugeMetricFamily(name, doc, labels=gpu_keys)
-            for g in sample.gpus:
-                value = get(g)
-                if value is not None:
-                    family.add_metric([*values, str(g.index), g.name], float(value))
-            if family.samples:  # an unavailable reading is absent, never 0
-                yield family
-        # Workers of different DataLoaders (a training and an eval loader) are never
-        # summed into one series: each loader's get their own (`loader`, `loader_role`).
-        cpu = GaugeMetricFamily("pitstop_cpu_utilization_ratio",
-                                "CPU use of the training process tree in cores (1.0 = one core busy).",
-                                labels=[*keys, "role", "loader", "loader_role"])
-        main = [p.cpu for p in sample.procs if p.role == "main" and p.cpu is not None]
-        if main:
-            cpu.add_metric([*values, "main", "", ""], sum(main) / 100.0)
-        groups: dict[int | None, list[float]] = {}
-        for p in sample.procs:
-            if p.role == "worker" and p.cpu is not None:
-                groups.setdefault(p.loader, []).append(p.cpu)
-        for loader, cpus in sorted(groups.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
-            role = "" if loader is None or train is None else "train" if loader == train else "eval"
-            cpu.add_metric([*values, "workers", "" if loader is None else str(loader), role], sum(cpus) / 100.0)
-        if cpu.samples:
-            yield cpu
-
-    def _finding_counts(self) -> dict[str, int] | None:
-        """Findings by severity, re-evaluated at most every FINDINGS_TTL_S; None before any step."""
-        if self.run.total_steps == 0:
-            return None
-        now = time.monotonic()
-        if self._findings is None or now - self._findings_t >= FINDINGS_TTL_S:
-            counts: dict[str, int] = {}
-            for f in findings(self.run):
-                counts[f.severity] = counts.get(f.severity, 0) + 1
-            self._findings, self._findings_t = counts, now
-        return self._findings
+    def _add_steps(self, steps: list[Step]) -> None:
+        # Summed per batch, one inc() per counter: one inc() and label lookup per step
+        # cost 7-8 us a step on the writer thread, 1.2 us now (2000 steps in batches
+        # of 50, 2-core VM); the histogram still sees every step.
+        wait = samples = 0.0
+        unsized = 0
+        marked: dict[str, int] = {}
+        observe = self._step_seconds.observe
+        for s in steps:
+            if s.mark is not None:  # DESIGN rule 7: an eval pass or a profiler window is not training time
+                marked[s.mark] = marked.get(s.mark, 0) + 1
+                continue
+            observe(s.wall)
+            wait += s.data_wait
+            if s.samples is None:
+                unsized += 1
+            else:
+                samples += s.samples
+        self._steps.inc(len(steps))
+        self._data_wait.inc(wait)
+        self._samples.inc(samples)
+        if unsized:
+            self._unsized.inc(unsized)
+        for mark, n in marked.items():
+            self._marked.labels(*self._values, mark).inc(n)
+        loaders = [s.loader for s in steps if s.loader is not None]
+        if loaders:
+            self.train_loader = loaders[-1]
+        for field, gauge in self._memory.items():  # the latest reading of each
+            value = next((v for s in reversed(steps) if (v := getattr(s, field)) is not None), None)
+            if value is not None:
+                gauge.labels(*self._values).set(value)
 
     def close_in_child(self) -> None:
         """After a fork (a DataLoader worker): let go of the inherited listening socket."""
@@ -234,24 +164,97 @@ class Exporter:
             pass
 
 
+class _Latest:
+    """The collector of what is read at scrape time: the sampler's latest reading, the latest window, drops."""
+
+    def __init__(self, exporter: Exporter) -> None:
+        self._exp = exporter
+
+    def collect(self) -> Iterator[Metric]:
+        exp, keys, values = self._exp, list(LABELS), self._exp._values
+        sample, window, dropped = exp.sample, exp.window, exp._dropped()
+        if sample is not None and time.time() - sample.t <= SAMPLE_MAX_AGE_S:
+            yield from _gpu_gauges(sample, keys, values)
+            yield from _sample_counters(sample, keys, values)
+            cpu = _cpu_gauge(sample, keys, values, exp.train_loader)
+            if cpu.samples:
+                yield cpu
+        if window is not None and window.collective_ms is not None:
+            coll = GaugeMetricFamily("pitstop_collective_seconds",
+                                     "Collective (NCCL/gloo) time per step, latest profiler window.", labels=keys)
+            coll.add_metric(values, window.collective_ms / 1e3)
+            yield coll
+        if isinstance(dropped, int):
+            drops = CounterMetricFamily("pitstop_events_dropped", "Events the agent's bounded queue dropped.",
+                                        labels=keys)
+            drops.add_metric(values, float(dropped))
+            yield drops
+
+
+def _gpu_gauges(sample: Sample, keys: list[str], values: list[str]) -> Iterator[Metric]:
+    for name, (doc, get) in PER_GPU.items():
+        family = GaugeMetricFamily(name, doc, labels=[*keys, "gpu", "gpu_name"])
+        for g in sample.gpus:
+            value = get(g)
+            if value is not None:
+                family.add_metric([*values, str(g.index), g.name], float(value))
+        if family.samples:  # an unavailable reading is absent, never 0
+            yield family
+
+
+def _sample_counters(sample: Sample, keys: list[str], values: list[str]) -> Iterator[Metric]:
+    for name, doc, value in (
+        ("pitstop_cuda_alloc_retries", "torch CUDA allocator retries (cudaMalloc retried after freeing the cache).",
+         sample.alloc_retries),
+        ("pitstop_cuda_ooms", "torch CUDA out-of-memory errors.", sample.ooms),
+    ):
+        if value is not None:
+            family = CounterMetricFamily(name, doc, labels=keys)
+            family.add_metric(values, float(value))
+            yield family
+
+
+def _cpu_gauge(sample: Sample, keys: list[str], values: list[str], train: int | None) -> GaugeMetricFamily:
+    # Workers of different DataLoaders (a training and an eval loader) are never
+    # summed into one series: each loader's get their own (`loader`, `loader_role`).
+    cpu = GaugeMetricFamily("pitstop_cpu_utilization_ratio",
+                            "CPU use of the training process tree in cores (1.0 = one core busy).",
+                            labels=[*keys, "role", "loader", "loader_role"])
+    main = [p.cpu for p in sample.procs if p.role == "main" and p.cpu is not None]
+    if main:
+        cpu.add_metric([*values, "main", "", ""], sum(main) / 100.0)
+    groups: dict[int | None, list[float]] = {}
+    for p in sample.procs:
+        if p.role == "worker" and p.cpu is not None:
+            groups.setdefault(p.loader, []).append(p.cpu)
+    for loader, cpus in sorted(groups.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        role = "" if loader is None or train is None else "train" if loader == train else "eval"
+        cpu.add_metric([*values, "workers", "" if loader is None else str(loader), role], sum(cpus) / 100.0)
+    return cpu
+
+
+def endpoint_url(host: str, port: int) -> str:
+    """http://HOST:PORT/metrics, an IPv6 host in brackets."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+
+
 def start_exporter(agent: Any, port: int) -> Exporter:
-    """Serve this rank's metrics on http://ADDR:port/metrics and feed them from `agent.taps`.
+    """Serve this rank's metrics on http://HOST:port/metrics (HOST: the session's, loopback by default).
 
     Raises OSError (with the address) when the port cannot be bound; the agent
     notes it and trains on without metrics.
     """
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import start_http_server
 
-    addr = os.environ.get(ADDR_ENV, "").strip() or DEFAULT_ADDR
-    exporter = Exporter(agent)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(exporter)  # type: ignore[arg-type]
+    host = getattr(agent.settings, "prometheus_host", None) or LOOPBACK
+    exporter = Exporter(agent.hello, dropped=lambda: getattr(agent, "dropped", None))
     try:
-        server, thread = start_http_server(port, addr=addr, registry=registry)
+        server, thread = start_http_server(port, addr=host, registry=exporter.registry)
     except OSError as err:
-        raise OSError(f"cannot serve metrics on {addr}:{port}: {err.strerror or err}") from err
+        raise OSError(f"cannot serve metrics on {host}:{port}: {err.strerror or err}") from err
     thread.name = "pitstop-prometheus"
     exporter.server = server
     os.register_at_fork(after_in_child=exporter.close_in_child)
     agent.taps.append(exporter.tap)
+    agent.note("info", "prometheus", f"serving metrics on {endpoint_url(host, port)}")
     return exporter

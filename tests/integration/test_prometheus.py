@@ -1,7 +1,9 @@
-"""`pitstop run --prometheus PORT`: each rank serves its metrics, scraped over loopback and parsed."""
+"""`pitstop run --prometheus [HOST:]PORT`: each rank serves raw counters, on loopback unless asked, scraped and parsed."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import socket
 import subprocess
@@ -38,10 +40,10 @@ def _free_ports(n: int) -> int:
     raise AssertionError("no free consecutive ports")
 
 
-def _scrape(port: int) -> dict[str, Any] | None:
-    """{family name: family} from http://127.0.0.1:port/metrics, or None while nothing answers."""
+def _scrape(port: int, host: str = "127.0.0.1") -> dict[str, Any] | None:
+    """{family name: family} from http://host:port/metrics, or None while nothing answers."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=2) as resp:
             text = resp.read().decode()
     except OSError:
         return None
@@ -57,6 +59,15 @@ def _value(families: dict[str, Any] | None, name: str, sample: str | None = None
     return None
 
 
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """The run and every process it started, whatever the test's outcome."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
 def _hello(record: Path) -> Hello | None:
     try:
         first = events_of(record)[:1]
@@ -65,20 +76,54 @@ def _hello(record: Path) -> Hello | None:
     return first[0] if first and isinstance(first[0], Hello) else None
 
 
+# Trains until STOP_FILE exists, then writes which pitstop modules its process had
+# loaded: the exporter ran there, and must have brought no analysis with it.
+TRAIN_UNTIL_STOP = """\
+import json, os, sys, time, torch
+model = torch.nn.Linear(32, 1); opt = torch.optim.SGD(model.parameters(), lr=0.01)
+while not os.path.exists(os.environ["STOP_FILE"]):
+    loss = model(torch.randn(16, 32)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step(); time.sleep(0.01)
+loaded = sorted(m for m in sys.modules if m.startswith("pitstop"))
+with open(os.environ["MODULES_FILE"], "w") as f:
+    json.dump(loaded, f)
+"""
+
+
+def _listening(pid: int, port: int) -> list[str]:
+    """The addresses process `pid` listens on at `port`."""
+    import psutil
+
+    return [c.laddr.ip for c in psutil.Process(pid).net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+
+
+def _other_addresses() -> list[str]:
+    """This machine's IPv4 addresses that are not loopback."""
+    import psutil
+
+    return [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family == socket.AF_INET and not a.address.startswith("127.")]
+
+
 @pytest.mark.slow
-def test_one_process_serves_its_metrics_and_the_step_counter_rises(tmp_path: Path, env: dict[str, str]) -> None:
+def test_a_run_serves_raw_counters_on_loopback_only_without_analysis(tmp_path: Path, env: dict[str, str]) -> None:
     port = _free_ports(1)
-    env["PITSTOP_PROMETHEUS_ADDR"] = "127.0.0.1"
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_UNTIL_STOP)
+    stop, modules = tmp_path / "stop", tmp_path / "modules.json"
+    env.update(STOP_FILE=str(stop), MODULES_FILE=str(modules))
+    env.pop("PITSTOP_PROMETHEUS_ADDR", None)  # the default bind is what is checked
     record = tmp_path / "live.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--prometheus", str(port), "--record", str(record),
-         str(SCRIPTS / "loop_forever.py")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--prometheus", str(port),
+         "--record", str(record), str(script)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     try:
         seen: dict[str, Any] = {}
 
-        def steps_at_least(n: int) -> bool:
+        def steps_at_least(n: float) -> bool:
             seen["m"] = _scrape(port)
             return (_value(seen["m"], "pitstop_steps", "pitstop_steps_total") or 0) >= n
 
@@ -89,49 +134,65 @@ def test_one_process_serves_its_metrics_and_the_step_counter_rises(tmp_path: Pat
         hello = _hello(record)
         assert hello is not None
         labels = m["pitstop_steps"].samples[0].labels
-        assert labels["job"] == hello.session and labels["host"] == socket.gethostname()
-        assert labels["script"].endswith("loop_forever.py")
+        assert labels["session"] == hello.session and labels["host"] == socket.gethostname()
+        assert labels["script"].endswith("train.py")
         assert labels.get("rank", "") == ""  # not under a launcher: no rank label
-        assert m["pitstop_steps"].type == "counter"
-        # loop_forever sleeps 10 ms a step: the recent p50 is at least that
-        p50 = next(s.value for s in m["pitstop_step_seconds"].samples if s.labels.get("quantile") == "0.5")
-        assert 0.01 <= p50 < 1.0
-        assert 1.0 < (_value(m, "pitstop_steps_per_second") or 0.0) <= 100.0
+        assert m["pitstop_steps"].type == "counter" and m["pitstop_step_seconds"].type == "histogram"
+        # Training steps of 16 rows each (the first one's size unknown: the model is found at its backward)
+        count = _value(m, "pitstop_step_seconds", "pitstop_step_seconds_count")
+        unsized = _value(m, "pitstop_unsized_steps", "pitstop_unsized_steps_total")
+        assert count is not None and count > 0 and unsized is not None
+        assert _value(m, "pitstop_samples", "pitstop_samples_total") == 16 * (count - unsized)
+        # The script sleeps 10 ms a step: the histogram's mean is at least that
+        assert 0.01 <= (_value(m, "pitstop_step_seconds", "pitstop_step_seconds_sum") or 0.0) / count < 1.0
         assert (_value(m, "pitstop_host_rss_bytes") or 0.0) > 10 * 2**20
-        # loop_forever builds its batches without a DataLoader: the batch size is read
-        # from the leading dimension of the model's input (16 rows)
-        sps, rate = _value(m, "pitstop_samples_per_second"), _value(m, "pitstop_steps_per_second")
-        assert sps is not None and rate is not None and sps == pytest.approx(16 * rate)
-        assert 0.0 <= (_value(m, "pitstop_data_wait_ratio") or 0.0) <= 1.0
+        assert _value(m, "pitstop_data_wait_seconds", "pitstop_data_wait_seconds_total") is not None
         # CPU only: unavailable figures are absent, never 0
-        assert "pitstop_memory_allocated_bytes" not in m
-        assert "pitstop_gpu_utilization_ratio" not in m and "pitstop_gpu_power_watts" not in m
-        severities = {s.labels["severity"] for s in m["pitstop_findings"].samples}
-        assert severities == {"high", "medium", "low"}
+        for absent in ("pitstop_memory_allocated_bytes", "pitstop_gpu_utilization_ratio"):
+            assert absent not in m or not m[absent].samples  # a family without series is only its HELP line
+        # Raw counters only: rates and advice are PromQL's and the viewers' business
+        assert not {"pitstop_findings", "pitstop_steps_per_second", "pitstop_data_wait_ratio"} & set(m)
+        # Loopback by default: the training process listens on 127.0.0.1 and nowhere else
+        assert _listening(hello.pid, port) == ["127.0.0.1"]
+        for addr in _other_addresses():
+            with socket.socket() as s, pytest.raises(OSError):
+                s.settimeout(5)
+                s.connect((addr, port))
+        stop.write_text("")
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-3000:]
+        assert (f"pitstop: Prometheus metrics on http://127.0.0.1:{port}/metrics (+LOCAL_RANK for each rank; "
+                f"this machine only; --prometheus 0.0.0.0:{port} to listen wider)") in err.splitlines()
+        loaded = json.loads(modules.read_text())
+        assert "pitstop.profiling.prometheus" in loaded  # the exporter ran in this process ...
+        assert [name for name in loaded if name.startswith("pitstop.analysis")] == []  # ... without analysis
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        stop.write_text("")
+        _kill_group(proc)
 
 
 @pytest.mark.slow
-def test_each_rank_of_a_torchrun_job_serves_on_base_port_plus_local_rank(tmp_path: Path, env: dict[str, str]) -> None:
+def test_each_rank_of_a_torchrun_job_serves_on_the_host_asked_at_base_port_plus_local_rank(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # 127.0.0.2 is loopback on Linux too, yet not the default: the HOST given reaches every rank
+    host = "127.0.0.2"
     port = _free_ports(2)
-    env["PITSTOP_PROMETHEUS_ADDR"] = "127.0.0.1"
     stop = tmp_path / "stop"
     env["STOP_FILE"] = str(stop)
     records = tmp_path / "job"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--prometheus", str(port),
+        [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--prometheus", f"{host}:{port}",
          "--record", str(records), "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
          "--nproc_per_node", "2", str(SCRIPTS / "ddp_until_stop.py"), "3000"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     try:
         got: dict[int, dict[str, Any]] = {}
 
         def both_counting() -> bool:
             for r in (0, 1):
-                m = _scrape(port + r)
+                m = _scrape(port + r, host)
                 if m is not None and (_value(m, "pitstop_steps", "pitstop_steps_total") or 0) >= 5:
                     got[r] = m
             return len(got) == 2
@@ -142,61 +203,26 @@ def test_each_rank_of_a_torchrun_job_serves_on_base_port_plus_local_rank(tmp_pat
             labels = got[r]["pitstop_steps"].samples[0].labels
             assert (labels["rank"], labels["local_rank"]) == (str(r), str(r))
             assert labels["script"].endswith("ddp_until_stop.py")
-            sessions.add(labels["job"])
+            sessions.add(labels["session"])
             info = got[r]["pitstop_run_info"].samples[0].labels
             assert info["world_size"] == "2" and info["device"] == "cpu"
         hellos = {h.rank: h for f in records.glob("rank*.jsonl") if (h := _hello(f)) is not None}
-        assert sessions == {hellos[0].session} and len(sessions) == 1  # one job label for every rank
+        assert sessions == {hellos[0].session} and len(sessions) == 1  # one session label for every rank
+        assert [_listening(hellos[r].pid, port + r) for r in (0, 1)] == [[host], [host]]
         stop.write_text("")
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]
         assert out.count("done after") == 2
+        assert (f"pitstop: Prometheus metrics on http://{host}:{port}/metrics (+LOCAL_RANK for each rank; "
+                "unauthenticated: anyone who can reach this address can read it)") in err.splitlines()
     finally:
         stop.write_text("")
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    assert _scrape(port) is None and _scrape(port + 1) is None
-
-
-def test_gpu_figures_are_exported_per_gpu_and_unavailable_ones_are_absent() -> None:
-    """The collector on hand-made events (no subprocess): what a CUDA rank exports."""
-    import time as _time
-    from types import SimpleNamespace
-
-    from pitstop.events import Gpu, Sample, Step
-    from pitstop.profiling.prometheus import Exporter
-
-    hello = Hello(schema=1, pitstop_version="0.1.0", session="job-9", pid=1, ppid=0, host="node7", argv=[],
-                  cwd="/", started=0.0, python="3.12", rank=3, local_rank=1, world_size=8, script="train.py")
-    agent = SimpleNamespace(hello=hello, dropped=2, taps=[])
-    exporter = Exporter(agent)
-    now = _time.time()
-    exporter.tap([Step(t=now - 1 + i * 0.01, step=i, wall=0.01, data_wait=0.002, samples=64,
-                       mem_allocated=5 * 2**30, host_rss=2**30) for i in range(20)])
-    exporter.tap([Sample(t=now, gpus=[Gpu(index=0, name="H100", util=87.0, power_w=512.0),
-                                      Gpu(index=1, name="H100", util=None, power_w=300.0,
-                                          unavailable={"util": "not supported"})])])
-    m = {f.name: f for f in exporter.collect()}
-    util = {s.labels["gpu"]: s.value for s in m["pitstop_gpu_utilization_ratio"].samples}
-    assert util == {"0": pytest.approx(0.87)}  # GPU 1's util is unavailable: no series, not 0
-    power = {s.labels["gpu"]: s.value for s in m["pitstop_gpu_power_watts"].samples}
-    assert power == {"0": 512.0, "1": 300.0}
-    assert "pitstop_gpu_temperature_celsius" not in m
-    labels = m["pitstop_steps"].samples[0].labels
-    assert labels == {"job": "job-9", "rank": "3", "local_rank": "1", "host": "node7", "script": "train.py"}
-    assert m["pitstop_samples_per_second"].samples[0].value == pytest.approx(6400.0)
-    assert m["pitstop_data_wait_ratio"].samples[0].value == pytest.approx(0.2)
-    assert m["pitstop_memory_allocated_bytes"].samples[0].value == 5 * 2**30
-    assert m["pitstop_events_dropped"].samples[0].value == 2
+        _kill_group(proc)
+    assert _scrape(port, host) is None and _scrape(port + 1, host) is None
 
 
 def test_a_busy_port_is_said_on_stderr_while_training_runs(tmp_path: Path, env: dict[str, str]) -> None:
     """Issue 10: a --prometheus port another process holds was silent, exit 0."""
-    env["PITSTOP_PROMETHEUS_ADDR"] = "127.0.0.1"
     script = tmp_path / "train.py"
     # Trains until the warning is visible (a file the test writes), so "at start" is what is checked.
     script.write_text(
@@ -214,7 +240,7 @@ def test_a_busy_port_is_said_on_stderr_while_training_runs(tmp_path: Path, env: 
         proc = subprocess.Popen(
             [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--prometheus", str(port),
              "--record", str(tmp_path / "r.jsonl"), str(script)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
         assert proc.stderr is not None
         lines: list[str] = []
@@ -225,40 +251,15 @@ def test_a_busy_port_is_said_on_stderr_while_training_runs(tmp_path: Path, env: 
                 lines.append(line.rstrip("\n"))
                 if "(prometheus)" in line:
                     break
+            stop.write_text("")
+            _, rest = proc.communicate(timeout=60)
         finally:
             stop.write_text("")
             deadline.cancel()
-        _, rest = proc.communicate(timeout=60)
+            _kill_group(proc)
     warning = next((line for line in lines if "(prometheus)" in line), None)
     assert warning == (f"pitstop: warning (prometheus): metrics endpoint off: cannot serve metrics on "
                        f"127.0.0.1:{port}: Address already in use"), "\n".join(lines) + rest
     assert not any(line.startswith("pitstop summary") for line in lines)  # said before the end, not only in it
     assert "notes       warning (prometheus): metrics endpoint off" in rest  # and kept in the summary
     assert proc.returncode == 0
-
-
-def test_workers_of_the_training_and_an_eval_loader_are_separate_cpu_series() -> None:
-    """The collector on hand-made events: a training loader's workers are never summed with an eval loader's."""
-    import time as _time
-    from types import SimpleNamespace
-
-    from pitstop.events import DataLoaderInfo, Proc, Sample, Step
-    from pitstop.profiling.prometheus import Exporter
-
-    hello = Hello(schema=1, pitstop_version="0.1.0", session="job-9", pid=1, ppid=0, host="node7", argv=[],
-                  cwd="/", started=0.0, python="3.12", script="train.py")
-    exporter = Exporter(SimpleNamespace(hello=hello, dropped=0, taps=[]))
-    now = _time.time()
-    exporter.tap([DataLoaderInfo(t=now - 2, id=i, num_workers=2, batch_size=8, pin_memory=False,
-                                 persistent_workers=False, prefetch_factor=2) for i in (1, 2)])
-    exporter.tap([Step(t=now - 1 + i * 0.01, step=i, wall=0.01, data_wait=0.0, samples=8, loader=1)
-                  for i in range(10)])
-    exporter.tap([Sample(t=now, procs=[Proc(pid=1, role="main", cpu=93.0, rss=1),
-                                       Proc(pid=2, role="worker", cpu=80.0, rss=1, loader=1),
-                                       Proc(pid=3, role="worker", cpu=80.0, rss=1, loader=1),
-                                       Proc(pid=4, role="worker", cpu=10.0, rss=1, loader=2)])])
-    m = {f.name: f for f in exporter.collect()}
-    cpu = {(s.labels["role"], s.labels["loader"], s.labels["loader_role"]): s.value
-           for s in m["pitstop_cpu_utilization_ratio"].samples}
-    assert cpu == {("main", "", ""): pytest.approx(0.93), ("workers", "1", "train"): pytest.approx(1.6),
-                   ("workers", "2", "eval"): pytest.approx(0.1)}
