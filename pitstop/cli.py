@@ -15,8 +15,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pitstop import __version__
+from pitstop._version import __version__
 from pitstop.errors import PitstopError, TransportError, UsageError
+from pitstop.profiling.cmdline import split_target
 from pitstop.profiling.launch import (
     SessionSettings,
     Target,
@@ -37,33 +38,6 @@ VALUE_OPTIONS = {
     "run": {"--config", "--record", "--profile", "--trace-dir", "--prometheus", "--listen", "--token-file"},
     "tune": TUNE_VALUE_OPTIONS,
 }
-
-
-def split_target(argv: Sequence[str], value_options: set[str]) -> tuple[list[str], Target | None]:
-    """Split `[OPTIONS] (SCRIPT ARGS... | -m MODULE ARGS... | -- COMMAND...)`."""
-    i = 0
-    own: list[str] = []
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            if i + 1 >= len(argv):
-                raise UsageError("nothing after '--': give a command, e.g. -- torchrun --nproc_per_node 2 train.py")
-            return own, Target(launcher=tuple(argv[i + 1 :]))
-        if arg == "-m":
-            if i + 1 >= len(argv):
-                raise UsageError("-m needs a module name")
-            return own, Target(module=argv[i + 1], args=tuple(argv[i + 2 :]))
-        if arg.startswith("-"):
-            own.append(arg)
-            if arg in value_options and "=" not in arg:
-                if i + 1 >= len(argv):
-                    raise UsageError(f"{arg} needs a value")
-                own.append(argv[i + 1])
-                i += 1
-            i += 1
-            continue
-        return own, Target(script=arg, args=tuple(argv[i + 1 :]))
-    return own, None
 
 
 def _profile_setting(text: str | None) -> dict[str, int | None] | None:
@@ -166,7 +140,9 @@ def cmd_run(args: argparse.Namespace, target: Target) -> int:
 
 
 def _run_headless(target: Target, settings: SessionSettings) -> int:
-    from pitstop.headless import LiveStatus, exit_code_of, load_runs, summary_text
+    from pitstop.headless import LiveStatus, summary_text
+    from pitstop.profiling.launch import exit_code_of
+    from pitstop.recorded import load_runs
 
     print(f"pitstop: running {target.describe()} (record: {settings.record})", file=sys.stderr, flush=True)
     proc = launch(target, settings)
@@ -186,8 +162,10 @@ def _run_headless(target: Target, settings: SessionSettings) -> int:
 
 
 def _run_tui(target: Target, settings: SessionSettings) -> int:
-    from pitstop.headless import exit_code_of, load_runs, summary_text
+    from pitstop.headless import summary_text
+    from pitstop.profiling.launch import exit_code_of
     from pitstop.profiling.sources import SocketSource
+    from pitstop.recorded import load_runs
     from pitstop.tui import run_viewer
 
     record = Path(settings.record)
@@ -394,7 +372,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from pitstop.headless import load_runs, sessions, summary_text
+    from pitstop.headless import summary_text
+    from pitstop.recorded import load_runs, sessions
 
     target = Path(args.record)
     if args.summary or not sys.stdout.isatty():
