@@ -12,7 +12,8 @@ The fronts render one event stream each their own way, and none imports
 another: `tui`, `headless`, `report`, `compare` and `doctor`. `tuning` is not a
 front but a room (search, trials, journal) that both the `pitstop tune` command
 and the TUI's Trials view use, so the TUI may import it and it never imports
-the TUI. `cli`, the entry point, chooses a front and is not one itself.
+the TUI. `cli` (the entry point) and `runflow` (one `pitstop run`) choose a
+front and are not fronts themselves.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "recorded": HEAVY,
     "compare": HEAVY,
     "report": HEAVY,
+    "runflow": HEAVY,  # the TUI is imported only once it is chosen
     "cli": HEAVY,  # `pitstop ls` or `pitstop --help` must not pay for torch or textual
     "doctor": ("textual", "rich"),
     "_doctor_probes": ("textual", "rich"),
