@@ -15,17 +15,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pitstop import __version__
+from pitstop._version import __version__
 from pitstop.errors import PitstopError, TransportError, UsageError
-from pitstop.profiling.launch import (
-    SessionSettings,
-    Target,
-    describe_config,
-    launch,
-    new_session_id,
-    parse_prometheus,
-    prepare_record,
-)
+from pitstop.profiling.cmdline import split_target
+from pitstop.profiling.launch import Target, parse_prometheus
+from pitstop.runflow import DEFAULT_PROFILE, Run, RunRequest, TuneLaunch, tune_in_view
 from pitstop.tuning.command import VALUE_OPTIONS as TUNE_VALUE_OPTIONS
 
 # 128 + SIGPIPE: what a shell reports for `yes | head`, so `set -o pipefail`
@@ -39,37 +33,9 @@ VALUE_OPTIONS = {
 }
 
 
-def split_target(argv: Sequence[str], value_options: set[str]) -> tuple[list[str], Target | None]:
-    """Split `[OPTIONS] (SCRIPT ARGS... | -m MODULE ARGS... | -- COMMAND...)`."""
-    i = 0
-    own: list[str] = []
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            if i + 1 >= len(argv):
-                raise UsageError("nothing after '--': give a command, e.g. -- torchrun --nproc_per_node 2 train.py")
-            return own, Target(launcher=tuple(argv[i + 1 :]))
-        if arg == "-m":
-            if i + 1 >= len(argv):
-                raise UsageError("-m needs a module name")
-            return own, Target(module=argv[i + 1], args=tuple(argv[i + 2 :]))
-        if arg.startswith("-"):
-            own.append(arg)
-            if arg in value_options and "=" not in arg:
-                if i + 1 >= len(argv):
-                    raise UsageError(f"{arg} needs a value")
-                own.append(argv[i + 1])
-                i += 1
-            i += 1
-            continue
-        return own, Target(script=arg, args=tuple(argv[i + 1 :]))
-    return own, None
-
-
 def _profile_setting(text: str | None) -> dict[str, int | None] | None:
-    default = {"every": 500, "active": 5, "first": 50}
     if text is None:
-        return default
+        return dict(DEFAULT_PROFILE)
     if text == "off":
         return None
     if text == "demand":
@@ -86,185 +52,33 @@ def _profile_setting(text: str | None) -> dict[str, int | None] | None:
     return {"every": every, "active": active, "first": first}
 
 
-def _settings(args: argparse.Namespace, target: Target, mode: str = "run") -> SessionSettings:
-    config = None
-    if getattr(args, "config", None):
-        from pitstop.config import load_config
-
-        config = load_config(args.config).to_dict()
-        # Said before the script starts: a script that logs its own dtype would
-        # otherwise contradict a bf16 applied behind its back (issue 10).
-        print(f"pitstop: applying {args.config}: {describe_config(config)}", file=sys.stderr, flush=True)
-    session = new_session_id(target.stem)
-    live = _live_viewers()
-    listen = getattr(args, "listen", None)
-    token_file = None
-    if listen:
-        from pitstop.profiling.transport import parse_hostport, runtime_dir, write_token
-
-        parse_hostport(listen)
-        token_path = Path(args.token_file).expanduser().resolve() if args.token_file else runtime_dir() / "tcp-token"
-        write_token(token_path)
-        token_file = str(token_path)
-        print(f"pitstop: serving viewers on {listen} (+LOCAL_RANK); token in {token_file}", file=sys.stderr)
-    metrics = _prometheus_endpoint(getattr(args, "prometheus", None))
-    trace_dir = None
-    if getattr(args, "trace_dir", None):
-        trace = Path(args.trace_dir).expanduser().resolve()
-        try:
-            trace.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise UsageError(f"cannot create --trace-dir {trace}: {err.strerror}") from err
-        trace_dir = str(trace)
-    return SessionSettings(
-        session=session,
-        record=prepare_record(getattr(args, "record", None), session),
-        script=target.label,
-        mode=mode,
-        config=config,
+def _run_request(args: argparse.Namespace, target: Target) -> RunRequest:
+    """`pitstop run|demo`'s options, each checked for form (a bad one named in one line)."""
+    return RunRequest(
+        target=target,
+        headless=args.headless,
+        config=getattr(args, "config", None),
+        record=getattr(args, "record", None),
         profile=_profile_setting(getattr(args, "profile", None)),
-        trace_dir=trace_dir,
-        prometheus=None if metrics is None else metrics[1],
-        prometheus_host=None if metrics is None else metrics[0],
-        listen=listen,
-        token_file=token_file,
-        socket=live,
+        trace_dir=getattr(args, "trace_dir", None),
+        prometheus=parse_prometheus(getattr(args, "prometheus", None)),
+        listen=getattr(args, "listen", None),
+        token_file=getattr(args, "token_file", None),
     )
-
-
-def _prometheus_endpoint(text: str | None) -> tuple[str, int] | None:
-    """--prometheus [HOST:]PORT, said on stderr before the script starts: where, and who can reach it."""
-    metrics = parse_prometheus(text)
-    if metrics is not None:
-        from pitstop.profiling.prometheus import LOOPBACK, endpoint_url
-
-        host, port = metrics
-        reach = (f"this machine only; --prometheus 0.0.0.0:{port} to listen wider" if host == LOOPBACK
-                 else "unauthenticated: anyone who can reach this address can read it")
-        print(f"pitstop: Prometheus metrics on {endpoint_url(host, port)} (+LOCAL_RANK for each rank; {reach})",
-              file=sys.stderr, flush=True)
-    return metrics
-
-
-def _live_viewers() -> bool:
-    """Find this user's socket directory before the script starts; say on stderr when it is not the usual one.
-
-    The agent would otherwise switch its socket off with a note inside the
-    record only, and the user learns nothing until `attach` fails (issue 10).
-    """
-    from pitstop.profiling.rundir import resolve_runtime_dir
-
-    try:
-        where = resolve_runtime_dir()
-    except TransportError as err:
-        print(f"pitstop: warning: live viewers off: {err}", file=sys.stderr, flush=True)
-        return False
-    if where.warning:
-        print(f"pitstop: warning: {where.warning}", file=sys.stderr, flush=True)
-    return True
-
-
-def _use_tui(args: argparse.Namespace, settings: SessionSettings | None = None) -> bool:
-    if settings is not None and not settings.socket:
-        return False  # no socket, no live view: status lines and the summary come from the record
-    return not getattr(args, "headless", False) and sys.stdout.isatty() and sys.stdin.isatty()
 
 
 def cmd_run(args: argparse.Namespace, target: Target) -> int:
     # Options first: a bad option is named before the script is looked up.
-    _profile_setting(args.profile)
-    parse_prometheus(args.prometheus)
+    request = _run_request(args, target)
     target.check()
-    settings = _settings(args, target)
-    if _use_tui(args, settings):
-        return _run_tui(target, settings)
-    return _run_headless(target, settings)
-
-
-def _run_headless(target: Target, settings: SessionSettings) -> int:
-    from pitstop.headless import LiveStatus, exit_code_of, load_runs, summary_text
-
-    print(f"pitstop: running {target.describe()} (record: {settings.record})", file=sys.stderr, flush=True)
-    proc = launch(target, settings)
-    status = LiveStatus(settings.session, target.label, proc)
-    status.start()
-    code = exit_code_of(status.wait())
-    try:
-        runs, notes = load_runs(Path(settings.record))
-    except PitstopError as err:
-        print(f"pitstop: no summary: {err}", file=sys.stderr)
-        return code
-    print("\n" + summary_text(runs, notes, pid=proc.pid, exit_code=code), file=sys.stderr)
-    print(f"pitstop: record: {settings.record}", file=sys.stderr)
-    if code != 0:
-        print(f"pitstop: {target.label} exited with code {code}", file=sys.stderr)
-    return code
-
-
-def _run_tui(target: Target, settings: SessionSettings) -> int:
-    from pitstop.headless import exit_code_of, load_runs, summary_text
-    from pitstop.profiling.sources import SocketSource
-    from pitstop.tui import run_viewer
-
-    record = Path(settings.record)
-    log_dir = record.parent if record.suffix == ".jsonl" else record
-    log_path = log_dir / (f"{record.stem}.output.log" if record.suffix == ".jsonl" else "output.log")
-    log = open(log_path, "ab")
-    # Its own session, output to a file: closing the terminal or quitting the
-    # viewer leaves training running.
-    proc = launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
-    log.close()
-    source = SocketSource(
-        f"{target.label} (pid {proc.pid})", session=settings.session, until=lambda: proc.poll() is not None
-    )
-    hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
-
-    tuned: list[int] = []
-
-    def tune(request: object) -> int:
-        # `t` in the viewer: the same target, the tuner's default options, in the Trials view.
-        tuned.append(_tune_in_view([], target))
-        return tuned[-1]
-
-    run_viewer(source, log_path=log_path, detach_hint=hint, tune=tune)
-    source.close()
-    if tuned:
-        return tuned[-1]  # the user chose to tune: the tune's outcome is this command's
-    if proc.poll() is None:
-        return 0
-    code = exit_code_of(proc.returncode)
-    try:
-        runs, notes = load_runs(record)
-        print(summary_text(runs, notes, pid=proc.pid, exit_code=code), file=sys.stderr)
-    except PitstopError as err:
-        print(f"pitstop: no summary: {err}", file=sys.stderr)
-    if code != 0:
-        tail = log_path.read_text(errors="replace").splitlines()[-15:]
-        print("\n".join(tail), file=sys.stderr)
-        print(f"pitstop: {target.label} exited with code {code} (full output: {log_path})", file=sys.stderr)
-    return code
-
-
-def _tune_in_view(options: list[str], target: Target) -> int:
-    """`pitstop tune` in the Trials view: the tuner runs as a child (its own signal
-    handlers and main thread); the viewer reads its journal and output."""
-    from pitstop.tui.trials import run_trials_viewer
-    from pitstop.tui.tunelaunch import start_tuner
-
-    child = start_tuner(options, target)
-    return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
-                             stale=child.stale, resume_command=child.resume_command)
+    return Run(request).execute()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     demo_args = ["--steps", str(args.steps)]
     if args.num_workers is not None:
         demo_args += ["--num-workers", str(args.num_workers)]
-    target = Target(module="pitstop.demo.train", args=tuple(demo_args))
-    settings = _settings(args, target)
-    if _use_tui(args, settings):
-        return _run_tui(target, settings)
-    return _run_headless(target, settings)
+    return Run(_run_request(args, Target(module="pitstop.demo.train", args=tuple(demo_args)))).execute()
 
 
 def _format_age(started: float) -> str:
@@ -392,25 +206,15 @@ def cmd_attach(args: argparse.Namespace) -> int:
         printer.tick(job)
         return 0
     from pitstop.tui import run_viewer
-    from pitstop.tui.tunelaunch import TuneRequest
-
-    def tune(request: TuneRequest) -> int:
-        # `t` in the viewer: rebuild the script from the process's own argv (Hello.argv).
-        from pitstop.tui.tunelaunch import target_from_argv
-
-        if request.ranks > 1:
-            raise UsageError("a distributed job's launcher cannot be rebuilt from one rank: tune it with "
-                             "pitstop tune -- torchrun --nproc_per_node N SCRIPT ...")
-        target = target_from_argv(request.argv, request.cwd)
-        target.check()
-        return _tune_in_view([], target)
 
     hint = f"training continues; reattach with: pitstop attach {args.pid or ''}".rstrip()
-    return run_viewer(source, detach_hint=hint, tune=tune)
+    # `t` in the viewer: the script rebuilt from the process's own argv (Hello.argv).
+    return run_viewer(source, detach_hint=hint, tune=TuneLaunch())
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from pitstop.headless import load_runs, sessions, summary_text
+    from pitstop.headless import summary_text
+    from pitstop.recorded import load_runs, sessions
 
     target = Path(args.record)
     if args.summary or not sys.stdout.isatty():
@@ -624,7 +428,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             if sys.stdout.isatty() and sys.stdin.isatty() and not args.json:
                 # The Trials view: the tuner runs as a child (its own signal handlers and main
                 # thread), the viewer reads its journal and output. `own` is what the user typed.
-                return _tune_in_view(own, target)
+                return tune_in_view(own, target)
             return run_tune(args, target)
         args = parser.parse_args(argv)
         if args.command is None:

@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TextIO
 
 from pitstop.analysis import (
@@ -38,8 +37,9 @@ from pitstop.analysis import (
 from pitstop.analysis._summary import note_text
 from pitstop.errors import PitstopError
 from pitstop.events import Note
-from pitstop.profiling.record import ReadResult, iter_record, record_files
+from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts (issue 13)
 from pitstop.profiling.sources import SocketSource
+from pitstop.recorded import load_runs, sessions  # load_runs re-exported, as exit_code_of
 
 STATUS_INTERVAL_S = float(os.environ.get("PITSTOP_STATUS_INTERVAL", "5"))
 # A line is printed when it changed (a new step, a rank that ended); an unchanged
@@ -89,19 +89,6 @@ def summary_text(
     if notes:
         blocks.append("\n".join(notes))
     return "\n\n".join(blocks)
-
-
-def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
-    """Runs grouped by job (`hello.session`), earliest first; a run with no Hello is a group of its own."""
-    groups: dict[str, list[RunState]] = {}
-    for i, run in enumerate(runs):
-        key = run.hello.session if run.hello is not None else f"\0{i}"
-        groups.setdefault(key, []).append(run)
-
-    def started(item: tuple[str, list[RunState]]) -> float:
-        return min((r.hello.started for r in item[1] if r.hello is not None), default=float("inf"))
-
-    return [(None if key.startswith("\0") else key, members) for key, members in sorted(groups.items(), key=started)]
 
 
 def job_text(job: JobSummary, found: list[Finding]) -> str:
@@ -170,22 +157,6 @@ def _rank_table(rows: tuple[RankRow, ...]) -> list[str]:
         ))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
-
-
-def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
-    """RunStates of every record file `target` names, and notes about torn files."""
-    runs = []
-    notes = []
-    for path in record_files(target):
-        result = ReadResult()
-        run = RunState()
-        for event in iter_record(path, result):
-            run.add(event)
-        if result.torn:
-            notes.append(f"note: {path} ends in a cut line (the run was killed); read up to its last whole line")
-        runs.append(run)
-    runs.sort(key=lambda r: (r.hello.rank if r.hello and r.hello.rank is not None else -1, r.hello.pid if r.hello else 0))
-    return runs, notes
 
 
 class StatusPrinter:
@@ -295,11 +266,6 @@ class LiveStatus:
         code = self._proc.returncode
         assert code is not None  # set by _wait_child before _exited
         return code
-
-
-def exit_code_of(returncode: int) -> int:
-    """A shell's view of a child's exit: 128+N for death by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 __all__ = ["LiveStatus", "StatusPrinter", "StreamBatch", "exit_code_of", "load_runs", "sessions", "summary_text"]

@@ -27,7 +27,7 @@ EXIT_TOO_SHORT = 3
 
 def load_job(path: Path, name: str) -> list[RunState]:
     """Every process of the one run a record file or session directory holds."""
-    from pitstop.headless import load_runs, sessions
+    from pitstop.recorded import load_runs, sessions
 
     runs, _ = load_runs(path)
     groups = sessions(runs)

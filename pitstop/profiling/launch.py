@@ -250,3 +250,8 @@ def prepare_record(record: str | None, session: str) -> str:
         hint = "" if record else " (set PITSTOP_RECORD_DIR or use --record)"
         raise RecordError(f"cannot write records to {directory}: {err.strerror or err}{hint}") from err
     return str(path)
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell's view of a child's exit: 128+N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode

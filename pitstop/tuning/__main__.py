@@ -16,7 +16,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Target]:
     The split is the CLI's own (`pitstop tune` parses the same way), so a target's
     options (`-m pkg.train --lr 1`) are never read as ours.
     """
-    from pitstop.cli import split_target
+    from pitstop.profiling.cmdline import split_target
     from pitstop.tuning.command import VALUE_OPTIONS
 
     parser = argparse.ArgumentParser(prog="python -m pitstop.tuning",

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import pitstop
+from pitstop._version import __version__
 from pitstop.config import load_config, save_config
 from pitstop.errors import ConfigError, TuneError, UsageError
 from pitstop.profiling.launch import Target
@@ -354,7 +354,7 @@ def provenance(outcome: Outcome, target: Target, args: argparse.Namespace, elaps
     facts = base.facts if base is not None else None
     devices = facts.device_names if facts and facts.device_names else []
     return {
-        "pitstop": pitstop.__version__,
+        "pitstop": __version__,
         "torch": facts.torch_version if facts else None,
         "cuda": facts.cuda_version if facts else None,
         "python": platform.python_version(),

@@ -1,0 +1,332 @@
+"""Provides one `pitstop run` (or `pitstop demo`): its session, its launch, its event source, its front, its end summary.
+
+The CLI parses the command line into a `RunRequest`; a `Run` prepares the
+session (the tuned config announced before the script starts, the socket
+directory checked, the trace and record directories made), starts the target
+with the agent injected, hands the stream to one front (the TUI, or the
+headless status lines) and prints the end summary from the record. The way is
+one-way, cli -> runflow -> launch -> a front, where it used to climb back into
+the CLI five times (issue 13, seam 11).
+
+`TuneLaunch` is the one `t` callback every viewer gets: the script tuned in the
+Trials view, from `pitstop run` (the target it started) and from
+`pitstop attach` (the target rebuilt from the process's own argv).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pitstop.errors import PitstopError, TransportError, UsageError
+from pitstop.profiling.launch import (
+    SessionSettings,
+    Target,
+    describe_config,
+    exit_code_of,
+    launch,
+    new_session_id,
+    prepare_record,
+)
+from pitstop.recorded import load_runs
+
+if TYPE_CHECKING:
+    from pitstop.profiling.sources import EventSource
+    from pitstop.tui.tunelaunch import TuneRequest
+
+# A run's profiler windows unless --profile says otherwise: 5 steps every 500, the first at step 50.
+DEFAULT_PROFILE: dict[str, int | None] = {"every": 500, "active": 5, "first": 50}
+# A failed run under the TUI: this many lines of its output are shown after the screen closes.
+OUTPUT_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `pitstop run` or `pitstop demo` was asked, its options already checked for form by the CLI."""
+
+    target: Target
+    headless: bool = False
+    config: str | None = None  # a tuned config file to apply
+    record: str | None = None  # --record: a .jsonl file or a directory (default: a new session directory)
+    profile: dict[str, int | None] | None = field(default_factory=lambda: dict(DEFAULT_PROFILE))
+    trace_dir: str | None = None
+    prometheus: tuple[str, int] | None = None  # (host, port): 127.0.0.1 unless asked wider
+    listen: str | None = None  # "HOST:PORT" for TCP viewers
+    token_file: str | None = None
+    mode: str = "run"
+
+
+class Child(Protocol):
+    """The started training command, as a run uses it (a `subprocess.Popen`)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+
+class Follower(Protocol):
+    """The headless front while the command runs: status lines until it exits."""
+
+    def start(self) -> None: ...
+
+    def wait(self) -> int: ...
+
+
+def _live_status(session: str, label: str, proc: Any) -> Follower:
+    from pitstop.headless import LiveStatus
+
+    return LiveStatus(session, label, proc)
+
+
+def _socket_source(label: str, session: str, until: Callable[[], bool]) -> EventSource:
+    from pitstop.profiling.sources import SocketSource
+
+    return SocketSource(label, session=session, until=until)
+
+
+def _viewer(source: EventSource, **options: Any) -> int:
+    from pitstop.tui import run_viewer
+
+    return run_viewer(source, **options)
+
+
+def _summary_text(runs: list[Any], notes: list[str], pid: int, exit_code: int) -> str:
+    from pitstop.headless import summary_text
+
+    return summary_text(runs, notes, pid=pid, exit_code=exit_code)
+
+
+@dataclass(frozen=True)
+class Fronts:
+    """Where a run's stream goes: each a function, so tests give fakes (the TUI is given its source, as memray's is)."""
+
+    status: Callable[[str, str, Any], Follower] = _live_status  # headless: (session, label, process)
+    source: Callable[[str, str, Callable[[], bool]], EventSource] = _socket_source  # (label, session, until)
+    viewer: Callable[..., int] = _viewer  # the TUI: run_viewer(source, log_path=, detach_hint=, tune=)
+    summary: Callable[[list[Any], list[str], int, int], str] = _summary_text  # (runs, notes, pid, exit code)
+
+
+def tune_in_view(options: Sequence[str], target: Target) -> int:
+    """`pitstop tune` in the Trials view: the tuner runs as a child (its own signal
+    handlers and main thread); the viewer reads its journal and output."""
+    from pitstop.tui.trials import run_trials_viewer
+    from pitstop.tui.tunelaunch import start_tuner
+
+    child = start_tuner(list(options), target)
+    return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
+                             stale=child.stale, resume_command=child.resume_command)
+
+
+def target_of(request: TuneRequest) -> Target:
+    """The script a viewer's `t` asks to tune, rebuilt from the process's own argv (Hello.argv)."""
+    from pitstop.tui.tunelaunch import target_from_argv
+
+    if request.ranks > 1:
+        raise UsageError("a distributed job's launcher cannot be rebuilt from one rank: tune it with "
+                         "pitstop tune -- torchrun --nproc_per_node N SCRIPT ...")
+    target = target_from_argv(request.argv, request.cwd)
+    target.check()
+    return target
+
+
+@dataclass
+class TuneLaunch:
+    """`t` in a viewer: the tuner's default options on `target` (or on the script the request
+    names, when the viewer did not start it), in the Trials view; remembers the tune's exit code."""
+
+    target: Target | None = None
+    start: Callable[[Sequence[str], Target], int] = tune_in_view
+    outcome: int | None = None
+
+    def __call__(self, request: TuneRequest) -> int:
+        target = self.target if self.target is not None else target_of(request)
+        self.outcome = self.start([], target)
+        return self.outcome
+
+
+def _on_a_terminal() -> bool:
+    return sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def _say_prometheus(metrics: tuple[str, int] | None) -> None:
+    """--prometheus [HOST:]PORT, said on stderr before the script starts: where, and who can reach it."""
+    if metrics is None:
+        return
+    from pitstop.profiling.prometheus import LOOPBACK, endpoint_url
+
+    host, port = metrics
+    reach = (f"this machine only; --prometheus 0.0.0.0:{port} to listen wider" if host == LOOPBACK
+             else "unauthenticated: anyone who can reach this address can read it")
+    print(f"pitstop: Prometheus metrics on {endpoint_url(host, port)} (+LOCAL_RANK for each rank; {reach})",
+          file=sys.stderr, flush=True)
+
+
+def _live_viewers() -> bool:
+    """Find this user's socket directory before the script starts; say on stderr when it is not the usual one.
+
+    The agent would otherwise switch its socket off with a note inside the
+    record only, and the user learns nothing until `attach` fails (issue 10).
+    """
+    from pitstop.profiling.rundir import resolve_runtime_dir
+
+    try:
+        where = resolve_runtime_dir()
+    except TransportError as err:
+        print(f"pitstop: warning: live viewers off: {err}", file=sys.stderr, flush=True)
+        return False
+    if where.warning:
+        print(f"pitstop: warning: {where.warning}", file=sys.stderr, flush=True)
+    return True
+
+
+class Run:
+    """One training command under pitstop, from its settings to its end summary.
+
+    Construct, then `prepare()` (files and messages, nothing started) and
+    `execute()` (the launch, the front, the summary); `execute()` prepares
+    first if that was not done. Returns the exit code the command ends with:
+    the script's own, or the tune's when the user chose to tune from the viewer.
+    """
+
+    def __init__(
+        self,
+        request: RunRequest,
+        *,
+        fronts: Fronts | None = None,
+        launcher: Callable[..., Child] = launch,
+        on_a_terminal: Callable[[], bool] = _on_a_terminal,
+        tune: TuneLaunch | None = None,
+    ) -> None:
+        self.request = request
+        self.settings: SessionSettings | None = None
+        self.fronts = fronts or Fronts()
+        self._launch = launcher
+        self._on_a_terminal = on_a_terminal
+        self.tune = tune or TuneLaunch(request.target)  # the target is known: no rebuilding from argv
+
+    def prepare(self) -> SessionSettings:
+        """The session's settings; the tuned config is announced here, before anything starts."""
+        request = self.request
+        config = None
+        if request.config:
+            from pitstop.config import load_config
+
+            config = load_config(request.config).to_dict()
+            # Said before the script starts: a script that logs its own dtype would
+            # otherwise contradict a bf16 applied behind its back (issue 10).
+            print(f"pitstop: applying {request.config}: {describe_config(config)}", file=sys.stderr, flush=True)
+        session = new_session_id(request.target.stem)
+        live = _live_viewers()
+        token_file = None
+        if request.listen:
+            from pitstop.profiling.transport import parse_hostport, runtime_dir, write_token
+
+            parse_hostport(request.listen)
+            token_path = (Path(request.token_file).expanduser().resolve() if request.token_file
+                          else runtime_dir() / "tcp-token")
+            write_token(token_path)
+            token_file = str(token_path)
+            print(f"pitstop: serving viewers on {request.listen} (+LOCAL_RANK); token in {token_file}",
+                  file=sys.stderr)
+        _say_prometheus(request.prometheus)
+        trace_dir = None
+        if request.trace_dir:
+            trace = Path(request.trace_dir).expanduser().resolve()
+            try:
+                trace.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise UsageError(f"cannot create --trace-dir {trace}: {err.strerror}") from err
+            trace_dir = str(trace)
+        self.settings = SessionSettings(
+            session=session,
+            record=prepare_record(request.record, session),
+            script=request.target.label,
+            mode=request.mode,
+            config=config,
+            profile=request.profile,
+            trace_dir=trace_dir,
+            prometheus=None if request.prometheus is None else request.prometheus[1],
+            prometheus_host=None if request.prometheus is None else request.prometheus[0],
+            listen=request.listen,
+            token_file=token_file,
+            socket=live,
+        )
+        return self.settings
+
+    def uses_tui(self) -> bool:
+        """The TUI when asked for and on a terminal; never without a socket (status lines then come from the record)."""
+        if self.settings is not None and not self.settings.socket:
+            return False
+        return not self.request.headless and self._on_a_terminal()
+
+    def execute(self) -> int:
+        settings = self.settings or self.prepare()
+        return self._live(settings) if self.uses_tui() else self._headless(settings)
+
+    def output_log(self) -> Path:
+        """Where the command's output goes under the TUI: beside its record."""
+        assert self.settings is not None
+        record = Path(self.settings.record)
+        if record.suffix == ".jsonl":
+            return record.parent / f"{record.stem}.output.log"
+        return record / "output.log"
+
+    def _summary(self, pid: int, code: int) -> str | None:
+        """The end summary from the record, or None after saying why there is none."""
+        assert self.settings is not None
+        try:
+            runs, notes = load_runs(Path(self.settings.record))
+            return self.fronts.summary(runs, notes, pid, code)
+        except PitstopError as err:
+            print(f"pitstop: no summary: {err}", file=sys.stderr)
+            return None
+
+    def _headless(self, settings: SessionSettings) -> int:
+        target = self.request.target
+        print(f"pitstop: running {target.describe()} (record: {settings.record})", file=sys.stderr, flush=True)
+        proc = self._launch(target, settings)
+        status = self.fronts.status(settings.session, target.label, proc)
+        status.start()
+        code = exit_code_of(status.wait())
+        summary = self._summary(proc.pid, code)
+        if summary is None:
+            return code
+        print("\n" + summary, file=sys.stderr)
+        print(f"pitstop: record: {settings.record}", file=sys.stderr)
+        if code != 0:
+            print(f"pitstop: {target.label} exited with code {code}", file=sys.stderr)
+        return code
+
+    def _live(self, settings: SessionSettings) -> int:
+        target = self.request.target
+        log_path = self.output_log()
+        # Its own session, output to a file: closing the terminal or quitting the
+        # viewer leaves training running.
+        with open(log_path, "ab") as log:
+            proc = self._launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
+        source = self.fronts.source(f"{target.label} (pid {proc.pid})", settings.session,
+                                    lambda: proc.poll() is not None)
+        hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
+        self.fronts.viewer(source, log_path=log_path, detach_hint=hint, tune=self.tune)
+        source.close()
+        if self.tune.outcome is not None:
+            return self.tune.outcome  # the user chose to tune: the tune's outcome is this command's
+        if proc.poll() is None:
+            return 0
+        assert proc.returncode is not None
+        code = exit_code_of(proc.returncode)
+        summary = self._summary(proc.pid, code)
+        if summary is not None:
+            print(summary, file=sys.stderr)
+        if code != 0:
+            tail = log_path.read_text(errors="replace").splitlines()[-OUTPUT_TAIL_LINES:]
+            print("\n".join(tail), file=sys.stderr)
+            print(f"pitstop: {target.label} exited with code {code} (full output: {log_path})", file=sys.stderr)
+        return code
+
+
+__all__ = ["DEFAULT_PROFILE", "Fronts", "Run", "RunRequest", "TuneLaunch", "target_of", "tune_in_view"]
