@@ -55,6 +55,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "doctor": ("textual", "rich"),
     "_doctor_probes": ("textual", "rich"),
     "demo": (),  # the training workload itself: torch is the point
+    "docs": HEAVY,  # `pitstop docs` prints shipped files (stdlib only)
 }
 # The agent's parts that a viewer also imports (launch, sources, record) or that
 # import torch only once the user's script has (agent, stepclock, _patch).
@@ -71,10 +72,6 @@ ENTRY_POINT = "pitstop.cli"
 PENDING_PROFILING_TO_ANALYSIS = {
     # StreamBatch moves out of pitstop.analysis (the StreamBatch helper's branch)
     ("pitstop.profiling.sources", "pitstop.analysis"),
-    # the Prometheus exporter keeps raw gauges and counters only (the seam 7 helper's branch)
-    ("pitstop.profiling.prometheus", "pitstop.analysis"),
-    ("pitstop.profiling.prometheus", "pitstop.analysis._context"),
-    ("pitstop.profiling.prometheus", "pitstop.analysis._cpu"),
 }
 SITECUSTOMIZE = ("profiling/bootstrap/sitecustomize.py", "tuning/guardsite/sitecustomize.py")
 PACKAGE_DIR = Path(pitstop.__file__).parent
