@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pitstop.errors import TransportError
-from pitstop.profiling import transport
+from pitstop.profiling.transport import _server
 from pitstop.profiling.rundir import resolve_runtime_dir
 from pitstop.profiling.transport import AgentServer, Client, list_agents, runtime_dir, socket_for_pid
 
@@ -27,7 +27,7 @@ def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_stalled_client_never_blocks_publish_and_is_dropped(rundir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "MAX_BACKLOG", 1 << 20)
+    monkeypatch.setattr(_server, "MAX_BACKLOG", 1 << 20)
     server = AgentServer(lambda cmd: "ok", {"pid": os.getpid()})
     try:
         stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
