@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from pitstop.analysis import StreamBatch
 from pitstop.errors import SchemaError, TransportError
 from pitstop.events import Event, decode
 from pitstop.profiling.record import iter_record, record_files
 from pitstop.profiling.transport import Client, TcpEndpoint, list_agents
+from pitstop.streams import StreamBatch
 
 
 DISCOVERY_S = 1.0  # how often a session's source looks for new ranks once it has found some
