@@ -14,13 +14,47 @@ from pathlib import Path
 from typing import Protocol
 
 from pitstop.errors import SchemaError, TransportError
-from pitstop.events import Event, decode
+from pitstop.events import Event, Note, decode
 from pitstop.profiling.record import iter_record, record_files
 from pitstop.profiling.transport import Client, TcpEndpoint, list_agents
 from pitstop.streams import StreamBatch
 
 
 DISCOVERY_S = 1.0  # how often a session's source looks for new ranks once it has found some
+# A stream that keeps sending malformed events is said once at the first, then at most this often.
+MALFORMED_REPORT_S = 10.0
+
+
+class MalformedCounter:
+    """Counts the malformed events dropped from one live stream and says so in a `Note` the fronts show.
+
+    A live stream never ends on a bad line (a record does, with its file:line):
+    the event is dropped, and the first one, then a running count at most
+    every MALFORMED_REPORT_S and at the stream's end, become warnings.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.dropped = 0
+        self._said = 0
+        self._said_at = 0.0
+        self._clock = clock
+
+    def drop(self, err: SchemaError) -> Note | None:
+        self.dropped += 1
+        now = self._clock()
+        if self._said and now - self._said_at < MALFORMED_REPORT_S:
+            return None
+        return self._note(f"last: {err}", now)
+
+    def flush(self) -> Note | None:
+        """The count not yet said, at the stream's end."""
+        return self._note("", self._clock()) if self.dropped > self._said else None
+
+    def _note(self, last: str, now: float) -> Note:
+        self._said, self._said_at = self.dropped, now
+        count = "1 malformed event" if self.dropped == 1 else f"{self.dropped} malformed events"
+        detail = f" ({last})" if last else ""
+        return Note(t=time.time(), level="warn", source="stream", message=f"dropped {count} so far{detail}")
 
 
 class EventSource(Protocol):
@@ -124,18 +158,19 @@ class SocketSource:
 
         def reader(path: Path | TcpEndpoint, client: Client) -> None:
             stream = f"socket:{path}"
+            malformed = MalformedCounter()
             try:
                 for raw in client.lines(poll=self._poll):
                     if self._stop.is_set():
                         return
-                    events = []
+                    events: list[Event] = []
                     for line in raw:
                         try:
                             event = decode(line)
                         except SchemaError as err:
                             if "newer pitstop" in str(err):
                                 raise
-                            continue
+                            event = malformed.drop(err)
                         if event is not None:
                             events.append(event)
                     if events:
@@ -146,10 +181,11 @@ class SocketSource:
                 with lock:
                     errors.append(err)
             finally:
+                last = malformed.flush()
                 with lock:
                     done.add(path)
                     # A stream that closes without an End event is a process that died.
-                    out.append(StreamBatch(stream, [], closed=True))
+                    out.append(StreamBatch(stream, [last] if last is not None else [], closed=True))
                 wake.set()
 
         first_attempt = True
