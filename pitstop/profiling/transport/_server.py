@@ -28,6 +28,7 @@ from typing import Any
 
 from pitstop.errors import TransportError
 from pitstop.profiling.rundir import runtime_dir
+from pitstop.profiling.transport._wire import parse_command, parse_token, reply_line
 
 MAX_BACKLOG = 16 << 20  # bytes queued for one client before it is dropped (~60 s of a busy run)
 HISTORY_LINES = 20_000  # recent events replayed to a client on connect, besides sticky ones
@@ -281,18 +282,15 @@ class AgentServer:
     def _authenticate(self, sel: selectors.BaseSelector, client: _Client, line: bytes) -> bool:
         import hmac
 
-        try:
-            token = str(json.loads(line).get("token", ""))
-        except (ValueError, AttributeError):
-            token = ""
+        token = parse_token(line)
         if self._token and token and hmac.compare_digest(token.encode(), self._token.encode()):
             client.authed = True
-            client.out += json.dumps({"kind": "reply", "cmd": "auth", "message": "ok"}).encode() + b"\n"
+            client.out += reply_line("auth", "ok")
             client.out += self._replay()
             return True
         reason = "missing token" if not token else "wrong token"
         try:
-            client.conn.send(json.dumps({"kind": "reply", "cmd": "auth", "message": f"refused: {reason}"}).encode() + b"\n")
+            client.conn.send(reply_line("auth", f"refused: {reason}"))
         except OSError:
             pass
         self._drop(sel, client.conn.fileno())
@@ -317,15 +315,12 @@ class AgentServer:
                 if not self._authenticate(sel, client, line):
                     return
                 continue
-            try:
-                cmd = str(json.loads(line).get("cmd", ""))
-            except (ValueError, AttributeError):
-                cmd = ""
+            cmd, request_id = parse_command(line)
             try:
                 reply = self._on_command(cmd)
             except Exception as err:  # a command must never kill the server thread
                 reply = f"error: {err}"
-            client.out += json.dumps({"kind": "reply", "cmd": cmd, "message": reply}).encode() + b"\n"
+            client.out += reply_line(cmd, reply, request_id)
         self._flush(sel, client)
 
     def _flush(self, sel: selectors.BaseSelector, client: _Client) -> None:
