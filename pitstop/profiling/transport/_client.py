@@ -131,6 +131,11 @@ class Client:
         self._sock.settimeout(poll)
         try:
             while True:
+                # First what is already here: the history that came with the token's answer must not
+                # wait for the next event to be read.
+                if b"\n" in self._buf:
+                    *whole, self._buf = self._buf.split(b"\n")
+                    yield [line for line in whole if line and not (is_reply(line) and self._route(line))]
                 try:
                     data = self._sock.recv(1 << 20)
                 except TimeoutError:
@@ -141,8 +146,6 @@ class Client:
                 if not data:
                     return
                 self._buf += data
-                *whole, self._buf = self._buf.split(b"\n")
-                yield [line for line in whole if line and not (is_reply(line) and self._route(line))]
         finally:
             self._end("its stream ended before it answered")
 

@@ -52,9 +52,19 @@ class _Client:
     authed: bool = True  # TCP clients start False and must send the token first
     since: float = 0.0
     dead: bool = False  # set by the publisher; the server thread drops it
+    host: str = ""  # a TCP client's address, for the per-address cap on unauthenticated connections
 
 
 AUTH_TIMEOUT_S = 5.0  # a TCP client that has not sent its token by then is dropped
+# Idle strangers must not keep a viewer out (issue 13: with 10 unauthenticated connections open,
+# the 11th attempt timed out: a backlog of 8 and one accept per wake-up of a thread that waits for
+# the GIL). The kernel now completes any burst of handshakes, each wake-up accepts all that wait,
+# and past these caps the oldest unauthenticated connection (from that address, else from any) is
+# closed: a viewer sends its token at once, so it is never the oldest.
+TCP_BACKLOG = socket.SOMAXCONN
+MAX_UNAUTHED_PER_HOST = 4
+MAX_UNAUTHED = 32
+ACCEPT_BURST = 256  # connections accepted in one wake-up at most: the thread also serves viewers
 
 
 class AgentServer:
@@ -96,7 +106,7 @@ class AgentServer:
             self._tcp = socket.socket(family, socket.SOCK_STREAM)
             self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._tcp.bind(tcp)
-            self._tcp.listen(8)
+            self._tcp.listen(TCP_BACKLOG)
             self._tcp.setblocking(False)
             info = {**info, "tcp": f"{tcp[0]}:{self._tcp.getsockname()[1]}"}
         self._wake_r, self._wake_w = socket.socketpair()
@@ -269,15 +279,28 @@ class AgentServer:
         return bytearray(self._hello + b"".join(self._sticky) + b"".join(self._history))
 
     def _accept_tcp(self, sel: selectors.BaseSelector) -> None:
+        """Accept every connection waiting (up to ACCEPT_BURST), keeping unauthenticated ones within their caps."""
         assert self._tcp is not None
-        try:
-            conn, _ = self._tcp.accept()
-        except OSError:
-            return
-        conn.setblocking(False)
-        client = _Client(conn, bytearray(), bytearray(), authed=False, since=time.monotonic())
-        self._clients[conn.fileno()] = client
-        sel.register(conn, selectors.EVENT_READ, conn.fileno())
+        for _ in range(ACCEPT_BURST):
+            try:
+                conn, addr = self._tcp.accept()
+            except OSError:  # BlockingIOError: none left; EMFILE and kin: try again at the next wake-up
+                return
+            conn.setblocking(False)
+            client = _Client(conn, bytearray(), bytearray(), authed=False, since=time.monotonic(), host=str(addr[0]))
+            self._make_room(sel, client.host)
+            self._clients[conn.fileno()] = client
+            sel.register(conn, selectors.EVENT_READ, conn.fileno())
+
+    def _make_room(self, sel: selectors.BaseSelector, host: str) -> None:
+        """Close the oldest unauthenticated connections so one more from `host` stays within the caps."""
+        waiting = sorted(((c.since, fd, c.host) for fd, c in self._clients.items() if not c.authed))
+        same = [w for w in waiting if w[2] == host]
+        for _, fd, _ in same[: max(0, len(same) - MAX_UNAUTHED_PER_HOST + 1)]:
+            self._drop(sel, fd)
+        waiting = [w for w in waiting if w[1] in self._clients]
+        for _, fd, _ in waiting[: max(0, len(waiting) - MAX_UNAUTHED + 1)]:
+            self._drop(sel, fd)
 
     def _authenticate(self, sel: selectors.BaseSelector, client: _Client, line: bytes) -> bool:
         import hmac
