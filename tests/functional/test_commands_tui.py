@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from conftest import FIXED, hello, run, steps, wait_for
 
 from pitstop.events import encode
@@ -16,14 +13,6 @@ from pitstop.profiling.transport import AgentServer
 from pitstop.tui.app import PitstopApp
 
 OFF = "profiler windows are off in this run (started with --profile off, or torch not imported yet)"
-
-
-@pytest.fixture
-def rundir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = Path(f"/tmp/pst-tuicmd-{os.getpid()}")
-    monkeypatch.setenv("PITSTOP_RUNTIME_DIR", str(path))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_p_shows_the_agents_own_answer(rundir: Path) -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 
 from pitstop.events import Hello, Step, encode
 from pitstop.profiling.sources import SocketSource
@@ -22,14 +20,6 @@ OFF = "profiler windows are off in this run"
 def hello(rank: int | None, pid: int) -> Hello:
     return Hello(schema=1, pitstop_version="0.1.0", session="s", pid=pid, ppid=1, host="h", argv=["python"],
                  cwd="/", started=1.0, python="3.11", rank=rank)
-
-
-@pytest.fixture
-def rundir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = Path(f"/tmp/pst-cmd-{os.getpid()}")
-    monkeypatch.setenv("PITSTOP_RUNTIME_DIR", str(path))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class SilentAgent:

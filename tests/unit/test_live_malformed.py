@@ -6,20 +6,12 @@ import os
 import threading
 from pathlib import Path
 
-import pytest
 
 from pitstop.errors import SchemaError
 from pitstop.events import Hello, Note, Step, encode
 from pitstop.profiling.sources import MALFORMED_REPORT_S, MalformedCounter, SocketSource
 from pitstop.profiling.transport import AgentServer
 from pitstop.streams import StreamBatch
-
-
-@pytest.fixture
-def rundir(monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = Path(f"/tmp/pst-mal-{os.getpid()}")
-    monkeypatch.setenv("PITSTOP_RUNTIME_DIR", str(path))
-    return path
 
 
 HELLO = Hello(schema=1, pitstop_version="0.1.0", session="s", pid=os.getpid(), ppid=1, host="h", argv=["python"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import socket
 import tempfile
@@ -14,16 +15,8 @@ from pathlib import Path
 import pytest
 
 from pitstop.errors import TransportError
-from pitstop.profiling.transport import _server
 from pitstop.profiling.rundir import resolve_runtime_dir
-from pitstop.profiling.transport import AgentServer, Client, TcpEndpoint, list_agents, runtime_dir, socket_for_pid
-
-
-@pytest.fixture
-def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = Path(f"/tmp/pst-unit-{os.getpid()}")
-    monkeypatch.setenv("PITSTOP_RUNTIME_DIR", str(path))
-    return path
+from pitstop.profiling.transport import AgentServer, Client, TcpEndpoint, _server, list_agents, runtime_dir, socket_for_pid
 
 
 def test_a_stalled_client_never_blocks_publish_and_is_dropped(rundir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,8 +182,6 @@ def test_idle_strangers_never_keep_a_viewer_with_the_token_out(rundir: Path) -> 
         assert [json.loads(x)["kind"] for x in _read_until(viewer, 1)] == ["hello"]
         viewer.close()
         # The oldest strangers were closed at once (not after the auth timeout): they cannot pile up.
-        import select
-
         closed, _, _ = select.select(strangers, [], [], 0)
         assert len(closed) >= len(strangers) - _server.MAX_UNAUTHED_PER_HOST
         assert all(s.recv(1) == b"" for s in closed)
