@@ -65,6 +65,7 @@ TCP_BACKLOG = socket.SOMAXCONN
 MAX_UNAUTHED_PER_HOST = 4
 MAX_UNAUTHED = 32
 ACCEPT_BURST = 256  # connections accepted in one wake-up at most: the thread also serves viewers
+TCP_PAUSE_S = 1.0  # accepting fails (no file descriptor left): stop listening this long instead of spinning
 
 
 class AgentServer:
@@ -98,6 +99,7 @@ class AgentServer:
         self._listener.listen(8)
         self._listener.setblocking(False)
         self._tcp: socket.socket | None = None
+        self._tcp_paused_until: float | None = None
         self._token = token
         if tcp is not None:
             if not token:
@@ -219,8 +221,10 @@ class AgentServer:
                 self._serve(sel, ready)
 
     def _auth_wait(self) -> float | None:
-        """Seconds until the first unauthenticated TCP client's deadline; None (sleep) when there is none."""
+        """Seconds until the first deadline (an unauthenticated client's, a paused listener's); None: sleep."""
         deadlines = [c.since + AUTH_TIMEOUT_S for c in list(self._clients.values()) if not c.authed]
+        if self._tcp_paused_until is not None:
+            deadlines.append(self._tcp_paused_until)
         return max(0.0, min(deadlines) - time.monotonic()) + 0.01 if deadlines else None
 
     def _serve(self, sel: selectors.BaseSelector, ready: list[tuple[selectors.SelectorKey, int]]) -> None:
@@ -229,6 +233,9 @@ class AgentServer:
         for fd, client in list(self._clients.items()):
             if not client.authed and now - client.since > AUTH_TIMEOUT_S:
                 self._drop(sel, fd)
+        if self._tcp is not None and self._tcp_paused_until is not None and now >= self._tcp_paused_until:
+            self._tcp_paused_until = None
+            sel.register(self._tcp, selectors.EVENT_READ, "accept-tcp")
         for key, mask in ready:
             if key.data == "accept":
                 self._accept(sel)
@@ -284,7 +291,11 @@ class AgentServer:
         for _ in range(ACCEPT_BURST):
             try:
                 conn, addr = self._tcp.accept()
-            except OSError:  # BlockingIOError: none left; EMFILE and kin: try again at the next wake-up
+            except BlockingIOError:  # none left
+                return
+            except OSError:  # out of file descriptors: the listener stays readable, so pause it, not spin
+                sel.unregister(self._tcp)
+                self._tcp_paused_until = time.monotonic() + TCP_PAUSE_S
                 return
             conn.setblocking(False)
             client = _Client(conn, bytearray(), bytearray(), authed=False, since=time.monotonic(), host=str(addr[0]))
