@@ -41,6 +41,7 @@ from collections.abc import Iterator
 import psutil
 
 from pitstop.analysis import StreamBatch, percentile
+from pitstop.streams import Answer, Replies
 from pitstop.events import (
     DataLoaderInfo,
     Event,
@@ -120,8 +121,8 @@ class SyntheticSource:
             self.sent += len(events)
             yield StreamBatch(STREAM, events)
 
-    def command(self, name: str) -> str:
-        return f"benchmark: {name} ignored"
+    def command(self, name: str) -> Replies:
+        return Replies(name, (Answer("benchmark", f"{name} ignored"),))
 
     def close(self) -> None:
         self._stop.set()

@@ -237,11 +237,20 @@ def cmd_view(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     if args.data:
         return _profile_data(args)
-    from pitstop.profiling.transport import request, socket_for_pid
+    from pitstop.profiling.transport import ask, list_agents, socket_for_pid
+    from pitstop.streams import process_name
 
-    reply = request(socket_for_pid(args.pid), "profile")
-    print(f"pid {args.pid}: {reply}")
-    return 0
+    sock = socket_for_pid(args.pid)  # the precise error: no such pid, no agent, stale socket
+    agents = list_agents()
+    me = next((a for a in agents if a.pid == args.pid), None)
+    # The pid's whole job, as `attach PID` shows it: every rank profiles the same steps.
+    job = sorted((a for a in agents if me is not None and me.session and a.session == me.session),
+                 key=lambda a: (a.rank is None, a.rank or 0, a.pid))
+    targets = [(process_name(a.rank, a.pid), a.socket) for a in job] or [(f"pid {args.pid}", sock)]
+    replies = ask(targets, "profile")
+    for answer in replies.answers:
+        print(answer)
+    return 0 if replies.complete else 1
 
 
 def _profile_data(args: argparse.Namespace) -> int:
@@ -333,7 +342,7 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("record", help="a record file (.jsonl) or a session directory")
     view.add_argument("--summary", action="store_true", help="print the summary instead of opening the viewer")
 
-    profile = sub.add_parser("profile", help="capture a profiler window in a live run now")
+    profile = sub.add_parser("profile", help="capture a profiler window in a live run now (every rank of the job of PID; prints each one's answer)")
     profile.add_argument("pid", type=int)
     profile.add_argument("--data", action="store_true",
                          help="instead, sample the Python stacks of its DataLoader workers (or of the process "

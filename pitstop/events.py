@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
 from pitstop.errors import SchemaError
+from pitstop.jsonshape import ShapeError, build
 
 SCHEMA_VERSION = 1
 
@@ -299,32 +300,7 @@ EVENT_TYPES: dict[str, type] = {
     for cls in (Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Rank, Note, End)
 }
 
-# Fields that hold nested dataclasses, so decode can rebuild them.
-_NESTED: dict[tuple[str, str], tuple[type, bool]] = {
-    ("sample", "gpus"): (Gpu, True),
-    ("sample", "procs"): (Proc, True),
-    ("profile", "ops"): (OpStat, True),
-    ("profile", "kernels"): (KernelStat, True),
-    ("profile", "copies"): (Copies, False),
-}
-
 _FLAT = frozenset({Hello, Runtime, Step, Loss, DataLoaderInfo, Applied, Model, Rank, Note, End})
-
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
-
-
-def _names(cls: type) -> frozenset[str]:
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = frozenset(f.name for f in dataclasses.fields(cls))
-        _FIELD_NAMES[cls] = names
-    return names
-
-
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    # Unknown fields are ignored so an older reader can read a newer minor addition.
-    known = _names(cls)
-    return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def to_dict(event: Event) -> dict[str, Any]:
@@ -359,7 +335,9 @@ def _finite(value: Any) -> Any:
 def from_dict(data: dict[str, Any]) -> Event | None:
     """Rebuild an event; None for a kind this version does not know.
 
-    Raises SchemaError for a `hello` of a newer schema or a malformed object.
+    Raises SchemaError for a `hello` of a newer schema or a malformed object: a
+    missing field, a value of the wrong type, a malformed nested object (one
+    line, naming the field: "malformed 'sample' event: procs[0]: missing 'pid'").
     """
     kind = data.get("kind")
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
@@ -374,14 +352,9 @@ def from_dict(data: dict[str, Any]) -> Event | None:
                 f"written by a newer pitstop (event schema {schema}, this pitstop reads up to "
                 f"{SCHEMA_VERSION}); upgrade pitstop to read it"
             )
-    values = dict(data)
-    for (k, name), (sub, many) in _NESTED.items():
-        if k == kind and values.get(name) is not None:
-            raw = values[name]
-            values[name] = [_build(sub, item) for item in raw] if many else _build(sub, raw)
     try:
-        return _build(cls, values)
-    except TypeError as err:
+        return build(cls, data)
+    except (ShapeError, TypeError) as err:  # TypeError: a value the checks let through that the class refuses
         raise SchemaError(f"malformed {kind!r} event: {err}") from err
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
-from dataclasses import dataclass, field
 
 from pitstop.events import (
     Applied,
@@ -22,6 +21,7 @@ from pitstop.events import (
     Sample,
     Step,
 )
+from pitstop.streams import StreamBatch  # defined beside the sources' other types; re-exported by pitstop.analysis
 
 # ~20000 steps of ~300 bytes each is ~6 MB per process: hours of fast steps,
 # enough for honest percentiles, and bounded for a run that goes on for days.
@@ -39,15 +39,6 @@ MAX_NONFINITE_KEPT = 1_000
 # Steps with an index below this are also kept in `head`, so totals that survive
 # the deque bound can still drop any warm-up of up to this many steps.
 HEAD_STEPS = 64
-
-
-@dataclass(frozen=True)
-class StreamBatch:
-    """Events of one training process, as a viewer is handed them (see docs/internals.md)."""
-
-    stream: str  # one id per training process ("pid:1234@host" or a record path)
-    events: list[Event] = field(default_factory=list)
-    closed: bool = False  # the stream ended here (socket closed, record read to its end)
 
 
 class RunState:

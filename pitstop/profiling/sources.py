@@ -13,14 +13,48 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from pitstop.analysis import StreamBatch
 from pitstop.errors import SchemaError, TransportError
-from pitstop.events import Event, decode
+from pitstop.events import Event, Hello, Note, Rank, decode
 from pitstop.profiling.record import iter_record, record_files
-from pitstop.profiling.transport import Client, TcpEndpoint, list_agents
+from pitstop.profiling.transport import COMMAND_TIMEOUT_S, Client, PendingReply, TcpEndpoint, list_agents
+from pitstop.streams import Answer, Replies, StreamBatch, process_name
 
 
 DISCOVERY_S = 1.0  # how often a session's source looks for new ranks once it has found some
+# A stream that keeps sending malformed events is said once at the first, then at most this often.
+MALFORMED_REPORT_S = 10.0
+
+
+class MalformedCounter:
+    """Counts the malformed events dropped from one live stream and says so in a `Note` the fronts show.
+
+    A live stream never ends on a bad line (a record does, with its file:line):
+    the event is dropped, and the first one, then a running count at most
+    every MALFORMED_REPORT_S and at the stream's end, become warnings.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.dropped = 0
+        self._said = 0
+        self._said_at = 0.0
+        self._clock = clock
+
+    def drop(self, err: SchemaError) -> Note | None:
+        self.dropped += 1
+        now = self._clock()
+        if self._said and now - self._said_at < MALFORMED_REPORT_S:
+            return None
+        return self._note(f"last: {err}", now)
+
+    def flush(self) -> Note | None:
+        """The count not yet said, at the stream's end."""
+        return self._note("", self._clock()) if self.dropped > self._said else None
+
+    def _note(self, last: str, now: float) -> Note:
+        self._said, self._said_at = self.dropped, now
+        count = "1 malformed event" if self.dropped == 1 else f"{self.dropped} malformed events"
+        detail = f" ({last})" if last else ""
+        return Note(t=time.time(), level="warn", source="stream", message=f"dropped {count} so far{detail}")
 
 
 class EventSource(Protocol):
@@ -29,7 +63,7 @@ class EventSource(Protocol):
 
     def batches(self) -> Iterator[StreamBatch]: ...
 
-    def command(self, name: str) -> str: ...
+    def command(self, name: str) -> Replies: ...
 
     def close(self) -> None: ...
 
@@ -46,11 +80,11 @@ class ListSource:
     def batches(self) -> Iterator[StreamBatch]:
         yield from self._batches
 
-    def command(self, name: str) -> str:
+    def command(self, name: str) -> Replies:
         if not self.live:
             raise TransportError("replay: cannot send commands to a recorded run")
         self.commands.append(name)
-        return f"ok: {name}"
+        return Replies(name, (Answer(self.label, f"ok: {name}"),))
 
     def close(self) -> None:
         pass
@@ -75,7 +109,7 @@ class RecordSource:
                     events = []
             yield StreamBatch(str(path), events, closed=True)
 
-    def command(self, name: str) -> str:
+    def command(self, name: str) -> Replies:
         raise TransportError("replay: cannot send commands to a recorded run")
 
     def close(self) -> None:
@@ -88,6 +122,8 @@ class SocketSource:
     With `session`, new ranks are discovered as they start (torchrun starts
     them after the launcher). Ends when every stream ended and, if
     `until` is given, `until()` is true (the launched command exited).
+    `command` asks every process and returns each one's own answer (its
+    reply arrives through the reader thread of its stream).
     """
 
     live = True
@@ -106,6 +142,7 @@ class SocketSource:
         self._until = until
         self._poll = poll_s
         self._clients: dict[Path | TcpEndpoint, Client] = {}
+        self._who: dict[Path | TcpEndpoint, tuple[int | None, int | None]] = {}  # (rank, pid) from hello / rank
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -124,20 +161,23 @@ class SocketSource:
 
         def reader(path: Path | TcpEndpoint, client: Client) -> None:
             stream = f"socket:{path}"
+            malformed = MalformedCounter()
             try:
                 for raw in client.lines(poll=self._poll):
                     if self._stop.is_set():
                         return
-                    events = []
+                    events: list[Event] = []
                     for line in raw:
                         try:
                             event = decode(line)
                         except SchemaError as err:
                             if "newer pitstop" in str(err):
                                 raise
-                            continue
+                            event = malformed.drop(err)
                         if event is not None:
                             events.append(event)
+                            if type(event) is Hello or type(event) is Rank:  # who answers this stream's commands
+                                self._learn(path, event)
                     if events:
                         with lock:
                             out.append(StreamBatch(stream, events))
@@ -146,10 +186,11 @@ class SocketSource:
                 with lock:
                     errors.append(err)
             finally:
+                last = malformed.flush()
                 with lock:
                     done.add(path)
                     # A stream that closes without an End event is a process that died.
-                    out.append(StreamBatch(stream, [], closed=True))
+                    out.append(StreamBatch(stream, [last] if last is not None else [], closed=True))
                 wake.set()
 
         first_attempt = True
@@ -195,14 +236,37 @@ class SocketSource:
             if not active and self._until is None and self._session is None:
                 raise TransportError("no agent socket to read")
 
-    def command(self, name: str) -> str:
+    def command(self, name: str, timeout: float = COMMAND_TIMEOUT_S) -> Replies:
+        """Send `name` to every process read and wait (in the caller's thread) for each one's own answer."""
         with self._lock:
-            clients = list(self._clients.values())
+            clients = list(self._clients.items())
+            who = dict(self._who)
         if not clients:
             raise TransportError("not connected to any agent")
-        for client in clients:
-            client.send_command(name)
-        return f"{name}: sent to {len(clients)} process(es)"
+
+        def name_of(where: Path | TcpEndpoint) -> tuple[tuple[bool, int, int], str]:
+            rank, pid = who.get(where, (None, None))
+            order = (rank is None, rank if rank is not None else 0, pid if pid is not None else 0)
+            return order, process_name(rank, pid) if (rank, pid) != (None, None) else str(where)
+
+        sent: list[tuple[tuple[bool, int, int], str, PendingReply]] = []
+        answers: list[tuple[tuple[bool, int, int], Answer]] = []
+        for where, client in clients:
+            order, process = name_of(where)
+            try:
+                sent.append((order, process, client.send_command(name)))
+            except TransportError as err:
+                answers.append((order, Answer(process, str(err), answered=False)))
+        deadline = time.monotonic() + timeout
+        for order, process, pending in sent:
+            pending.wait(deadline - time.monotonic())
+            answers.append((order, pending.answer(process, timeout)))
+        return Replies(name, tuple(answer for _, answer in sorted(answers, key=lambda x: x[0])))
+
+    def _learn(self, where: Path | TcpEndpoint, event: Hello | Rank) -> None:
+        with self._lock:
+            _, pid = self._who.get(where, (None, None))
+            self._who[where] = (event.rank, event.pid if isinstance(event, Hello) else pid)
 
     def close(self) -> None:
         self._stop.set()

@@ -8,7 +8,6 @@ are throttled to REFRESH_S, and only the visible screen is handed a Frame.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from pitstop.analysis import Finding, JobState, JobSummary, RunState, StreamBatc
 from pitstop.analysis._figures import StepSplit, step_split
 from pitstop.events import Note
 from pitstop.errors import PitstopError
+from pitstop.streams import Replies
 from pitstop.tui import logtail
 from pitstop.tui.glance import quiet_text
 from pitstop.tui.inbox import Inbox
@@ -67,16 +67,14 @@ FINDINGS_EVERY_S = 1.0
 
 
 def prefixed(prefix: str, message: str) -> str:
-    """"profile: sent to 1 process": the prefix once, even when the message already starts with it.
+    """"profile: window skipped": the prefix once, even when the message already starts with it.
 
-    The agent's and the transport's replies name their command ("profile: sent to
-    ..."): prefixing again read "profile: profile: ..." (issue 12).
+    Agent notes may name their source ("profile: window skipped" from source
+    "profile"): prefixing again read "profile: profile: ..." (issue 12).
     """
     message = message.strip()
     if message.lower().startswith(f"{prefix.lower()}:"):
         message = message[len(prefix) + 1:].lstrip()
-    message = re.sub(r"\b1 process\(es\)", "1 process", message)
-    message = message.replace("process(es)", "processes")
     return f"{prefix}: {message}"
 
 
@@ -229,8 +227,8 @@ class PitstopApp(App[str]):
 
         logtail.tail(path, deliver, self._stop_log, follow=self.live)
 
-    def send_command(self, name: str) -> Worker[str]:
-        """Send "profile" or "stop" to the agent in a thread; the reply becomes a notification."""
+    def send_command(self, name: str) -> Worker[Replies]:
+        """Send "profile" or "stop" to every process in a thread; their answers become a notification."""
         # run_worker rather than @work: the worker is named after the command for its notice.
         return self.run_worker(
             partial(self.source.command, name),
@@ -290,7 +288,10 @@ class PitstopApp(App[str]):
                 self.notify("the event stream ended: training finished or the agent stopped", timeout=8)
                 self.refresh_views()
             elif worker.group == "command":
-                self.notify(prefixed(worker.name, str(worker.result)), timeout=8)
+                # Each process's own answer, or that it gave none (issue 13: "sent" said nothing).
+                replies: Replies = worker.result
+                self.notify(prefixed(worker.name, replies.text()), timeout=8,
+                            severity="information" if replies.complete else "warning")
 
     # -- refreshing ---------------------------------------------------------
     def request_refresh(self) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 from pitstop.analysis import StreamBatch
 from pitstop.errors import TransportError
+from pitstop.streams import Answer, Replies
 from pitstop.events import (
     DataLoaderInfo,
     Event,
@@ -167,11 +168,11 @@ class FakeSource:
                 return
             yield item
 
-    def command(self, name: str) -> str:
+    def command(self, name: str) -> Replies:
         if not self.live:
             raise TransportError("replay: cannot send commands to a recorded run")
         self.commands.append(name)
-        return f"ok: {name} requested"
+        return Replies(name, (Answer("pid 4242", f"ok: {name} requested"),))
 
     def close(self) -> None:
         self.closed = True

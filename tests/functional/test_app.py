@@ -124,7 +124,7 @@ def test_profile_now_sends_the_command_live_and_refuses_in_replay() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.press("p")
             await wait_for(pilot, lambda: source.commands == ["profile"])
-            await wait_for(pilot, lambda: any("profile: ok" in m for m, _ in notices(app)))
+            await wait_for(pilot, lambda: any("profile: pid 4242: ok: profile requested" in m for m, _ in notices(app)))
 
     async def replay() -> None:
         source = replay_source(run_events(n_steps=20))

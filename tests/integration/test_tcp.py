@@ -63,6 +63,16 @@ def test_tcp_attach_needs_the_right_token(tmp_path: Path, env: dict[str, str]) -
         answer = raw.recv(4096)
         raw.close()
         assert b"refused" in answer and b'"kind":"hello"' not in answer
+        # Idle strangers holding connections never keep the viewer with the token out (issue 13).
+        strangers = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(12)]
+        try:
+            viewer = Client(TcpEndpoint("127.0.0.1", port, token), timeout=10)
+            first = next(batch for batch in viewer.lines(poll=0.2) if batch)
+            viewer.close()
+            assert isinstance(decode(first[0]), Hello)
+        finally:
+            for stranger in strangers:
+                stranger.close()
         bad = tmp_path / "bad-token"
         bad.write_text("guess\n")
         bad.chmod(0o600)

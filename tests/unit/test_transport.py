@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import socket
 import tempfile
@@ -14,20 +15,12 @@ from pathlib import Path
 import pytest
 
 from pitstop.errors import TransportError
-from pitstop.profiling import transport
 from pitstop.profiling.rundir import resolve_runtime_dir
-from pitstop.profiling.transport import AgentServer, Client, list_agents, runtime_dir, socket_for_pid
-
-
-@pytest.fixture
-def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = Path(f"/tmp/pst-unit-{os.getpid()}")
-    monkeypatch.setenv("PITSTOP_RUNTIME_DIR", str(path))
-    return path
+from pitstop.profiling.transport import AgentServer, Client, TcpEndpoint, _server, list_agents, runtime_dir, socket_for_pid
 
 
 def test_a_stalled_client_never_blocks_publish_and_is_dropped(rundir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "MAX_BACKLOG", 1 << 20)
+    monkeypatch.setattr(_server, "MAX_BACKLOG", 1 << 20)
     server = AgentServer(lambda cmd: "ok", {"pid": os.getpid()})
     try:
         stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -167,3 +160,45 @@ def test_our_socket_dir_with_loose_permissions_is_tightened_and_used(shared_tmp:
     where = resolve_runtime_dir()
     assert where.path == shared and where.warning is None
     assert oct(shared.stat().st_mode & 0o777) == "0o700"
+
+
+def _tcp_server(token: str) -> tuple[AgentServer, int]:
+    server = AgentServer(lambda cmd: "ok", {"pid": os.getpid()}, tcp=("127.0.0.1", 0), token=token)
+    port = int(json.loads(server.info_path.read_text())["tcp"].rpartition(":")[2])
+    return server, port
+
+
+def test_idle_strangers_never_keep_a_viewer_with_the_token_out(rundir: Path) -> None:
+    server, port = _tcp_server("t0ken")
+    server.publish(['{"kind":"hello","schema":1}'])
+    strangers: list[socket.socket] = []
+    try:
+        # While the server thread is busy (here: its lock held; in a run, the training thread holding
+        # the GIL), 20 strangers connect and send nothing: the kernel completes every handshake.
+        with server._lock:  # noqa: SLF001 - a busy server thread is the condition under test
+            for _ in range(20):
+                strangers.append(socket.create_connection(("127.0.0.1", port), timeout=2.0))
+        viewer = Client(TcpEndpoint("127.0.0.1", port, "t0ken"), timeout=10.0)
+        assert [json.loads(x)["kind"] for x in _read_until(viewer, 1)] == ["hello"]
+        viewer.close()
+        # The oldest strangers were closed at once (not after the auth timeout): they cannot pile up.
+        closed, _, _ = select.select(strangers, [], [], 0)
+        assert len(closed) >= len(strangers) - _server.MAX_UNAUTHED_PER_HOST
+        assert all(s.recv(1) == b"" for s in closed)
+    finally:
+        for s in strangers:
+            s.close()
+        server.close()
+
+
+def test_a_stranger_that_sends_no_token_is_closed_after_the_auth_timeout(
+    rundir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_server, "AUTH_TIMEOUT_S", 0.2)
+    server, port = _tcp_server("t0ken")
+    try:
+        stranger = socket.create_connection(("127.0.0.1", port), timeout=10.0)
+        assert stranger.recv(1) == b""  # closed by the server, without a word
+        stranger.close()
+    finally:
+        server.close()

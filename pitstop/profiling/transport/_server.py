@@ -1,22 +1,15 @@
-"""Provides the per-process Unix socket: the agent's server and the viewers' client.
+"""Provides the agent's side of its socket: the server that sends the event stream to viewers and answers their commands.
 
-Layout: one per-user directory (0700, see rundir.py) holding `<pid>.sock` (0600) and
-`<pid>.json` (who is behind it). The agent's writer thread publishes: it files
-the lines into the history and sends them to each viewer itself, non-blocking,
-under one lock. The server's named daemon thread accepts, reads commands and
-flushes what a slow viewer could not take at once; it sleeps in select until
-one of those happens, so a run with viewers costs no wake-ups beyond the
-writer's own (each wake-up of a Python thread is a GIL hand-off with the
-training thread; in a 2-rank job on 2 saturated cores, cutting these and the
-headless front's wake-ups took the job's step time from 1.0275x plain to
-~1.01x, benchmarks/distributed_overhead.py). A stalled or
-vanished client can never slow training: a client whose unsent backlog passes
-MAX_BACKLOG is dropped.
-
-Wire format: newline-delimited JSON both ways. Server to client: history
-(sticky events, then the recent ring) and then live events; replies to
-commands are lines of kind "reply" (events.decode skips them). Client to
-server: {"cmd": "profile"} or {"cmd": "stop"}.
+The agent's writer thread publishes: it files the lines into the history and
+sends them to each viewer itself, non-blocking, under one lock. The server's
+named daemon thread accepts, reads commands and flushes what a slow viewer
+could not take at once; it sleeps in select until one of those happens, so a
+run with viewers costs no wake-ups beyond the writer's own (each wake-up of a
+Python thread is a GIL hand-off with the training thread; in a 2-rank job on
+2 saturated cores, cutting these and the headless front's wake-ups took the
+job's step time from 1.0275x plain to ~1.01x, benchmarks/distributed_overhead.py).
+A stalled or vanished client can never slow training: a client whose unsent
+backlog passes MAX_BACKLOG is dropped.
 """
 
 from __future__ import annotations
@@ -29,13 +22,13 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pitstop.errors import TransportError
-from pitstop.profiling.rundir import candidates, runtime_dir, runtime_dirs
+from pitstop.profiling.rundir import runtime_dir
+from pitstop.profiling.transport._wire import parse_command, parse_token, reply_line
 
 MAX_BACKLOG = 16 << 20  # bytes queued for one client before it is dropped (~60 s of a busy run)
 HISTORY_LINES = 20_000  # recent events replayed to a client on connect, besides sticky ones
@@ -59,45 +52,20 @@ class _Client:
     authed: bool = True  # TCP clients start False and must send the token first
     since: float = 0.0
     dead: bool = False  # set by the publisher; the server thread drops it
+    host: str = ""  # a TCP client's address, for the per-address cap on unauthenticated connections
 
 
 AUTH_TIMEOUT_S = 5.0  # a TCP client that has not sent its token by then is dropped
-
-
-def parse_hostport(text: str) -> tuple[str, int]:
-    """'HOST:PORT' (or '[v6]:PORT') -> (host, port), with a one-line error."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise TransportError(f"{text!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-def read_token(path: Path) -> str:
-    """A token file's token; refuses a file others can read."""
-    try:
-        st = path.stat()
-        token = path.read_text().strip()
-    except OSError as err:
-        raise TransportError(f"cannot read token file {path}: {err.strerror}") from err
-    if st.st_mode & 0o077:
-        raise TransportError(f"token file {path} is readable by others; chmod 600 it")
-    if not token:
-        raise TransportError(f"token file {path} is empty")
-    return token
-
-
-def write_token(path: Path) -> str:
-    """Create a fresh token file (0600), or reuse the token already there."""
-    import secrets
-
-    if path.exists():
-        return read_token(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
-    return token
+# Idle strangers must not keep a viewer out (issue 13: with 10 unauthenticated connections open,
+# the 11th attempt timed out: a backlog of 8 and one accept per wake-up of a thread that waits for
+# the GIL). The kernel now completes any burst of handshakes, each wake-up accepts all that wait,
+# and past these caps the oldest unauthenticated connection (from that address, else from any) is
+# closed: a viewer sends its token at once, so it is never the oldest.
+TCP_BACKLOG = socket.SOMAXCONN
+MAX_UNAUTHED_PER_HOST = 4
+MAX_UNAUTHED = 32
+ACCEPT_BURST = 256  # connections accepted in one wake-up at most: the thread also serves viewers
+TCP_PAUSE_S = 1.0  # accepting fails (no file descriptor left): stop listening this long instead of spinning
 
 
 class AgentServer:
@@ -131,6 +99,7 @@ class AgentServer:
         self._listener.listen(8)
         self._listener.setblocking(False)
         self._tcp: socket.socket | None = None
+        self._tcp_paused_until: float | None = None
         self._token = token
         if tcp is not None:
             if not token:
@@ -139,7 +108,7 @@ class AgentServer:
             self._tcp = socket.socket(family, socket.SOCK_STREAM)
             self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._tcp.bind(tcp)
-            self._tcp.listen(8)
+            self._tcp.listen(TCP_BACKLOG)
             self._tcp.setblocking(False)
             info = {**info, "tcp": f"{tcp[0]}:{self._tcp.getsockname()[1]}"}
         self._wake_r, self._wake_w = socket.socketpair()
@@ -252,8 +221,10 @@ class AgentServer:
                 self._serve(sel, ready)
 
     def _auth_wait(self) -> float | None:
-        """Seconds until the first unauthenticated TCP client's deadline; None (sleep) when there is none."""
+        """Seconds until the first deadline (an unauthenticated client's, a paused listener's); None: sleep."""
         deadlines = [c.since + AUTH_TIMEOUT_S for c in list(self._clients.values()) if not c.authed]
+        if self._tcp_paused_until is not None:
+            deadlines.append(self._tcp_paused_until)
         return max(0.0, min(deadlines) - time.monotonic()) + 0.01 if deadlines else None
 
     def _serve(self, sel: selectors.BaseSelector, ready: list[tuple[selectors.SelectorKey, int]]) -> None:
@@ -262,6 +233,9 @@ class AgentServer:
         for fd, client in list(self._clients.items()):
             if not client.authed and now - client.since > AUTH_TIMEOUT_S:
                 self._drop(sel, fd)
+        if self._tcp is not None and self._tcp_paused_until is not None and now >= self._tcp_paused_until:
+            self._tcp_paused_until = None
+            sel.register(self._tcp, selectors.EVENT_READ, "accept-tcp")
         for key, mask in ready:
             if key.data == "accept":
                 self._accept(sel)
@@ -312,31 +286,45 @@ class AgentServer:
         return bytearray(self._hello + b"".join(self._sticky) + b"".join(self._history))
 
     def _accept_tcp(self, sel: selectors.BaseSelector) -> None:
+        """Accept every connection waiting (up to ACCEPT_BURST), keeping unauthenticated ones within their caps."""
         assert self._tcp is not None
-        try:
-            conn, _ = self._tcp.accept()
-        except OSError:
-            return
-        conn.setblocking(False)
-        client = _Client(conn, bytearray(), bytearray(), authed=False, since=time.monotonic())
-        self._clients[conn.fileno()] = client
-        sel.register(conn, selectors.EVENT_READ, conn.fileno())
+        for _ in range(ACCEPT_BURST):
+            try:
+                conn, addr = self._tcp.accept()
+            except BlockingIOError:  # none left
+                return
+            except OSError:  # out of file descriptors: the listener stays readable, so pause it, not spin
+                sel.unregister(self._tcp)
+                self._tcp_paused_until = time.monotonic() + TCP_PAUSE_S
+                return
+            conn.setblocking(False)
+            client = _Client(conn, bytearray(), bytearray(), authed=False, since=time.monotonic(), host=str(addr[0]))
+            self._make_room(sel, client.host)
+            self._clients[conn.fileno()] = client
+            sel.register(conn, selectors.EVENT_READ, conn.fileno())
+
+    def _make_room(self, sel: selectors.BaseSelector, host: str) -> None:
+        """Close the oldest unauthenticated connections so one more from `host` stays within the caps."""
+        waiting = sorted(((c.since, fd, c.host) for fd, c in self._clients.items() if not c.authed))
+        same = [w for w in waiting if w[2] == host]
+        for _, fd, _ in same[: max(0, len(same) - MAX_UNAUTHED_PER_HOST + 1)]:
+            self._drop(sel, fd)
+        waiting = [w for w in waiting if w[1] in self._clients]
+        for _, fd, _ in waiting[: max(0, len(waiting) - MAX_UNAUTHED + 1)]:
+            self._drop(sel, fd)
 
     def _authenticate(self, sel: selectors.BaseSelector, client: _Client, line: bytes) -> bool:
         import hmac
 
-        try:
-            token = str(json.loads(line).get("token", ""))
-        except (ValueError, AttributeError):
-            token = ""
+        token = parse_token(line)
         if self._token and token and hmac.compare_digest(token.encode(), self._token.encode()):
             client.authed = True
-            client.out += json.dumps({"kind": "reply", "cmd": "auth", "message": "ok"}).encode() + b"\n"
+            client.out += reply_line("auth", "ok")
             client.out += self._replay()
             return True
         reason = "missing token" if not token else "wrong token"
         try:
-            client.conn.send(json.dumps({"kind": "reply", "cmd": "auth", "message": f"refused: {reason}"}).encode() + b"\n")
+            client.conn.send(reply_line("auth", f"refused: {reason}"))
         except OSError:
             pass
         self._drop(sel, client.conn.fileno())
@@ -361,15 +349,12 @@ class AgentServer:
                 if not self._authenticate(sel, client, line):
                     return
                 continue
-            try:
-                cmd = str(json.loads(line).get("cmd", ""))
-            except (ValueError, AttributeError):
-                cmd = ""
+            cmd, request_id = parse_command(line)
             try:
                 reply = self._on_command(cmd)
             except Exception as err:  # a command must never kill the server thread
                 reply = f"error: {err}"
-            client.out += json.dumps({"kind": "reply", "cmd": cmd, "message": reply}).encode() + b"\n"
+            client.out += reply_line(cmd, reply, request_id)
         self._flush(sel, client)
 
     def _flush(self, sel: selectors.BaseSelector, client: _Client) -> None:
@@ -397,190 +382,3 @@ class AgentServer:
             client.conn.close()
         except OSError:
             pass
-
-
-@dataclass(frozen=True)
-class AgentInfo:
-    """One live agent found in the runtime directory."""
-
-    pid: int
-    socket: Path
-    session: str
-    script: str
-    started: float
-    rank: int | None
-    record: str | None
-    cwd: str
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def list_agents(clean: bool = True) -> list[AgentInfo]:
-    """Live agents of this user in every socket directory, oldest first; stale entries (dead pid) are removed."""
-    found = []
-    metas = [meta for directory in runtime_dirs() for meta in sorted(directory.glob("*.json"))]
-    for meta in metas:
-        try:
-            data = json.loads(meta.read_text())
-            pid = int(data["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        sock = Path(data.get("socket", meta.with_suffix(".sock")))
-        if not _alive(pid) or not sock.exists():
-            if clean:
-                for stale in (meta, sock):
-                    try:
-                        stale.unlink(missing_ok=True)
-                    except OSError:
-                        pass
-            continue
-        found.append(
-            AgentInfo(
-                pid=pid,
-                socket=sock,
-                session=str(data.get("session", "")),
-                script=str(data.get("script", "")),
-                started=float(data.get("started", 0.0)),
-                rank=data.get("rank"),
-                record=data.get("record"),
-                cwd=str(data.get("cwd", "")),
-            )
-        )
-    return sorted(found, key=lambda a: (a.started, a.rank or 0, a.pid))
-
-
-def socket_for_pid(pid: int) -> Path:
-    """The socket of a pid, or a TransportError that says why there is none."""
-    dirs = runtime_dirs()
-    directory = next((d for d in dirs if (d / f"{pid}.sock").exists()), dirs[0] if dirs else candidates()[0])
-    path = directory / f"{pid}.sock"
-    if not _alive(pid):
-        if path.exists():
-            path.unlink(missing_ok=True)
-            (directory / f"{pid}.json").unlink(missing_ok=True)
-            raise TransportError(f"stale socket for pid {pid}: the process is gone (removed {path})")
-        raise TransportError(f"no process with pid {pid}")
-    if not path.exists():
-        where = ", ".join(str(d) for d in dirs) or str(directory)
-        raise TransportError(f"pid {pid} has no pitstop agent (no socket in {where}); was it started with pitstop run?")
-    return path
-
-
-@dataclass(frozen=True)
-class TcpEndpoint:
-    """An agent served over TCP (`pitstop run --listen`), reached with its token."""
-
-    host: str
-    port: int
-    token: str
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-class Client:
-    """A viewer's connection to one agent socket (Unix path or TCP endpoint)."""
-
-    def __init__(self, path: Path | TcpEndpoint, timeout: float = 5.0) -> None:
-        self.path = path
-        self._buf = b""
-        self._lock = threading.Lock()
-        if isinstance(path, TcpEndpoint):
-            self._connect_tcp(path, timeout)
-            return
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(str(path))
-        except FileNotFoundError as err:
-            raise TransportError(f"no agent socket at {path}") from err
-        except ConnectionRefusedError as err:
-            raise TransportError(f"stale socket {path}: nothing listens there (the run has ended)") from err
-        except PermissionError as err:
-            raise TransportError(f"socket {path} belongs to another user") from err
-        except OSError as err:
-            raise TransportError(f"cannot connect to {path}: {err.strerror or err}") from err
-
-    def _connect_tcp(self, end: TcpEndpoint, timeout: float) -> None:
-        try:
-            self._sock = socket.create_connection((end.host, end.port), timeout=timeout)
-        except OSError as err:
-            raise TransportError(f"cannot connect to {end}: {err.strerror or err}") from err
-        self._sock.sendall(json.dumps({"token": end.token}).encode() + b"\n")
-        # The first line answers the token: ok, or refused and closed.
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buf:
-            if time.monotonic() > deadline:
-                raise TransportError(f"{end} did not answer the token within {timeout:.0f} s")
-            try:
-                data = self._sock.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                raise TransportError(f"{end} closed the connection (refused: wrong or missing token?)")
-            self._buf += data
-        first, _, self._buf = self._buf.partition(b"\n")
-        try:
-            message = str(json.loads(first).get("message", ""))
-        except ValueError:
-            message = "garbled answer"
-        if message != "ok":
-            self._sock.close()
-            raise TransportError(f"{end} {message}")
-
-    def send_command(self, cmd: str) -> None:
-        with self._lock:
-            try:
-                self._sock.sendall(json.dumps({"cmd": cmd}).encode() + b"\n")
-            except OSError as err:
-                raise TransportError(f"the agent at {self.path} went away") from err
-
-    def lines(self, poll: float = 0.25) -> Iterator[list[bytes]]:
-        """Batches of raw lines as they arrive; an empty batch every `poll` s while idle; ends at EOF."""
-        self._sock.settimeout(poll)
-        while True:
-            try:
-                data = self._sock.recv(1 << 20)
-            except TimeoutError:
-                yield []
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                return
-            self._buf += data
-            *whole, self._buf = self._buf.split(b"\n")
-            yield [line for line in whole if line]
-
-    def close(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
-
-
-def request(path: Path, cmd: str, timeout: float = 5.0) -> str:
-    """Send one command and wait for its reply (for `pitstop profile PID`)."""
-    client = Client(path, timeout=timeout)
-    try:
-        client.send_command(cmd)
-        deadline = time.monotonic() + timeout
-        for batch in client.lines(poll=0.2):
-            for line in batch:
-                if b'"kind":"reply"' in line or b'"kind": "reply"' in line:
-                    data = json.loads(line)
-                    if data.get("cmd") == cmd:
-                        return str(data.get("message", ""))
-            if time.monotonic() > deadline:
-                raise TransportError(f"no reply from the agent at {path} within {timeout:.0f} s")
-        raise TransportError(f"the agent at {path} closed the connection")
-    finally:
-        client.close()
