@@ -24,7 +24,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from pitstop import __version__
+from pitstop._version import __version__
 from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.record import RecordWriter, record_path_for
