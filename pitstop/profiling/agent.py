@@ -298,7 +298,7 @@ class Agent:
 
     @staticmethod
     def _step_event(item: tuple[Any, ...], offset: float) -> Step:
-        """The `Step` event of a tuple queued by `_boundary` (writer thread)."""
+        """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
         index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader = item
         alloc, reserved, peak = mem if mem is not None else (None, None, None)
         return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,

@@ -16,8 +16,8 @@ What it decides:
   module ran `EVAL_FORWARDS` or more forwards without grad (or in eval mode) that
   no backward followed, is marked "eval"; `eval_s` spans that evidence.
 - The loss of a step: the last loss a backward of that step passed in. Held
-  backward boundaries that become one optimizer step give it their last loss
-  (gradient accumulation: the micro-step losses before the step are its own).
+  backward calls that turn out to be one optimizer step (a GAN's, gradient
+  accumulation's) give that step the last of their losses.
 """
 
 from __future__ import annotations

@@ -36,6 +36,11 @@ def pitstop_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("pitstop-") and t.is_alive()]
 
 
+def pyproject_version() -> str:
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    return next(line.split("=", 1)[1].strip().strip('"') for line in text.splitlines() if line.startswith("version"))
+
+
 def record_of(tmp_path: Path) -> list[Event]:
     files = record_files(tmp_path / "records")
     assert len(files) == 1
@@ -69,6 +74,7 @@ def test_start_then_stop_writes_a_whole_record_and_gives_everything_back(tmp_pat
         agent.stop()
     events = record_of(tmp_path)
     assert isinstance(events[0], Hello) and events[0].script == "train.py"
+    assert events[0].pitstop_version == pyproject_version()  # pitstop/_version.py, the one place
     assert [e.step for e in events if isinstance(e, Step)] == [0, 1, 2]
     assert [(e.steps, e.reason, e.exit_code) for e in events if isinstance(e, End)] == [(3, "exit", 0)]
     assert not [t for t in pitstop_threads() if t.name in ("pitstop-writer", "pitstop-sampler")]
