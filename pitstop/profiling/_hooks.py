@@ -219,7 +219,8 @@ class Hooks:
 
     def cuda_ready(self) -> bool:
         """CUDA memory counters are read only once the script itself initialised CUDA.
-        The agent asks only where there is a GPU (`agent.cuda_device`, set below)."""
+        The agent's writer thread asks (2 Hz, never per step) only where there is a
+        GPU (`agent.cuda_device`, set below)."""
         try:
             return bool(self.torch.cuda.is_initialized())
         except Exception:

@@ -1,11 +1,16 @@
 """Provides the in-process agent: step clock, bounded event queue, writer, lifecycle.
 
-Started by the bootstrap in the main process of every rank. Until torch is
-imported it only holds its queue, writer thread and socket; `_hooks` installs
-the torch hooks when torch finishes importing. The hot path (`_boundary`,
-called once per step on the training thread) stamps times, reads cheap
-counters, and appends to a deque that drops the oldest on overflow; the
-writer thread does all encoding and I/O.
+Construct, then start (coverage.py's `Coverage()` then `start()`): `Agent()`
+only stores its settings and builds pure objects (the queue, the step clock);
+`start()` opens the record, binds the socket, starts the writer and sampler
+threads and chains the exit hooks; `stop()` ends the record and gives all of
+it back, and may be called any number of times. The bootstrap does both in
+the main process of every rank (`start_from_env`). Until torch is imported the
+agent only holds its queue, writer thread and socket; `_hooks` installs the
+torch hooks when torch finishes importing. The hot path (`_on_step`, called
+once per step on the training thread) stamps times, reads cheap counters, and
+appends to a deque that drops the oldest on overflow; the writer thread does
+all encoding and I/O, and takes the readings that need not be per step.
 
 Every part fails closed: an error is logged once as a Note and that part
 switches off; nothing raises into the training loop.
@@ -26,6 +31,7 @@ from typing import Any
 
 from pitstop._version import __version__
 from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
+from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.record import RecordWriter, record_path_for
 from pitstop.profiling.stepclock import StepClock
@@ -56,27 +62,41 @@ class Agent:
     """Everything pitstop runs inside one training process."""
 
     def __init__(self, settings: SessionSettings, reason: str = "") -> None:
+        """Settings and pure objects only: nothing is opened, bound, started or replaced until `start()`."""
         self.settings = settings
+        self.reason = reason  # the bootstrap's start decision (sitecustomize.should_start)
         self.disabled = False
         self.failed = False  # switched off by an internal error (fail): the record still gets its End
         self.pid = os.getpid()
         self.rank = _env_int("RANK")
-        self._queue: deque[Event | tuple[Any, ...]] = deque(maxlen=QUEUE_MAX)  # tuples: steps (_boundary)
+        self._queue: deque[Event | tuple[Any, ...]] = deque(maxlen=QUEUE_MAX)  # tuples: steps (_on_step)
         self.dropped = 0
         self._stop = threading.Event()
         self._noted: set[str] = set()
         self._write_lock = threading.Lock()
-        # step clock (training thread only)
-        self.clock = StepClock(self._on_step, self._on_eval)
+        # step clock (training thread only). Step 0 goes to `_on_first_step`, which
+        # hands the clock on to `_on_step`: no "is this the first step?" test per step.
+        self.clock = StepClock(self._on_first_step, self._on_eval)
         self._model_optimizers = 0  # optimizers counted in the last Model event
-        self._model_watched = False
         self._pending_losses: dict[int, Any] = {}
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
         self._last_loss_flush = _perf()
         self._rss_fd: int | None = None
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        self.cuda_mem = False  # set by the hooks once CUDA is initialised by the script
-        self.cuda_device = False  # set by the hooks: a CUDA build with a GPU (else no CUDA check per step)
+        self.rss_now: int | None = None  # refreshed by the writer thread; stamped on each step
+        # CUDA memory. The hooks set `cuda_device` (a CUDA build with a GPU); the
+        # writer thread sets `cuda_mem` once the script itself initialised CUDA
+        # (never per step: a script that trains on the CPU of a GPU machine would
+        # ask torch on every step), and reads the allocator's reserved and peak
+        # bytes at 2 Hz for the steps to carry. Per step only the allocated bytes
+        # are read: each torch.cuda memory getter builds and flattens the whole
+        # allocator statistics dict, and the step path read three of them.
+        self.cuda_device = False
+        self.cuda_mem = False
+        self.cuda_index: int | None = None  # the training thread's device, read at its first CUDA step
+        self.cuda_stats: dict[str, Any] = {}  # torch.cuda.memory_stats(cuda_index), writer thread, 2 Hz
+        self.cuda_reserved: int | None = None
+        self.cuda_peak: int | None = None
         self.torch: Any = None
         self.windows: Any = None
         self.hooks: Any = None
@@ -85,7 +105,27 @@ class Agent:
         # Callables fed every batch of events on the writer thread (exporters); one
         # that raises is removed and noted.
         self.taps: list[Any] = []
+        # Made by start(): the record, the socket server, the threads.
+        self.record_path: Path | None = None
+        self.hello: Hello | None = None
+        self.server: Any = None
+        self.sampler: Any = None
+        self._writer: RecordWriter | None = None
+        self._writer_thread: threading.Thread | None = None
+        self._started = False
+        self._exits = ExitWatch()  # how the process ends (End.reason, End.exit_code)
 
+    def start(self) -> None:
+        """Open the record, bind the socket, start the threads, chain the exit hooks; once.
+
+        A record that cannot be created raises (the bootstrap says so in one line
+        and the script runs without pitstop); every later part that fails is
+        switched off with a Note and the rest goes on.
+        """
+        if self._started:
+            return
+        self._started = True
+        settings = self.settings
         # A rank a script started itself (Lightning's DDP) has LOCAL_RANK but no RANK yet.
         named = self.rank if self.rank is not None else _env_int("LOCAL_RANK")
         self.record_path = record_path_for(settings.record, named, self.pid)
@@ -94,7 +134,7 @@ class Agent:
             self._rss_fd = os.open("/proc/self/statm", os.O_RDONLY)
         except OSError:
             self._rss_fd = None
-        self.rss_now = self._rss()  # refreshed by the writer thread; stamped on each step
+        self.rss_now = self._rss()
 
         script = settings.script or (sys.argv[0] if sys.argv else "")
         self.hello = Hello(
@@ -116,44 +156,17 @@ class Agent:
             record=str(self.record_path),
         )
         self._writer.write(self.hello)
-        self.server: Any = None
         if settings.socket:
-            try:
-                from pitstop.profiling.transport import AgentServer
-
-                tcp = token = None
-                if settings.listen:
-                    from pitstop.profiling.transport import parse_hostport, read_token
-
-                    host, port = parse_hostport(settings.listen)
-                    tcp = (host, port + (_env_int("LOCAL_RANK") or 0))
-                    token = read_token(Path(settings.token_file or ""))
-                self.server = AgentServer(
-                    self._on_command,
-                    {
-                        "pid": self.pid,
-                        "session": settings.session,
-                        "script": script,
-                        "started": self.hello.started,
-                        "rank": self.rank,
-                        "record": str(self.record_path),
-                        "cwd": self.hello.cwd,
-                    },
-                    tcp=tcp,
-                    token=token,
-                )
-                self.server.publish([encode(self.hello)])
-            except Exception as err:
-                self.note("warn", "socket", f"live viewers unavailable: {err}")
+            self._start_server(self.hello)
         self._writer_thread = threading.Thread(target=self._write_loop, name="pitstop-writer", daemon=True)
         self._writer_thread.start()
-        self.sampler: Any = None
         try:
             from pitstop.profiling.sampler import Sampler
 
             self.sampler = Sampler(self)
             self.sampler.start()
         except Exception as err:
+            self.sampler = None
             self.note("warn", "sampler", f"sampler off: {err}")
         if settings.prometheus is not None:
             try:
@@ -162,15 +175,41 @@ class Agent:
                 start_exporter(self, settings.prometheus + (_env_int("LOCAL_RANK") or 0))
             except Exception as err:
                 self.note("warn", "prometheus", f"metrics endpoint off: {err}")
-        # How the process ends, as far as it can be seen from inside: an uncaught
-        # exception (excepthook), sys.exit(code) (wrapped), else a clean exit, 0.
-        # A bare `raise SystemExit(n)` outside sys.exit is not seen (docs/events.md).
-        self._exit: tuple[str, int | None] = ("exit", 0)
-        self._excepthook = sys.excepthook
-        sys.excepthook = self._on_uncaught
-        self._watch_sys_exit()
-        os.register_at_fork(after_in_child=self._after_fork_child)
-        atexit.register(self.shutdown)
+        self._exits.install(lambda message: self.note("warn", "agent", message))
+        os.register_at_fork(after_in_child=self._after_fork_child)  # cannot be undone: the child checks
+        atexit.register(self.stop)
+
+    def _start_server(self, hello: Hello) -> None:
+        """The per-process socket live viewers connect to (and TCP with a token, with --listen)."""
+        settings = self.settings
+        try:
+            from pitstop.profiling.transport import AgentServer
+
+            tcp = token = None
+            if settings.listen:
+                from pitstop.profiling.transport import parse_hostport, read_token
+
+                host, port = parse_hostport(settings.listen)
+                tcp = (host, port + (_env_int("LOCAL_RANK") or 0))
+                token = read_token(Path(settings.token_file or ""))
+            self.server = AgentServer(
+                self._on_command,
+                {
+                    "pid": self.pid,
+                    "session": settings.session,
+                    "script": hello.script,
+                    "started": hello.started,
+                    "rank": self.rank,
+                    "record": hello.record,
+                    "cwd": hello.cwd,
+                },
+                tcp=tcp,
+                token=token,
+            )
+            self.server.publish([encode(hello)])
+        except Exception as err:
+            self.server = None
+            self.note("warn", "socket", f"live viewers unavailable: {err}")
 
     # ---- emitting -------------------------------------------------------
     def emit(self, event: Event) -> None:
@@ -195,8 +234,32 @@ class Agent:
         while not self._stop.is_set():
             next_t += WRITE_INTERVAL_S
             self._stop.wait(max(0.0, next_t - time.monotonic()))
-            self.rss_now = self._rss()
+            self._read_slow()
             self._drain()
+
+    def _read_slow(self) -> None:
+        """The readings steps carry that need not be taken per step (writer thread, 2 Hz)."""
+        self.rss_now = self._rss()
+        if self.cuda_device:
+            self._read_cuda()
+
+    def _read_cuda(self) -> None:
+        """CUDA once the script initialised it; then the allocator's figures of the training device."""
+        try:
+            if not self.cuda_mem:
+                self.cuda_mem = self.hooks.cuda_ready()  # the training thread reads allocated bytes from now on
+                return
+            index = self.cuda_index
+            if index is None:  # no step has read it yet
+                return
+            stats = self.torch.cuda.memory_stats(index)
+            self.cuda_stats = stats
+            self.cuda_reserved = stats.get("reserved_bytes.all.current")
+            self.cuda_peak = stats.get("allocated_bytes.all.peak")
+        except Exception as err:  # stop trying: steps go on without CUDA memory
+            self.cuda_mem = self.cuda_device = False
+            self.cuda_stats, self.cuda_reserved, self.cuda_peak = {}, None, None
+            self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
 
     def _drain(self) -> None:
         with self._write_lock:
@@ -235,7 +298,7 @@ class Agent:
 
     @staticmethod
     def _step_event(item: tuple[Any, ...], offset: float) -> Step:
-        """The `Step` event of a tuple queued by `_boundary` (writer thread)."""
+        """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
         index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader = item
         alloc, reserved, peak = mem if mem is not None else (None, None, None)
         return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
@@ -251,34 +314,29 @@ class Agent:
     def on_optimizer_step(self, optimizer: Any) -> None:
         clock = self.clock
         known = len(clock.optimizers)
-        merged = clock.on_optimizer_step(id(optimizer), _perf())
+        clock.on_optimizer_step(id(optimizer), _perf())
         if len(clock.optimizers) != known:
             self._new_optimizer(optimizer)
-        if merged:
-            self._merge_losses(merged)
 
     def _new_optimizer(self, optimizer: Any) -> None:
-        """A new optimizer stepped (rare): say so when the Model event was already sent."""
-        if self._model_optimizers and self.hooks is not None:
+        """A new optimizer stepped (rare): say so when the Model event was already sent without it.
+
+        The first optimizer's first step is also step 0, whose Model event already
+        counts it: a second, identical Model event followed in every record."""
+        if self._model_optimizers and self._model_optimizers != len(self.clock.optimizers) and self.hooks is not None:
             self.hooks.report_model()
 
-    def _merge_losses(self, merged: int) -> None:
-        """Held backward boundaries became one optimizer step: their losses are that step's."""
-        step = self.clock.index - 1
-        keys = [k for k in self._pending_losses if step <= k <= step + merged]
-        if keys:
-            last = self._pending_losses[max(keys)]
-            for k in keys:
-                del self._pending_losses[k]
-            self._pending_losses[step] = last
-
     def on_backward(self, loss: Any) -> None:
-        if loss is not None:
-            self._pending_losses[self.clock.next_index] = loss
-        self.clock.on_backward(_perf())
-        if not self._model_watched and self.hooks is not None:
-            self._model_watched = True  # once: the model is found at the first backward
+        """A backward call (the hooks'); the first one also finds the model, then hands over."""
+        # The first backward finds the model; later ones go straight to the clock
+        # (an instance attribute shadows this method: no "first?" test per backward).
+        self.on_backward = self._on_backward  # type: ignore[method-assign]
+        self._on_backward(loss)
+        if self.hooks is not None:
             self.hooks.watch_model()
+
+    def _on_backward(self, loss: Any) -> None:
+        self.clock.on_backward(_perf(), loss)
 
     def manual_step(self, samples: int | None = None) -> None:
         if self.disabled:
@@ -320,8 +378,17 @@ class Agent:
         except (OSError, IndexError, ValueError):
             return None
 
+    def _on_first_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
+                       mark: str | None, eval_s: float, loader: Any, loss: Any) -> None:
+        """Step 0: the model and the rank are reported (before a trial of one step ends the process)."""
+        self.clock.on_step = self._on_step
+        if self.hooks is not None and not (self.disabled or self.finished):
+            self.hooks.report_model()
+            self.hooks.report_rank()
+        self._on_step(index, start, now, wait, samples, source, mark, eval_s, loader, loss)
+
     def _on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                 mark: str | None, eval_s: float, loader: Any) -> None:
+                 mark: str | None, eval_s: float, loader: Any, loss: Any) -> None:
         """A step ended (the clock calls this): the training thread's whole cost per step.
 
         Measured in place (caches cold from the step's own work) every Python
@@ -332,15 +399,15 @@ class Agent:
         if self.disabled or self.finished:
             return
         mem = None
-        if self.cuda_mem:
+        if self.cuda_mem:  # reserved and peak: as the writer thread last read them (`_read_cuda`)
             try:
                 cuda = self.torch.cuda
-                mem = (cuda.memory_allocated(), cuda.memory_reserved(), cuda.max_memory_allocated())
+                if self.cuda_index is None:
+                    self.cuda_index = cuda.current_device()  # per thread in CUDA: only this one knows
+                mem = (cuda.memory_allocated(), self.cuda_reserved, self.cuda_peak)
             except Exception as err:  # stop trying: steps go on without CUDA memory
                 self.cuda_mem = self.cuda_device = False
                 self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
-        elif self.cuda_device and self.hooks.cuda_ready():
-            self.cuda_mem = True
         windows = self.windows
         if mark is None and windows is not None:
             mark = getattr(windows, "mark", None)
@@ -348,10 +415,9 @@ class Agent:
         if len(queue) == QUEUE_MAX:
             self.dropped += 1
         queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader))
-        if index == 0 and self.hooks is not None:
-            self.hooks.report_model()
-            self.hooks.report_rank()
         pending = self._pending_losses
+        if loss is not None:
+            pending[index] = loss
         if pending and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):
             self.flush_losses(block=False)
         if windows is not None:
@@ -422,7 +488,7 @@ class Agent:
     def finish_trial(self) -> None:
         """Trial mode: the measured steps are done; end the process ourselves (exit 0)."""
         self.finished = True
-        self.shutdown(reason="trial-complete", exit_code=0)
+        self.stop(reason="trial-complete", exit_code=0)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -437,48 +503,18 @@ class Agent:
             pass
         os._exit(0)
 
-    def _watch_sys_exit(self) -> None:
-        agent = self
+    def stop(self, reason: str | None = None, exit_code: int | None = None) -> None:
+        """End the record (`End`: `reason`, else how the process is ending), close everything; idempotent.
 
-        def exit_code(code: Any = None) -> None:
-            if code is None or isinstance(code, int):
-                agent._exit = ("exit", code or 0)
-            else:  # a message: Python prints it and exits with 1
-                agent._exit = ("exit", 1)
-
-        try:
-            from pitstop.profiling._patch import patch
-
-            def make(original: Any) -> Any:
-                def exit(*args: Any, **kwargs: Any) -> Any:
-                    try:
-                        exit_code(*args, **kwargs)
-                    except Exception:  # never in the way of the script's exit
-                        pass
-                    return original(*args, **kwargs)
-
-                return exit
-
-            patch(sys, "exit", make)
-        except Exception as err:
-            self.note("warn", "agent", f"exit codes from sys.exit not recorded: {err}")
-
-    def _on_uncaught(self, kind: Any, value: Any, tb: Any) -> None:
-        # Chained, never replacing the script's own hook: the record learns that the
-        # process is dying of an exception (exit code 1), the traceback prints as usual.
-        if not issubclass(kind, KeyboardInterrupt):
-            self._exit = ("exception", 1)
-        else:
-            self._exit = ("interrupted", 130)
-        self._excepthook(kind, value, tb)
-
-    def shutdown(self, reason: str | None = None, exit_code: int | None = None) -> None:
-        """Flush everything and close; idempotent; runs at exit."""
-        if (self.disabled and not self.failed) or self._stop.is_set():
+        Runs at exit. Stopped, the agent gives back what start() took: the threads
+        end, the socket closes, sys.excepthook and sys.exit are the script's again
+        (where nothing wrapped them after ours).
+        """
+        if not self._started or (self.disabled and not self.failed) or self._stop.is_set():
             return
         self.disabled = False  # a failed agent still ends its record (hooks no longer matter at exit)
         if reason is None:
-            reason, exit_code = self._exit
+            reason, exit_code = self._exits.outcome
         try:
             if self.windows is not None:
                 self.windows.close()
@@ -494,14 +530,25 @@ class Agent:
             self.sampler.stop()
         self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code))
         self._stop.set()
-        self._writer_thread.join(timeout=2.0)
+        if self._writer_thread is not None and self._writer_thread is not threading.current_thread():
+            self._writer_thread.join(timeout=2.0)
         self._drain()
         try:
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
         except Exception:
             pass
         if self.server is not None:
             self.server.close()
+        self._exits.uninstall()
+        fd, self._rss_fd = self._rss_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        # The atexit entry stays (stop() again is a no-op): unregistering from inside
+        # an atexit callback crashed CPython before 3.10.2 (bpo-46025).
 
     def _after_fork_child(self) -> None:
         # A forked child (a DataLoader worker) inherits our objects but not our
@@ -525,6 +572,7 @@ def start_from_env(reason: str = "") -> Agent | None:
         # when torch loads, so it must be set now; a user's own value wins.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     agent = Agent(settings, reason)
+    agent.start()
     _current = agent
     try:
         from pitstop.profiling import _hooks

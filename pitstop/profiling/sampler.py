@@ -165,14 +165,13 @@ class Sampler:
     def read(self) -> Sample:
         gpus, reason = self.read_gpus()
         retries = ooms = None
-        agent = self.agent
-        if agent.cuda_mem and agent.torch is not None:
-            try:
-                stats = agent.torch.cuda.memory_stats()
-                retries = int(stats.get("num_alloc_retries", 0))
-                ooms = int(stats.get("num_ooms", 0))
-            except Exception:
-                pass
+        # The allocator's counters as the agent's writer thread last read them, on the
+        # training thread's device: torch.cuda.memory_stats() here would read this
+        # thread's current device (device 0), not the rank's, and flatten the dict again.
+        stats = self.agent.cuda_stats
+        if stats:
+            retries = int(stats.get("num_alloc_retries", 0))
+            ooms = int(stats.get("num_ooms", 0))
         return Sample(
             t=time.time(),
             gpus=gpus,

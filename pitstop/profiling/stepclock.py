@@ -15,6 +15,9 @@ What it decides:
 - Evaluation: a step in which another loader was iterated, or the model's root
   module ran `EVAL_FORWARDS` or more forwards without grad (or in eval mode) that
   no backward followed, is marked "eval"; `eval_s` spans that evidence.
+- The loss of a step: the last loss a backward of that step passed in. Held
+  backward calls that turn out to be one optimizer step (a GAN's, gradient
+  accumulation's) give that step the last of their losses.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ EVAL_FORWARDS = 2
 # never switch; the first step of a new phase is counted into the second.
 SWITCH_AFTER = 2
 
-# on_step(index, start, now, data_wait, samples, source, mark, eval_s, loader)
-StepSink = Callable[[int, float, float, float, "int | None", str, "str | None", float, Any], None]
+# on_step(index, start, now, data_wait, samples, source, mark, eval_s, loader, loss)
+StepSink = Callable[[int, float, float, float, "int | None", str, "str | None", float, Any, Any], None]
 
 
 class StepClock:
@@ -66,6 +69,7 @@ class StepClock:
         self._eval_t0: float | None = None  # evidence of evaluation in this step
         self._eval_t1 = 0.0
         self._eval_told = False
+        self._loss: Any = None  # the last loss a backward of this step passed in (opaque: a float or a tensor)
 
     # ---- inputs ---------------------------------------------------------------
     def on_fetch(self, loader: Any, started: float, waited: float, samples: int | None) -> None:
@@ -104,8 +108,10 @@ class StepClock:
         if samples is not None:
             self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
 
-    def on_backward(self, now: float) -> int:
-        """A backward call. Returns the steps emitted (0, 1, or the held ones at once)."""
+    def on_backward(self, now: float, loss: Any = None) -> int:
+        """A backward call (of `loss`, when it was read). Returns the steps emitted (0, 1, or the held ones)."""
+        if loss is not None:
+            self._loss = loss
         if self._seg_t0 is not None:
             # Forwards that a backward follows were training (eval-mode fine-tuning).
             self._seg_t0, self._seg_n = None, 0
@@ -162,11 +168,6 @@ class StepClock:
             self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
         self._cut("manual", now)
 
-    @property
-    def next_index(self) -> int:
-        """The index the step now accumulating will get (held backward steps counted)."""
-        return self.index + len(self._pending)
-
     # ---- boundaries ------------------------------------------------------------
     def _evidence(self, t0: float) -> None:
         if self._eval_t0 is None or t0 < self._eval_t0:
@@ -185,7 +186,7 @@ class StepClock:
         self._seg_t0, self._seg_n = None, 0
 
     def _measure(self, now: float) -> list[Any]:
-        """This step as [end, start, wait, samples, eval_s, eval, loader]."""
+        """This step as [end, start, wait, samples, eval_s, eval, loader, loss]."""
         if self._seg_t0 is not None:
             self._close_segment(now)
         fetched = self._fetch
@@ -213,7 +214,7 @@ class StepClock:
                 ends.append(self._eval_t1)
             eval_s = max(0.0, max(ends, default=now) - min(starts))
         start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
-        return [now, start, wait, samples, eval_s, evaluated, train]
+        return [now, start, wait, samples, eval_s, evaluated, train, self._loss]
 
     def _cut(self, source: str, now: float) -> None:
         step = self._measure(now)
@@ -225,13 +226,15 @@ class StepClock:
                     step[3] = held[3] if step[3] is None else step[3] + held[3]
                 step[4] += held[4]
                 step[5] = step[5] or held[5]
+            if step[7] is None:  # the latest loss: the step's own, else the last held one's
+                step[7] = next((held[7] for held in reversed(self._pending) if held[7] is not None), None)
             self._pending = []
         self.t_last = now
         self._reset()
         self._emit(step, source)
 
     def _emit(self, step: list[Any], source: str) -> None:
-        end, start, wait, samples, eval_s, evaluated, loader = step
+        end, start, wait, samples, eval_s, evaluated, loader, loss = step
         index = self.index
         self.index = index + 1
-        self.on_step(index, start, end, wait, samples, source, "eval" if evaluated else None, eval_s, loader)
+        self.on_step(index, start, end, wait, samples, source, "eval" if evaluated else None, eval_s, loader, loss)

@@ -22,9 +22,9 @@ class Recorder:
         self.now = 0.0
 
     def on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                mark: str | None, eval_s: float, loader: Any) -> None:
+                mark: str | None, eval_s: float, loader: Any, loss: Any) -> None:
         self.steps.append(dict(index=index, wall=now - start, wait=wait, samples=samples, source=source,
-                               mark=mark, eval_s=eval_s, loader=loader))
+                               mark=mark, eval_s=eval_s, loader=loader, loss=loss))
 
     def on_eval(self) -> None:
         self.evals += 1
@@ -197,3 +197,56 @@ def test_a_step_fed_by_a_batch_fetched_ahead_counts_no_samples_of_its_own() -> N
     r.clock.on_optimizer_step("opt", r.tick(0.1))
     r.clock.on_optimizer_step("opt", r.tick(0.1))  # the last batch of the epoch was already fetched
     assert [s["samples"] for s in r.steps] == [16, 0]
+
+
+def test_a_gan_step_carries_the_loss_of_its_last_backward_even_while_backwards_are_held() -> None:
+    r = Recorder()
+    c = r.clock
+    for i in range(6):
+        r.fetch(TRAIN, 0.01, 64)
+        c.on_backward(r.tick(0.01), ("D-real", i))
+        c.on_backward(r.tick(0.01), ("D-fake", i))  # held in the first iteration: no optimizer stepped yet
+        c.on_optimizer_step("D", r.tick(0.01))
+        c.on_backward(r.tick(0.01), ("G", i))
+        c.on_optimizer_step("G", r.tick(0.01))
+    # D is the clock: step i ends at D's step; its last backward is errD_fake of iteration i
+    # (G's backward of iteration i is in step i + 1, before that step's own D backwards).
+    assert [s["loss"] for s in r.steps] == [("D-fake", i) for i in range(6)]
+
+
+def test_gradient_accumulation_gives_the_step_the_last_micro_step_loss() -> None:
+    r = Recorder()
+    c = r.clock
+    for step in range(3):
+        for micro in range(8):
+            c.on_backward(r.tick(0.01), (step, micro))
+        c.on_optimizer_step("opt", r.tick(0.01))
+    assert [s["loss"] for s in r.steps] == [(0, 7), (1, 7), (2, 7)]
+
+
+def test_a_held_backward_without_a_loss_leaves_the_last_loss_that_was_read() -> None:
+    r = Recorder()
+    c = r.clock
+    c.on_backward(r.tick(0.01), "first")
+    c.on_backward(r.tick(0.01), None)  # a loss pitstop could not read (not a scalar)
+    c.on_optimizer_step("opt", r.tick(0.01))
+    c.on_optimizer_step("opt", r.tick(0.01))  # a step with no backward at all
+    assert [s["loss"] for s in r.steps] == ["first", None]
+
+
+def test_backward_steps_each_carry_their_own_loss_once_the_held_ones_are_released() -> None:
+    r = Recorder()
+    c = r.clock
+    for i in range(PENDING_MAX + 3):
+        c.on_backward(r.tick(0.01), i)
+    assert [s["loss"] for s in r.steps] == list(range(PENDING_MAX + 3))
+
+
+def test_manual_steps_carry_the_loss_of_the_backward_between_them() -> None:
+    r = Recorder()
+    c = r.clock
+    c.manual(None, r.tick(0.1))
+    c.on_backward(r.tick(0.01), 2.5)
+    c.manual(None, r.tick(0.1))
+    c.manual(None, r.tick(0.1))
+    assert [s["loss"] for s in r.steps] == [None, 2.5, None]
