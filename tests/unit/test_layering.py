@@ -56,6 +56,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "_doctor_probes": ("textual", "rich"),
     "demo": (),  # the training workload itself: torch is the point
     "docs": HEAVY,  # `pitstop docs` prints shipped files (stdlib only)
+    "streams": HEAVY,  # StreamBatch: what every source yields, below analysis and profiling
+    "jsonshape": HEAVY,  # the type checks of decoding
 }
 # The agent's parts that a viewer also imports (launch, sources, record) or that
 # import torch only once the user's script has (agent, stepclock, _patch).
@@ -67,12 +69,7 @@ TORCH_FREE_PROFILING = (
 FRONTS = ("tui", "headless", "report", "compare", "doctor")
 ENTRY_POINT = "pitstop.cli"
 # Analysis runs in the viewers, not inside the user's training process (issue 13,
-# seam 7), and the readers the viewers share sit below it. Edges whose fix is
-# pending in a sibling branch of issue 13; drop each entry when that fix merges.
-PENDING_PROFILING_TO_ANALYSIS = {
-    # StreamBatch moves out of pitstop.analysis (the StreamBatch helper's branch)
-    ("pitstop.profiling.sources", "pitstop.analysis"),
-}
+# seam 7), and the readers the viewers share sit below it.
 SITECUSTOMIZE = ("profiling/bootstrap/sitecustomize.py", "tuning/guardsite/sitecustomize.py")
 PACKAGE_DIR = Path(pitstop.__file__).parent
 
@@ -243,7 +240,7 @@ def test_the_agent_room_does_not_import_analysis() -> None:
     graph = import_graph()
     reached = sorted((a, b) for a, targets in graph.items() for b in targets
                      if room_of(a) == "profiling" and room_of(b) == "analysis")
-    bad = [f"{a} -> {b}" for a, b in reached if (a, b) not in PENDING_PROFILING_TO_ANALYSIS]
+    bad = [f"{a} -> {b}" for a, b in reached]
     assert not bad, f"profiling imports analysis: {bad}"
 
 
