@@ -14,8 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pitstop.analysis import RunState
-from pitstop.analysis._compare import slower_beyond
+from pitstop.analysis import RunState, slower_beyond
 from pitstop.compare._model import Comparison, build, primary
 from pitstop.compare._text import comparison_text, distribution_plot, verdict_text
 from pitstop.errors import UsageError

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pitstop.analysis import StreamBatch
-from pitstop.errors import SchemaError, TransportError
+from pitstop.errors import SchemaError, TransportError, reason_of
 from pitstop.events import Event, decode
 from pitstop.profiling.record import iter_record, record_files
 from pitstop.profiling.transport import Client, TcpEndpoint, list_agents
@@ -124,6 +124,7 @@ class SocketSource:
 
         def reader(path: Path | TcpEndpoint, client: Client) -> None:
             stream = f"socket:{path}"
+            failure: Exception | None = None
             try:
                 for raw in client.lines(poll=self._poll):
                     if self._stop.is_set():
@@ -143,13 +144,15 @@ class SocketSource:
                             out.append(StreamBatch(stream, events))
                         wake.set()
             except Exception as err:
+                failure = err
                 with lock:
                     errors.append(err)
             finally:
                 with lock:
                     done.add(path)
-                    # A stream that closes without an End event is a process that died.
-                    out.append(StreamBatch(stream, [], closed=True))
+                    # A stream that closes without an End event is a process that died; one that
+                    # broke says why, for the fronts to show (issue 13: other errors were dropped).
+                    out.append(StreamBatch(stream, [], closed=True, error=reason_of(failure) if failure is not None else None))
                 wake.set()
 
         first_attempt = True
