@@ -79,7 +79,12 @@ def summary_text(
             blocks.append(f"== run {session or 'unknown'}: {script}, {len(members)} process(es) ==")
         if len(members) > 1:
             job = JobState.of_runs(members, closed=True)
-            blocks.append(job_text(job_summary(job), job_advice(job)))
+            try:
+                figures = job_summary(job)
+            except Exception as err:  # noqa: BLE001 - said; each rank's own summary follows
+                blocks.append(f"pitstop: job summary failed: {reason_of(err)}")
+            else:
+                blocks.append(job_text(figures, job_advice(job)))
         for run in members:
             summary = summarize(run)
             title = f"pitstop summary: {_label(run)}"

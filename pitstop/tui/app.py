@@ -334,7 +334,12 @@ class PitstopApp(App[str]):
         stale = self._summary_key is None or self._summary_key[0] != key[0] or (
             key != self._summary_key and now - self._summary_at >= SUMMARY_EVERY_S and not self._switching)
         if stale:
-            self._summary, self._summary_key, self._summary_at = job_summary(job), key, now
+            try:
+                summary = job_summary(job)
+            except Exception as err:  # noqa: BLE001 - said once; the rank's own screens go on
+                self.say_failure("job-summary", f"job summary failed: {reason_of(err)}")
+                summary = None
+            self._summary, self._summary_key, self._summary_at = summary, key, now
         return self._summary
 
     def run_figures(self, run: RunState | None) -> tuple[tuple[Finding, ...] | None, StepSplit | None]:
