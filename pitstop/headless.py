@@ -122,10 +122,10 @@ def job_text(job: JobSummary, advice: Advice) -> str:
     counts = {status: sum(1 for r in job.rows if r.status == status) for status in ("running", "finished", "gone")}
     ranks += " (" + ", ".join(f"{n} {status}" for status, n in counts.items() if n) + ")"
     lines.append(_jrow("ranks", ranks))
-    through = (f"{job.samples_per_s:.1f} samples/s (sum over ranks)" if job.samples_per_s is not None
+    through = (f"{fmt.rate(job.samples_per_s, 'samples')} (sum over ranks)" if job.samples_per_s is not None
                else "samples/s n/a (a rank did not report its batch size, or no measured step)")
     if job.steps_per_s is not None:
-        through += f", {job.steps_per_s:.2f} steps/s (slowest rank)"
+        through += f", {fmt.rate(job.steps_per_s, 'steps')} (slowest rank)"
     lines.append(_jrow("throughput", through))
     if job.stragglers:
         for i, s in enumerate(job.stragglers):

@@ -103,11 +103,16 @@ def rate(value: float | None, unit: str, reason: str | None = None) -> str:
     """A per-second rate with a sensible number of digits: "1,234 samples/s", "12.5 steps/s", "1.55 batches/s"."""
     if value is None:
         return na(reason)
+    return f"{rate_value(value)} {unit}/s"
+
+
+def rate_value(value: float) -> str:
+    """The number of a rate where a label already says the unit (the TUI header's "samples/s 1,234")."""
     if value >= 100:
-        return f"{value:,.0f} {unit}/s"
+        return f"{value:,.0f}"
     if value >= 10:
-        return f"{value:.1f} {unit}/s"
-    return f"{value:.2f} {unit}/s"
+        return f"{value:.1f}"
+    return f"{value:.2f}"
 
 
 def elapsed(seconds: float | None) -> str:

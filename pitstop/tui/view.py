@@ -106,16 +106,16 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
         code = f" (exit {run.end.exit_code})" if run.end.exit_code is not None else ""
         items.append(("ended", run.end.reason + code))
     items += [
-        ("samples/s", f"{samples_per_s:,.1f}" if samples_per_s is not None
+        ("samples/s", fmt.rate_value(samples_per_s) if samples_per_s is not None
          else fmt.na("batch size unknown" if steps_per_s else None)),
-        ("steps/s", f"{steps_per_s:.2f}" if steps_per_s is not None else fmt.NA),
+        ("steps/s", fmt.rate_value(steps_per_s) if steps_per_s is not None else fmt.NA),
     ]
     summary = frame.summary
     if summary is not None and summary.ranks > 1:
         # The job's figures next to the shown rank's: ranks in DDP each consume their own batch.
         gone = f", {len(summary.gone)} gone" if summary.gone else ""
         items.append(("ranks", f"{summary.ranks}{gone} (showing {frame.rank_label})"))
-        items.append(("job samples/s", f"{summary.samples_per_s:,.1f}" if summary.samples_per_s is not None
+        items.append(("job samples/s", fmt.rate_value(summary.samples_per_s) if summary.samples_per_s is not None
                       else fmt.na("batch size unknown")))
         if summary.stragglers:
             items.append(("straggler", ", ".join(s.label for s in summary.stragglers)))

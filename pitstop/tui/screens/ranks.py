@@ -121,9 +121,8 @@ class RanksScreen(PitstopScreen):
                         "(torchrun, accelerate), e.g. pitstop run -- torchrun --nproc_per_node 2 train.py",
                         style="yellow")
         world = f" of world size {summary.world_size}" if summary.world_size else ""
-        rate = (f"{summary.samples_per_s:,.1f} samples/s" if summary.samples_per_s is not None
-                else fmt.na("batch size unknown"))
-        steps = f"{summary.steps_per_s:.2f} steps/s" if summary.steps_per_s is not None else ""
+        rate = fmt.rate(summary.samples_per_s, "samples", "batch size unknown")
+        steps = fmt.rate(summary.steps_per_s, "steps") if summary.steps_per_s is not None else ""
         hosts = {r.host for r in summary.rows if r.host}
         where = f" on {next(iter(hosts))}" if len(hosts) == 1 else ""
         return Text.assemble(
