@@ -26,6 +26,14 @@ def events_with_broken_window() -> list[Event]:
     return [*events, broken_window(FIXED + 100)]
 
 
+def two_ranks() -> FakeSource:
+    """A live source with two ranks of 30 steps each."""
+    source = FakeSource()
+    for rank in (0, 1):
+        source.push(run_events(rank=rank, pid=4242 + rank, n_steps=30, profiles=0), stream=rank_stream(rank))
+    return source
+
+
 def test_a_rule_that_raises_is_said_once_and_the_other_findings_stay() -> None:
     async def scenario() -> None:
         source = FakeSource()
@@ -47,9 +55,7 @@ def test_a_rule_that_raises_is_said_once_and_the_other_findings_stay() -> None:
 
 def test_a_stream_that_broke_says_which_rank_and_why() -> None:
     async def scenario() -> None:
-        source = FakeSource()
-        source.push(run_events(rank=0, pid=4242, n_steps=30, profiles=0), stream=rank_stream(0))
-        source.push(run_events(rank=1, pid=4243, n_steps=30, profiles=0), stream=rank_stream(1))
+        source = two_ranks()
         app = PitstopApp(source, clock=lambda: FIXED + 30)
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: len(app.job.runs) == 2)
@@ -68,9 +74,7 @@ def test_job_findings_that_fail_are_said(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(job_module, "job_findings", broken)
 
     async def scenario() -> None:
-        source = FakeSource()
-        source.push(run_events(rank=0, pid=4242, n_steps=30, profiles=0), stream=rank_stream(0))
-        source.push(run_events(rank=1, pid=4243, n_steps=30, profiles=0), stream=rank_stream(1))
+        source = two_ranks()
         app = PitstopApp(source, clock=lambda: FIXED + 30)
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: any("advice rule straggler failed" in n for n in notices(app)))
