@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from pitstop.analysis._state import RunState
 from pitstop.analysis._stats import median_and_spread, percentile
-from pitstop.errors import reason_of
 from pitstop.events import DataLoaderInfo, Sample, Step
 
 # Steps 0..2 pay for CUDA context set-up, cudnn autotuning, allocator growth and
