@@ -104,7 +104,8 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
         cause="the DataLoader is not always ready when the step asks: too few workers, or too little prefetch to "
               "absorb slow batches",
         fix="DataLoader(dataset, ..., " + ", ".join(args) + ")",
-        gain=(f"up to {gain:.2f}x if the wait is hidden (step from {fmt.duration(ctx.wall_p50)} to ~{fmt.duration(ctx.compute_p50)})"
+        gain=(f"up to {gain:.2f}x if the wait is hidden "
+              f"(step from {fmt.duration(ctx.wall_p50)} to ~{fmt.duration(ctx.compute_p50)})"
               + ("; the CPUs are saturated, so expect less: let `pitstop tune` measure it" if saturated else "")),
         knob="num_workers",
     )

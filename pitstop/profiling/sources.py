@@ -148,11 +148,12 @@ class SocketSource:
                 with lock:
                     errors.append(err)
             finally:
+                # A stream that closes without an End event is a process that died; one that
+                # broke says why, for the fronts to show (issue 13: other errors were dropped).
+                why = reason_of(failure) if failure is not None else None
                 with lock:
                     done.add(path)
-                    # A stream that closes without an End event is a process that died; one that
-                    # broke says why, for the fronts to show (issue 13: other errors were dropped).
-                    out.append(StreamBatch(stream, [], closed=True, error=reason_of(failure) if failure is not None else None))
+                    out.append(StreamBatch(stream, [], closed=True, error=why))
                 wake.set()
 
         first_attempt = True
