@@ -39,3 +39,11 @@ class LaunchError(PitstopError):
 
 class TuneError(PitstopError):
     """The tuner cannot start or continue (not: a failed trial, which is a result)."""
+
+
+def reason_of(error: BaseException) -> str:
+    """One line for a person: pitstop's own errors as they are, others with their type ("KeyError: 'x'")."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if isinstance(error, PitstopError):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -18,24 +18,23 @@ from collections.abc import Callable
 from typing import TextIO
 
 from pitstop.analysis import (
-    Finding,
+    Advice,
     JobState,
     JobSummary,
     RankRow,
     RunState,
     StreamBatch,
-    fmt_bytes,
-    fmt_ms,
-    fmt_pct,
-    findings,
+    advise,
     format_summary,
-    job_findings,
+    job_advice,
     job_summary,
+    note_text,
     status_line,
+    stream_label,
     summarize,
 )
-from pitstop.analysis._summary import note_text
-from pitstop.errors import PitstopError
+from pitstop.analysis import format as fmt
+from pitstop.errors import reason_of
 from pitstop.events import Note
 from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts (issue 13)
 from pitstop.profiling.sources import SocketSource
@@ -80,18 +79,25 @@ def summary_text(
             blocks.append(f"== run {session or 'unknown'}: {script}, {len(members)} process(es) ==")
         if len(members) > 1:
             job = JobState.of_runs(members, closed=True)
-            blocks.append(job_text(job_summary(job), job_findings(job)))
+            try:
+                figures = job_summary(job)
+            except Exception as err:  # noqa: BLE001 - said; each rank's own summary follows
+                blocks.append(f"pitstop: job summary failed: {reason_of(err)}")
+            else:
+                blocks.append(job_text(figures, job_advice(job)))
         for run in members:
             summary = summarize(run)
             title = f"pitstop summary: {_label(run)}"
             code = exit_code if pid is not None and run.pid == pid else None
-            blocks.append(format_summary(summary, findings(run), title=title, exit_code=code))
+            advice = advise(run)
+            blocks.append(format_summary(summary, advice.findings, title=title, exit_code=code,
+                                         failures=advice.failures))
     if notes:
         blocks.append("\n".join(notes))
     return "\n\n".join(blocks)
 
 
-def job_text(job: JobSummary, found: list[Finding]) -> str:
+def job_text(job: JobSummary, advice: Advice) -> str:
     """The job block: ranks, job throughput, stragglers, gone ranks, one table row per rank."""
     title = f"pitstop job summary: {job.script or 'job'}"
     if job.session:
@@ -103,10 +109,10 @@ def job_text(job: JobSummary, found: list[Finding]) -> str:
     counts = {status: sum(1 for r in job.rows if r.status == status) for status in ("running", "finished", "gone")}
     ranks += " (" + ", ".join(f"{n} {status}" for status, n in counts.items() if n) + ")"
     lines.append(_jrow("ranks", ranks))
-    through = (f"{job.samples_per_s:.1f} samples/s (sum over ranks)" if job.samples_per_s is not None
+    through = (f"{fmt.rate(job.samples_per_s, 'samples')} (sum over ranks)" if job.samples_per_s is not None
                else "samples/s n/a (a rank did not report its batch size, or no measured step)")
     if job.steps_per_s is not None:
-        through += f", {job.steps_per_s:.2f} steps/s (slowest rank)"
+        through += f", {fmt.rate(job.steps_per_s, 'steps')} (slowest rank)"
     lines.append(_jrow("throughput", through))
     if job.stragglers:
         for i, s in enumerate(job.stragglers):
@@ -119,14 +125,17 @@ def job_text(job: JobSummary, found: list[Finding]) -> str:
         lines.append(_jrow("gone" if i == 0 else "", f"{row.label} (pid {row.pid}): {row.status_reason}{code}{last}"))
     lines.append("")
     lines.extend(_rank_table(job.rows))
-    if found:
+    if advice.findings:
         lines.append("")
-        lines.append(f"job findings ({len(found)}):")
-        for i, f in enumerate(found, 1):
+        lines.append(f"job findings ({len(advice.findings)}):")
+        for i, f in enumerate(advice.findings, 1):
             lines.append(f"  {i}. [{f.severity}] {f.title} ({f.rule})")
             lines.extend(f"     {line}" for line in f.evidence[1:2])
             if f.gain:
                 lines.append(f"     gain: {f.gain}")
+    if advice.failures:
+        lines.append("")
+        lines.extend(f"  {failure.text}" for failure in advice.failures)
     return "\n".join(lines)
 
 
@@ -139,21 +148,21 @@ def _rank_table(rows: tuple[RankRow, ...]) -> list[str]:
               "coll/step", "peak mem", "gpu")
     table = [header]
     for r in rows:
-        mem = fmt_bytes(r.peak_mem_allocated) if r.peak_mem_allocated is not None else (
-            f"rss {fmt_bytes(r.peak_rss)}" if r.peak_rss is not None else "n/a")
+        mem = fmt.size(r.peak_mem_allocated) if r.peak_mem_allocated is not None else (
+            f"rss {fmt.size(r.peak_rss)}" if r.peak_rss is not None else fmt.NA)
         table.append((
             r.label,
             str(r.pid) if r.pid is not None else "?",
             r.host or "?",
             r.status,
             str(r.steps),
-            fmt_ms(r.step_p50_s),
-            fmt_ms(r.data_wait_p50_s),
-            fmt_pct(r.data_wait_frac),
-            fmt_ms(r.compute_p50_s),
-            f"{r.collective_ms:.1f} ms" if r.collective_ms is not None else "n/a",
+            fmt.duration(r.step_p50_s),
+            fmt.duration(r.data_wait_p50_s),
+            fmt.pct(r.data_wait_frac),
+            fmt.duration(r.compute_p50_s),
+            fmt.duration(r.collective_ms / 1e3 if r.collective_ms is not None else None),
             mem,
-            f"{r.gpu_util_mean:.0f}%" if r.gpu_util_mean is not None else "n/a",
+            fmt.percent(r.gpu_util_mean),
         ))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
@@ -169,13 +178,25 @@ class StatusPrinter:
         self._key: tuple[tuple[str, int | None, bool], ...] | None = None
         self._changed_at = 0.0
         self._printed_at = 0.0
+        self._said: set[str] = set()
 
     def _print(self, text: str) -> None:
         with self._lock:
             print(text, file=self._out, flush=True)
 
+    def failure(self, key: str, text: str) -> None:
+        """Say something that failed, on one stderr line, once per `key` (a stream, a part of pitstop)."""
+        with self._lock:
+            if key in self._said:
+                return
+            self._said.add(key)
+        self._print(f"pitstop: {text}")
+
     def notes(self, batch: StreamBatch, job: JobState) -> None:
-        """Say the agent's warnings and errors now (a metrics port that cannot be bound, a part switched off)."""
+        """Say the agent's warnings and errors now (a metrics port that cannot be bound, a part switched off),
+        and a stream that broke (issue 13: its error was dropped)."""
+        if batch.error is not None:
+            self.failure(f"stream:{batch.stream}", f"stream from {stream_label(job, batch.stream)} ended: {batch.error}")
         for event in batch.events:
             if isinstance(event, Note) and event.level in ("warn", "error"):
                 run = job.runs.get(batch.stream)
@@ -232,15 +253,18 @@ class LiveStatus:
                 with self._lock:
                     self.job.add(batch)
                     self._printer.notes(batch, self.job)
-        except PitstopError as err:
-            self.error = str(err)
-        except Exception as err:  # the viewer dies, training goes on
-            self.error = f"{type(err).__name__}: {err}"
-        if self.error:
-            print(f"pitstop: warning: status lines stopped: {self.error}", file=sys.stderr, flush=True)
+        except Exception as err:  # noqa: BLE001 - the viewer dies, training goes on
+            self.error = reason_of(err)
+            self._printer.failure("reader", f"status lines stopped: {self.error}")
 
     def tick(self) -> None:
-        """One status line, if it changed (see StatusPrinter)."""
+        """One status line, if it changed (see StatusPrinter); none once the reader failed.
+
+        The job then stands still while training goes on: a line "unchanged for
+        60 s" would be a lie, and the failure was said once already.
+        """
+        if self.error is not None:
+            return
         with self._lock:
             self._printer.tick(self.job)
 

@@ -20,6 +20,7 @@ class StreamBatch:
     stream: str  # one id per training process ("pid:1234@host" or a record path)
     events: list[Event] = field(default_factory=list)
     closed: bool = False  # the stream ended here (socket closed, record read to its end)
+    error: str | None = None  # why it ended, when it broke ("ConnectionResetError: ..."): fronts say it
 
 
 @dataclass(frozen=True)

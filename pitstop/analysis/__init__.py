@@ -1,58 +1,118 @@
 """Provides derived figures and advice over pitstop events: pure functions shared by every front.
 
 Standard library and `pitstop.events` only (no torch, textual or rich): the TUI,
-the headless printer, `pitstop view` and the tuner all read runs through here.
+the headless printer, `pitstop view`, `pitstop report`, `pitstop compare` and the
+tuner all read runs through here, and print figures through `pitstop.analysis.format`.
+The `_*` modules are private: a front imports only what this package exports
+(issue 13: the TUI reached into `_summary` and `_rules_loop`).
 """
 
 from __future__ import annotations
 
-from pitstop.analysis._context import Finding
+from pitstop.analysis import format
+from pitstop.analysis._compare import StepComparison, compare_steps, slower_beyond
+from pitstop.analysis._context import MIN_STEPS, WARMUP, Advice, Finding, RuleFailure
+from pitstop.analysis._cpu import CpuFigures, LoaderCpu, cpu_mean, cpu_now, cpu_text, loader_label
+from pitstop.analysis._figures import (
+    PHASE_LABELS,
+    PHASES,
+    DataVerdict,
+    PhaseShare,
+    StepSplit,
+    data_verdict,
+    op_phase,
+    op_step_share,
+    op_time_us,
+    step_split,
+    window_phases,
+    window_step_s,
+)
 from pitstop.analysis._job import (
+    JOB_RULE_IDS,
     STRAGGLER_THRESHOLD,
     JobSummary,
     RankRow,
     Straggler,
+    job_advice,
     job_findings,
     job_summary,
     rank_status,
     stragglers,
+    stream_label,
 )
-from pitstop.analysis._rules import RULE_IDS, findings, run_rules
+from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measured, rates, rates_of, recent_rates
+from pitstop.analysis._rules import RULE_IDS, advise, findings
 from pitstop.analysis._state import JobState, RunState, StreamBatch
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.analysis._summary import (
     Summary,
-    fmt_bytes,
-    fmt_ms,
-    fmt_pct,
+    end_text,
     format_summary,
+    gpu_reason,
+    note_text,
     status_line,
     summarize,
 )
 
 __all__ = [
+    "JOB_RULE_IDS",
+    "MIN_STEPS",
+    "PHASES",
+    "PHASE_LABELS",
+    "RECENT_STEPS",
     "RULE_IDS",
     "STRAGGLER_THRESHOLD",
+    "WARMUP",
+    "Advice",
+    "CpuFigures",
+    "DataVerdict",
     "Finding",
     "JobState",
     "JobSummary",
+    "LoaderCpu",
+    "PhaseShare",
     "RankRow",
-    "Straggler",
+    "Rates",
+    "RuleFailure",
     "RunState",
+    "StepComparison",
+    "StepSplit",
+    "Straggler",
     "StreamBatch",
     "Summary",
+    "advise",
+    "compare_steps",
+    "cpu_mean",
+    "cpu_now",
+    "cpu_text",
+    "data_verdict",
+    "end_text",
     "findings",
-    "fmt_bytes",
-    "fmt_ms",
-    "fmt_pct",
+    "format",
     "format_summary",
+    "gpu_reason",
+    "is_measured",
+    "job_advice",
     "job_findings",
     "job_summary",
+    "last_measured",
+    "loader_label",
     "median_and_spread",
+    "note_text",
+    "op_phase",
+    "op_step_share",
+    "op_time_us",
     "percentile",
     "rank_status",
-    "run_rules",
+    "rates",
+    "rates_of",
+    "recent_rates",
+    "slower_beyond",
     "status_line",
+    "step_split",
     "stragglers",
+    "stream_label",
     "summarize",
+    "window_phases",
+    "window_step_s",
 ]

@@ -35,6 +35,30 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class RuleFailure:
+    """An advice rule that raised on this run's data, and why: every front says it once."""
+
+    rule: str  # a RULE_IDS id; "measure" when the figures every rule reads could not be taken
+    reason: str  # "TypeError: '>' not supported between instances of 'str' and 'float'"
+
+    @property
+    def text(self) -> str:
+        """"advice rule host-sync failed: TypeError: ..." (STYLE.md: a failing part is switched off loudly)."""
+        return f"advice rule {self.rule} failed: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the rules found, most important first, and the rules that failed (never silently dropped)."""
+
+    findings: tuple[Finding, ...] = ()
+    failures: tuple[RuleFailure, ...] = ()
+
+    def __add__(self, other: Advice) -> Advice:
+        return Advice(self.findings + other.findings, self.failures + other.failures)
+
+
+@dataclass(frozen=True)
 class Context:
     """Figures over the measured steps (warm-up dropped) that several rules share."""
 
@@ -146,20 +170,6 @@ def describe_loader(dl: DataLoaderInfo, role: str = "training") -> str:
     """A DataLoader as people recognise it: "training DataLoader (MNIST, batch_size=64, num_workers=4)"."""
     what = f"{dl.dataset}, " if dl.dataset else ""
     return f"{role} DataLoader ({what}batch_size={dl.batch_size}, num_workers={dl.num_workers})"
-
-
-def ms(seconds: float | None) -> str:
-    """Seconds as "31.0 ms"."""
-    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
-
-
-def gib(n: float | None) -> str:
-    """Bytes as "1.2 GiB" (or MiB below 1 GiB)."""
-    if n is None:
-        return "n/a"
-    if n >= 1 << 30:
-        return f"{n / (1 << 30):.1f} GiB"
-    return f"{n / (1 << 20):.0f} MiB"
 
 
 def truthy_override(run: RunState, *names: str) -> bool:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pitstop.analysis._context import WARMUP, Finding
+from pitstop.analysis import format as fmt
+from pitstop.analysis._context import WARMUP, Advice, Finding, RuleFailure
 from pitstop.analysis._state import JobState, RunState
 from pitstop.analysis._stats import percentile
-from pitstop.analysis._summary import fmt_ms, summarize
+from pitstop.analysis._summary import summarize
+from pitstop.errors import reason_of
 from pitstop.events import ProfileWindow
 
 # "Persistently" means over the last 50 measured steps of each rank: a median
@@ -108,9 +110,9 @@ class Straggler:
             "wall": "per step",
             "data-wait": "data wait per step",
         }.get(self.basis, "per step")
-        rel = f"+{self.excess_frac * 100:.0f}%" if self.reference_s > 0 else "from 0"
+        rel = fmt.change(self.excess_frac) if self.reference_s > 0 else "from 0"
         return (
-            f"{self.label}: {fmt_ms(self.time_s)} {what} vs median {fmt_ms(self.reference_s)} ({rel}), "
+            f"{self.label}: {fmt.duration(self.time_s)} {what} vs median {fmt.duration(self.reference_s)} ({rel}), "
             f"extra time is {self.cause} (data {_signed_ms(self.extra_data_s)}, "
             f"compute {_signed_ms(self.extra_compute_s)})"
         )
@@ -140,7 +142,13 @@ class JobSummary:
 
 
 def _signed_ms(seconds: float) -> str:
-    return f"{'+' if seconds >= 0 else '-'}{abs(seconds) * 1e3:.1f} ms"
+    return f"{'+' if seconds >= 0 else '-'}{fmt.duration(abs(seconds))}"
+
+
+def stream_label(job: JobState, stream: str) -> str:
+    """How fronts name a stream: "rank 1", "pid 4242", or the stream id before its Hello."""
+    run = job.runs.get(stream)
+    return next((label for label, r in job.ranks() if r is run), stream)
 
 
 def _streams(job: JobState) -> list[tuple[str, str, RunState]]:
@@ -348,13 +356,28 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
     return found
 
 
-def job_findings(job: JobState, warmup: int = WARMUP) -> list[Finding]:
-    """Findings about the job as a whole: stragglers ("straggler") and dead ranks ("rank-gone")."""
-    out = []
+JOB_RULE_IDS = ("rank-gone", "straggler")
+
+
+def job_advice(job: JobState, warmup: int = WARMUP) -> Advice:
+    """The job's findings (`job_findings`); never raises: a failure is reported for both job rules.
+
+    Advice is never worth breaking a viewer over, and never silently empty
+    (issue 13: `job_findings` returned [] on any exception, and no front knew).
+    """
     try:
-        summary = job_summary(job, warmup)
-    except Exception:  # noqa: BLE001 - advice is never worth breaking a viewer over
-        return []
+        return Advice(tuple(job_findings(job, warmup)))
+    except Exception as err:  # noqa: BLE001 - reported in Advice.failures
+        return Advice(failures=tuple(RuleFailure(rule, reason_of(err)) for rule in JOB_RULE_IDS))
+
+
+def job_findings(job: JobState, warmup: int = WARMUP) -> list[Finding]:
+    """Findings about the job as a whole: stragglers ("straggler") and dead ranks ("rank-gone").
+
+    Raises what `job_summary` raises on broken data: `job_advice` is the front's call.
+    """
+    out = []
+    summary = job_summary(job, warmup)
     for row in summary.gone:
         last = f", last step {row.last_step}" if row.last_step is not None else ", before its first step"
         out.append(
@@ -373,8 +396,8 @@ def job_findings(job: JobState, warmup: int = WARMUP) -> list[Finding]:
         over = f"{s.windows} profiler windows" if s.windows else f"the last {s.steps} steps"
         evidence = [
             s.text,
-            f"measured over {over}; the job waits {s.share * 100:.0f}% of its "
-            f"{fmt_ms(s.job_step_s)} step on {s.label}",
+            f"measured over {over}; the job waits {fmt.pct(s.share)} of its "
+            f"{fmt.duration(s.job_step_s)} step on {s.label}",
         ]
         if s.cause == "data wait":
             fix = ("# give that rank's DataLoader more workers or faster storage, e.g.\n"
@@ -392,7 +415,7 @@ def job_findings(job: JobState, warmup: int = WARMUP) -> list[Finding]:
                 evidence=evidence,
                 cause=cause,
                 fix=fix,
-                gain=f"up to {s.share * 100:.0f}% shorter job steps if {s.label} kept pace",
+                gain=f"up to {fmt.pct(s.share)} shorter job steps if {s.label} kept pace",
             )
         )
     return out

@@ -9,7 +9,8 @@ from pitstop.analysis import _rules_model as model
 from pitstop.analysis import _rules_resources as resources
 from pitstop.analysis import _rules_share as share
 from pitstop.analysis import _rules_trends as trends
-from pitstop.analysis._context import SEVERITY_RANK, WARMUP, Context, Finding, measure
+from pitstop.analysis._context import SEVERITY_RANK, WARMUP, Advice, Context, Finding, RuleFailure, measure
+from pitstop.errors import reason_of
 from pitstop.analysis._state import RunState
 
 Rule = Callable[[Context], "Finding | None"]
@@ -44,28 +45,31 @@ RULE_IDS: tuple[str, ...] = tuple(rule_id for rule_id, _ in RULES)
 def findings(run: RunState, warmup: int = WARMUP) -> list[Finding]:
     """Every rule that fires on this run, by severity then by the order of RULES.
 
-    Never raises: a rule that fails on odd data is skipped (its id goes to
-    `run_rules(...)[1]` for anyone who wants to know), because advice is never
-    worth breaking a viewer over.
+    Never raises, and drops the failures: a front uses `advise`, which keeps them
+    to show (issue 13: a rule that raised vanished from every front).
     """
-    return run_rules(run, warmup)[0]
+    return list(advise(run, warmup).findings)
 
 
-def run_rules(run: RunState, warmup: int = WARMUP) -> tuple[list[Finding], list[str]]:
-    """(findings sorted most important first, ids of rules that raised and were skipped)."""
+def advise(run: RunState, warmup: int = WARMUP) -> Advice:
+    """Every rule over this run: the findings sorted most important first, and the rules that raised.
+
+    Never raises: one odd value skips one rule, not all advice, because advice is
+    never worth breaking a viewer over; the skipped rule is reported, not hidden.
+    """
     try:
         ctx = measure(run, warmup)
-    except Exception:  # noqa: BLE001 - a broken stream must not break a viewer
-        return [], list(RULE_IDS)
+    except Exception as err:  # noqa: BLE001 - a broken stream must not break a viewer
+        return Advice(failures=(RuleFailure("measure", reason_of(err)),))
     found: list[tuple[int, int, Finding]] = []
-    failed: list[str] = []
+    failed: list[RuleFailure] = []
     for order, (rule_id, rule) in enumerate(RULES):
         try:
             result = rule(ctx)
-        except Exception:  # noqa: BLE001 - one odd value skips one rule, not all advice
-            failed.append(rule_id)
+        except Exception as err:  # noqa: BLE001 - reported in Advice.failures
+            failed.append(RuleFailure(rule_id, reason_of(err)))
             continue
         if result is not None:
             found.append((SEVERITY_RANK.get(result.severity, len(SEVERITY_RANK)), order, result))
     found.sort(key=lambda item: (item[0], item[1]))
-    return [f for _, _, f in found], failed
+    return Advice(tuple(f for _, _, f in found), tuple(failed))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding, describe_loader, ms
+from pitstop.analysis import format as fmt
+from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding, describe_loader
 
 # Above 20% of the step spent blocked on the DataLoader the loader, not the
 # model, sets the pace: a healthy loader with prefetching keeps this near 0-5%.
@@ -44,7 +45,7 @@ def data_wait(ctx: Context) -> Finding | None:
     wall, compute, wait = ctx.wall_p50, ctx.compute_p50, ctx.wait_p50
     evidence = [
         f"data wait is {ctx.data_frac:.0%} of step time "
-        f"(p50 {ms(wait)} of {ms(wall)} over {ctx.n} steps)"
+        f"(p50 {fmt.duration(wait)} of {fmt.duration(wall)} over {ctx.n} steps)"
     ]
     dl = ctx.loader()
     usable = ctx.usable_cpus()
@@ -100,14 +101,14 @@ def data_wait(ctx: Context) -> Finding | None:
         )
         gain = (
             f"up to {wall / floor:.1f}x if each batch gets cheaper to load (step would fall from "
-            f"{ms(wall)} to ~{ms(compute)} of compute); more workers cannot help with "
+            f"{fmt.duration(wall)} to ~{fmt.duration(compute)} of compute); more workers cannot help with "
             f"{usable} usable core(s)"
         )
     else:
         new_wall = max(compute, load / suggested)
         gain = (
             f"up to {wall / new_wall:.1f}x if the loader keeps up (step would fall from "
-            f"{ms(wall)} to ~{ms(new_wall)}; compute alone is {ms(compute)})"
+            f"{fmt.duration(wall)} to ~{fmt.duration(new_wall)}; compute alone is {fmt.duration(compute)})"
         )
         if cap is not None and need > cap:
             gain += f" (the loader would need ~{need} workers; {cap} core(s) are free for them)"
@@ -151,7 +152,7 @@ def low_gpu_util(ctx: Context) -> Finding | None:
     evidence = [
         f"GPU busy {util:.0f}% on average over {len(ctx.gpu_samples)} samples "
         f"while data wait is only {ctx.data_frac:.0%} of step time",
-        f"step p50 {ms(ctx.wall_p50)} over {ctx.n} steps",
+        f"step p50 {fmt.duration(ctx.wall_p50)} over {ctx.n} steps",
     ]
     s = ctx.run
     if s.cpu_main_n:
@@ -212,7 +213,7 @@ def pageable_copies(ctx: Context) -> Finding | None:
     frac = per_step_ms / 1e3 / ctx.wall_p50 if ctx.wall_p50 else None
     gain = f"up to {per_step_ms:.2f} ms per step"
     if frac is not None:
-        gain += f" ({frac:.0%} of the {ms(ctx.wall_p50)} p50 step)"
+        gain += f" ({frac:.0%} of the {fmt.duration(ctx.wall_p50)} p50 step)"
     gain += " once the copy overlaps compute"
     return Finding(
         rule="pageable-h2d",
@@ -260,7 +261,7 @@ def host_syncs(ctx: Context) -> Finding | None:
     if util is not None:
         gain += f"; the GPU is idle ~{100 - util:.0f}% now, part of which these syncs cause"
     if ctx.wall_p50 is not None:
-        gain += f"; largest for short steps (p50 {ms(ctx.wall_p50)})"
+        gain += f"; largest for short steps (p50 {fmt.duration(ctx.wall_p50)})"
     return Finding(
         rule="host-sync",
         title="The loop waits for the GPU every step",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from pitstop.analysis._context import MIN_STEPS, Context, Finding, ms, truthy_override
+from pitstop.analysis import format as fmt
+from pitstop.analysis._context import MIN_STEPS, Context, Finding, truthy_override
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 from pitstop.analysis._stats import percentile
 
@@ -66,7 +67,7 @@ def no_amp(ctx: Context) -> Finding | None:
     names = ", ".join(sorted(set(rt.device_names))) or "unknown GPU"
     evidence = [f"no autocast region and no GradScaler seen on {names}"]
     if ctx.compute_p50 is not None and ctx.wall_p50 is not None:
-        evidence.append(f"compute p50 {ms(ctx.compute_p50)} of a {ms(ctx.wall_p50)} step")
+        evidence.append(f"compute p50 {fmt.duration(ctx.compute_p50)} of a {fmt.duration(ctx.wall_p50)} step")
     if precision == "bf16":
         fix = (
             'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
@@ -90,8 +91,8 @@ def no_amp(ctx: Context) -> Finding | None:
         lo = wait + ctx.compute_p50 / AMP_SPEEDUP[1]
         hi = wait + ctx.compute_p50 / AMP_SPEEDUP[0]
         gain = (
-            f"typically 1.5-3x on the matmul/conv part: the {ms(ctx.wall_p50)} step could fall "
-            f"to ~{ms(lo)}-{ms(hi)}, and activations take about half the memory"
+            f"typically 1.5-3x on the matmul/conv part: the {fmt.duration(ctx.wall_p50)} step could fall "
+            f"to ~{fmt.duration(lo)}-{fmt.duration(hi)}, and activations take about half the memory"
         )
     else:
         gain = "typically 1.5-3x on matmul/conv time, and activations take about half the memory"
@@ -122,7 +123,7 @@ def _cpu_bf16(ctx: Context) -> Finding | None:
         return None  # the step waits for data: faster compute would only wait longer
     evidence = ["this CPU has native bfloat16 (avx512_bf16 or amx_bf16 in /proc/cpuinfo); no autocast region seen"]
     if ctx.compute_p50 is not None and ctx.wall_p50 is not None:
-        evidence.append(f"compute p50 {ms(ctx.compute_p50)} of a {ms(ctx.wall_p50)} step")
+        evidence.append(f"compute p50 {fmt.duration(ctx.compute_p50)} of a {fmt.duration(ctx.wall_p50)} step")
     hello = ctx.run.hello
     script = hello.script if hello is not None and hello.script else "train.py"
     return Finding(
@@ -161,9 +162,9 @@ def channels_last(ctx: Context) -> Finding | None:
     gain = "typically 10-30% on conv-heavy models under AMP, little in float32"
     if ctx.compute_p50 is not None and amp:
         gain += (
-            f": compute p50 {ms(ctx.compute_p50)} could fall to "
-            f"~{ms(ctx.compute_p50 * (1 - CHANNELS_LAST_GAIN[1]))}-"
-            f"{ms(ctx.compute_p50 * (1 - CHANNELS_LAST_GAIN[0]))}"
+            f": compute p50 {fmt.duration(ctx.compute_p50)} could fall to "
+            f"~{fmt.duration(ctx.compute_p50 * (1 - CHANNELS_LAST_GAIN[1]))}-"
+            f"{fmt.duration(ctx.compute_p50 * (1 - CHANNELS_LAST_GAIN[0]))}"
         )
     return Finding(
         rule="channels-last",
@@ -195,14 +196,14 @@ def cudnn_benchmark_off(ctx: Context) -> Finding | None:
         severity="low",
         evidence=[
             f"torch.backends.cudnn.benchmark is False with {model.conv2d} Conv2d modules",
-            f"step time is steady (p50 {ms(ctx.wall_p50)}, IQR {ctx.wall_spread:.0%} of it over "
+            f"step time is steady (p50 {fmt.duration(ctx.wall_p50)}, IQR {ctx.wall_spread:.0%} of it over "
             f"{ctx.n} steps), which suggests fixed input shapes",
         ],
         cause="without benchmark, cudnn picks a convolution algorithm by heuristic instead of timing them",
         fix="torch.backends.cudnn.benchmark = True  # before the first forward",
         gain=(
             f"often 5-20% of convolution time for fixed shapes; the autotuning costs a few "
-            f"slow steps once (step p50 now {ms(ctx.wall_p50)})"
+            f"slow steps once (step p50 now {fmt.duration(ctx.wall_p50)})"
         ),
         knob="cudnn_benchmark",
     )
@@ -228,9 +229,9 @@ def cudnn_benchmark_shapes(ctx: Context) -> Finding | None:
         severity="medium",
         evidence=[
             f"{len(spikes)} of {ctx.n} steps ({len(spikes) / ctx.n:.0%}) spent over "
-            f"{CUDNN_SPIKE_RATIO:.0f}x the p50 compute {ms(ctx.compute_p50)} (up to {ms(worst)})",
+            f"{CUDNN_SPIKE_RATIO:.0f}x the p50 compute {fmt.duration(ctx.compute_p50)} (up to {fmt.duration(worst)})",
             "torch.backends.cudnn.benchmark is True: each new input shape re-runs the autotuner",
-            f"p95 compute {ms(percentile((s.compute for s in ctx.steps), 95))}",
+            f"p95 compute {fmt.duration(percentile((s.compute for s in ctx.steps), 95))}",
         ],
         cause=(
             "variable input shapes (a last partial batch, varying image sizes or sequence "

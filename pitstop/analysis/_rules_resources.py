@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pitstop.analysis._context import MIN_GPU_SAMPLES, Context, Finding, gib
+from pitstop.analysis import format as fmt
+from pitstop.analysis._context import MIN_GPU_SAMPLES, Context, Finding
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 
 # Under 40% of GPU memory used at peak, the batch could at least double and
@@ -51,9 +52,9 @@ def memory_headroom(ctx: Context) -> Finding | None:
         return None  # data-bound: a larger batch would only wait longer for data
     if memory_pressure(ctx) is not None:
         return None
-    evidence = [f"GPU memory peaked at {gib(peak)} of {gib(total)} ({used:.0%}) over {n} readings"]
+    evidence = [f"GPU memory peaked at {fmt.size(peak)} of {fmt.size(total)} ({used:.0%}) over {n} readings"]
     if torch_peak is not None:
-        evidence.append(f"torch peak allocated {gib(torch_peak)}")
+        evidence.append(f"torch peak allocated {fmt.size(torch_peak)}")
     util = ctx.gpu_util_mean()
     if util is not None:
         evidence.append(f"GPU busy {util:.0f}% on average")
@@ -105,7 +106,7 @@ def memory_pressure(ctx: Context) -> Finding | None:
     if ooms > 0:
         evidence.append(f"{ooms} CUDA out-of-memory errors since start")
     if used is not None:
-        evidence.append(f"GPU memory peaked at {gib(peak)} of {gib(total)} ({used:.0%})")
+        evidence.append(f"GPU memory peaked at {fmt.size(peak)} of {fmt.size(total)} ({used:.0%})")
     dl = ctx.loader()
     batch = dl.batch_size if dl is not None else None
     smaller = f"batch_size={max(1, batch // 2)}" if batch and batch > 1 else "a smaller batch_size"
@@ -181,8 +182,8 @@ def shm_small(ctx: Context) -> Finding | None:
         title="/dev/shm is too small for DataLoader workers",
         severity="high" if rt.shm_bytes < SHM_TINY_BYTES else "medium",
         evidence=[
-            f"/dev/shm is {gib(rt.shm_bytes)} with {workers} DataLoader workers "
-            f"(pitstop expects at least {gib(SHM_MIN_BYTES)})"
+            f"/dev/shm is {fmt.size(rt.shm_bytes)} with {workers} DataLoader workers "
+            f"(pitstop expects at least {fmt.size(SHM_MIN_BYTES)})"
         ],
         cause=(
             "workers pass every batch to the main process through shared memory; when it "

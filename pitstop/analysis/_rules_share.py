@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from pitstop.analysis._context import MIN_STEPS, Context, Finding, describe_loader, ms
+from pitstop.analysis import format as fmt
+from pitstop.analysis._context import MIN_STEPS, Context, Finding, describe_loader
 from pitstop.analysis._rules_loop import CPU_SATURATED, DATA_WAIT_FRAC
 
 # Evaluation over 15% of the wall time is worth a line (a common recipe, one
@@ -74,8 +75,8 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
     gain = 1.0 / (1.0 - frac)  # the step if the wait were hidden entirely
     dl = ctx.loader()
     usable = ctx.usable_cpus()
-    evidence = [f"data wait is {frac:.0%} of step time over {ctx.n} steps (p50 {ms(ctx.wait_p50)} of "
-                f"{ms(ctx.wall_p50)}): under the {DATA_WAIT_FRAC:.0%} of a data-bound run, still worth up to "
+    evidence = [f"data wait is {frac:.0%} of step time over {ctx.n} steps (p50 {fmt.duration(ctx.wait_p50)} of "
+                f"{fmt.duration(ctx.wall_p50)}): under the {DATA_WAIT_FRAC:.0%} of a data-bound run, still worth up to "
                 f"{gain:.2f}x"]
     workers = dl.num_workers if dl is not None else 0
     if dl is not None:
@@ -103,7 +104,8 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
         cause="the DataLoader is not always ready when the step asks: too few workers, or too little prefetch to "
               "absorb slow batches",
         fix="DataLoader(dataset, ..., " + ", ".join(args) + ")",
-        gain=(f"up to {gain:.2f}x if the wait is hidden (step from {ms(ctx.wall_p50)} to ~{ms(ctx.compute_p50)})"
+        gain=(f"up to {gain:.2f}x if the wait is hidden "
+              f"(step from {fmt.duration(ctx.wall_p50)} to ~{fmt.duration(ctx.compute_p50)})"
               + ("; the CPUs are saturated, so expect less: let `pitstop tune` measure it" if saturated else "")),
         knob="num_workers",
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pitstop.analysis._context import Context, Finding, gib, ms
+from pitstop.analysis import format as fmt
+from pitstop.analysis._context import Context, Finding
 from pitstop.analysis._stats import percentile
 from pitstop.events import Step
 
@@ -91,15 +92,15 @@ def memory_creep(ctx: Context) -> Finding | None:
     field, what, (slope, growth, start, last, readings) = found
     limit, limit_name = _limit(ctx, field)
     evidence = [
-        f"{what} grew {gib(growth)} over steps {steps[0].step}-{steps[-1].step} "
-        f"({gib(slope * 1000)} per 1,000 steps; from ~{gib(start)} to {gib(last)}, {readings} readings)",
+        f"{what} grew {fmt.size(growth)} over steps {steps[0].step}-{steps[-1].step} "
+        f"({fmt.size(slope * 1000)} per 1,000 steps; from ~{fmt.size(start)} to {fmt.size(last)}, {readings} readings)",
         "it kept growing to the last quarter of the window: not a warm-up that levels off",
     ]
     to_limit = None
     if limit is not None and slope > 0 and seconds_per_step > 0:
         to_limit = max(0.0, (limit - last) / slope * seconds_per_step)
-        evidence.append(f"at this rate it reaches the {limit_name} ({gib(limit)}) in {_duration(to_limit)} "
-                        f"(~{ms(seconds_per_step)} per step)")
+        evidence.append(f"at this rate it reaches the {limit_name} ({fmt.size(limit)}) in {fmt.span(to_limit)} "
+                        f"(~{fmt.duration(seconds_per_step)} per step)")
     else:
         evidence.append(f"time to the limit: unknown ({limit_name})")
     cuda = field == "mem_allocated"
@@ -122,7 +123,7 @@ def memory_creep(ctx: Context) -> Finding | None:
         ),
         fix=fix,
         gain=("the run reaches its end instead of an out-of-memory kill"
-              + (f" (in ~{_duration(to_limit)} at this rate)" if to_limit is not None else "")),
+              + (f" (in ~{fmt.span(to_limit)} at this rate)" if to_limit is not None else "")),
         knob=None,
     )
 
@@ -136,14 +137,6 @@ def _limit(ctx: Context, field: str) -> tuple[float | None, str]:
     total = rt.host_mem_total if rt is not None else None  # MemTotal or a smaller cgroup limit; None in older records
     return (float(total), "memory this process may use") if total else (
         None, "the record does not carry the machine's memory size")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _epoch_lengths(ctx: Context) -> list[int]:
@@ -190,9 +183,9 @@ def epoch_stall(ctx: Context) -> Finding | None:
         title="Every epoch starts with a stall: DataLoader workers restart",
         severity="medium" if share >= EPOCH_MEDIUM_SHARE else "low",
         evidence=[
-            f"the first {EPOCH_HEAD_STEPS} steps of each epoch wait {ms(spike)} more for data than usual "
+            f"the first {EPOCH_HEAD_STEPS} steps of each epoch wait {fmt.duration(spike)} more for data than usual "
             f"(median over {len(starts)} epoch starts, steps {', '.join(str(b) for b in starts[:5])}"
-            f"{', ...' if len(starts) > 5 else ''}; a step is {ms(ctx.wall_p50)})",
+            f"{', ...' if len(starts) > 5 else ''}; a step is {fmt.duration(ctx.wall_p50)})",
             f"{sum(excess):.1f} s in all, {share:.1%} of the wall time of these steps",
             f"training DataLoader: num_workers={dl.num_workers}, persistent_workers=False, "
             f"{dl.dataset_len} samples / batch_size={dl.batch_size} = {length} steps per epoch",
@@ -201,6 +194,6 @@ def epoch_stall(ctx: Context) -> Finding | None:
                "each forks, copies the dataset object, runs worker_init_fn and refills its prefetch before "
                "the first batch arrives"),
         fix=f"DataLoader(dataset, ..., num_workers={dl.num_workers}, persistent_workers=True)",
-        gain=f"~{share:.1%} of the run's time ({ms(spike)} per epoch)",
+        gain=f"~{share:.1%} of the run's time ({fmt.duration(spike)} per epoch)",
         knob="num_workers",
     )

@@ -6,18 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pitstop.analysis import format as fmt
 from pitstop.analysis._context import WARMUP
 from pitstop.analysis._cpu import STATUS_SAMPLES, CpuFigures, cpu_mean, cpu_now, cpu_text, loader_label
+from pitstop.analysis._rates import RECENT_STEPS, last_measured, rates, rates_of
 from pitstop.analysis._state import HEAD_STEPS, RunState
 from pitstop.analysis._stats import mean, percentile
 from pitstop.events import Note, Step
 
 if TYPE_CHECKING:
-    from pitstop.analysis._rules import Finding
+    from pitstop.analysis._context import Finding, RuleFailure
 
-# The status line looks at the last 50 steps: about a second of fast steps and
-# a minute of slow ones, short enough to show a change the user just made.
-STATUS_WINDOW = 50
 # How each way of ending reads in the summary (End.reason; docs/events.md).
 END_REASONS = {
     "exit": "exited",
@@ -81,6 +80,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
     warmup = max(0, warmup)
     window = run.measured_steps(warmup)
     n, wall, wait, samples, known = _measured_totals(run, warmup, window)
+    pace = rates_of(n, wall, samples, known, wait)
 
     step_p50 = step_p95 = step_mean = compute_p50 = wait_p50 = None
     if window:
@@ -109,14 +109,14 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         warmup=warmup,
         elapsed_s=elapsed,
         measured_s=wall,
-        samples_per_s=samples / wall if n and known == n and wall > 0 else None,
-        steps_per_s=n / wall if n and wall > 0 else None,
+        samples_per_s=pace.samples_per_s,
+        steps_per_s=pace.steps_per_s,
         step_p50_s=step_p50,
         step_p95_s=step_p95,
         step_mean_s=step_mean,
         compute_p50_s=compute_p50,
         data_wait_p50_s=wait_p50,
-        data_wait_frac=wait / wall if n and wall > 0 else None,
+        data_wait_frac=pace.data_wait_frac,
         peak_mem_allocated=run.peak_mem_allocated,
         peak_mem_reserved=run.peak_mem_reserved,
         mem_unavailable=mem_unavailable,
@@ -247,45 +247,19 @@ def gpu_reason(run: RunState) -> str:
 
 
 # -- text ---------------------------------------------------------------------
-def fmt_bytes(n: float | None) -> str:
-    """Bytes in binary units: "1.2 GiB"; "n/a" for None."""
-    if n is None:
-        return "n/a"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024.0:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024.0
-    return f"{value:.1f} TiB"
-
-
-def fmt_ms(seconds: float | None) -> str:
-    """Seconds as milliseconds: "31.0 ms"; "n/a" for None."""
-    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
-
-
-def fmt_pct(frac: float | None) -> str:
-    """A fraction 0..1 as a whole percent: "62%"; "n/a" for None."""
-    return "n/a" if frac is None else f"{frac * 100:.0f}%"
-
-
-def _na(value: str | None, reason: str | None) -> str:
-    if value is not None:
-        return value
-    return f"n/a ({reason})" if reason else "n/a"
-
-
 def format_summary(
     summary: Summary,
     findings: Sequence[Finding] = (),
     title: str = "pitstop summary",
     max_findings: int = 5,
     exit_code: int | None = None,
+    failures: Sequence[RuleFailure] = (),
 ) -> str:
     """Multi-line human summary; an unavailable figure reads "n/a (reason)", never 0.
 
     `exit_code` is the process's own exit code where the front saw it end
     (`pitstop run`): it is what a shell sees, and wins over the record's.
+    `failures`: advice rules that raised (`advise`), each said on its own line.
     """
     s = summary
     lines = [title, ""]
@@ -299,46 +273,38 @@ def format_summary(
         kept = ", ".join(f"{n} {MARK_WORDS.get(mark, mark)}" for mark, n in s.marked)
         lines.append(_row("", f"kept out of training figures: {kept}"))
     if s.eval_passes:
-        share = f", {s.eval_s / s.elapsed_s:.0%} of wall time" if s.elapsed_s else ""
+        share = f", {fmt.pct(s.eval_s / s.elapsed_s)} of wall time" if s.elapsed_s else ""
         passes = f"{s.eval_passes} pass{'es' if s.eval_passes != 1 else ''}"
         lines.append(_row("eval", f"{passes}, {s.eval_s:.1f} s{share}"))
     if s.measured_steps == 0:
         lines.append(_row("throughput", "n/a (no measured step yet)"))
     else:
-        through = _na(
-            f"{s.samples_per_s:.1f} samples/s" if s.samples_per_s is not None else None,
-            "batch size not seen",
-        )
+        through = fmt.rate(s.samples_per_s, "samples", "batch size not seen")
         if s.steps_per_s is not None:
-            through += f", {s.steps_per_s:.2f} steps/s"
+            through += f", {fmt.rate(s.steps_per_s, 'steps')}"
         lines.append(_row("throughput", through))
         lines.append(
             _row(
                 "step time",
-                f"p50 {fmt_ms(s.step_p50_s)}, p95 {fmt_ms(s.step_p95_s)}, "
-                f"mean {fmt_ms(s.step_mean_s)} (compute p50 {fmt_ms(s.compute_p50_s)})",
+                f"p50 {fmt.duration(s.step_p50_s)}, p95 {fmt.duration(s.step_p95_s)}, "
+                f"mean {fmt.duration(s.step_mean_s)} (compute p50 {fmt.duration(s.compute_p50_s)})",
             )
         )
-        lines.append(_row("data wait", f"{fmt_pct(s.data_wait_frac)} of step time"))
-    mem = _na(fmt_bytes(s.peak_mem_allocated) if s.peak_mem_allocated is not None else None,
-              s.mem_unavailable)
-    mem_line = f"peak allocated {mem}"
+        lines.append(_row("data wait", f"{fmt.pct(s.data_wait_frac)} of step time"))
+    mem_line = f"peak allocated {fmt.size(s.peak_mem_allocated, s.mem_unavailable)}"
     if s.peak_mem_reserved is not None:
-        mem_line += f", reserved {fmt_bytes(s.peak_mem_reserved)}"
-    rss = fmt_bytes(s.peak_rss) if s.peak_rss is not None else None
-    mem_line += f", peak host rss {_na(rss, 'not reported')}"
+        mem_line += f", reserved {fmt.size(s.peak_mem_reserved)}"
+    mem_line += f", peak host rss {fmt.size(s.peak_rss, 'not reported')}"
     lines.append(_row("memory", mem_line))
     if s.gpu_util_mean is not None:
-        gpu = f"util {s.gpu_util_mean:.0f}%"
+        gpu = f"util {fmt.percent(s.gpu_util_mean)}"
         if s.gpu_mem_peak is not None:
-            gpu += f", memory peak {fmt_bytes(s.gpu_mem_peak)}"
+            gpu += f", memory peak {fmt.size(s.gpu_mem_peak)}"
             if s.gpu_mem_total:
-                gpu += f" of {fmt_bytes(s.gpu_mem_total)}"
-        gpu += ", power " + _na(
-            f"{s.gpu_power_mean:.0f} W" if s.gpu_power_mean is not None else None, "not reported"
-        )
+                gpu += f" of {fmt.size(s.gpu_mem_total)}"
+        gpu += ", power " + fmt.watts(s.gpu_power_mean, reason="not reported")
     else:
-        gpu = f"n/a ({s.gpu_unavailable})"
+        gpu = fmt.na(s.gpu_unavailable)
     lines.append(_row("gpu", gpu))
     lines.append(_row("cpu", cpu_text(s.cpu)))
     if s.last_loss is not None or s.nonfinite_losses:
@@ -359,7 +325,8 @@ def format_summary(
     lines.append("")
     shown = list(findings)[: max(0, max_findings)]
     if not findings:
-        lines.append("findings: none (nothing in this run crossed a threshold)")
+        lines.append("findings: none (nothing in this run crossed a threshold)" if not failures else
+                     f"findings: none from the rules that ran ({len(failures)} failed, below)")
     else:
         more = f", top {len(shown)} shown" if len(shown) < len(findings) else ""
         lines.append(f"findings ({len(findings)}{more}):")
@@ -372,6 +339,7 @@ def format_summary(
             fix_lines = f.fix.splitlines() or [""]
             lines.append(f"     fix:  {fix_lines[0]}")
             lines.extend(f"           {line}" for line in fix_lines[1:])
+    lines.extend(f"  {failure.text}" for failure in failures)
     return "\n".join(lines)
 
 
@@ -410,7 +378,7 @@ def end_text(s: Summary, exit_code: int | None = None) -> str:
 
 
 def status_line(run: RunState, warmup: int = WARMUP) -> str:
-    """One compact line for the headless front, over the last STATUS_WINDOW measured steps.
+    """One compact line for the headless front, over the last RECENT_STEPS measured steps.
 
     The steps are those `summarize` measures (warm-up dropped), so the line's
     steps/s and the summary's agree: one definition (issue 10: 0.58 steps/s
@@ -418,24 +386,21 @@ def status_line(run: RunState, warmup: int = WARMUP) -> str:
     """
     if run.last_step is None:
         return "waiting for the first step"
-    recent = run.measured_steps(warmup)[-STATUS_WINDOW:]
-    wall = sum(s.wall for s in recent)
+    recent = last_measured(run, RECENT_STEPS, warmup)
+    pace = rates(recent)
     parts = [f"step {run.last_step}"]
-    if not recent or wall <= 0:
+    if pace.value is None:
         parts.append(f"warming up (the first {warmup} steps are not measured)")
     else:
-        if all(s.samples is not None for s in recent):
-            parts.append(f"{sum(s.samples or 0 for s in recent) / wall:.1f} samples/s")
-        else:
-            parts.append(f"{len(recent) / wall:.2f} steps/s")
+        parts.append(fmt.rate(pace.value, pace.counted))
         p50 = percentile((s.wall for s in recent), 50)
-        parts.append(f"step {fmt_ms(p50)} (p50 last {len(recent)})")
-        parts.append(f"data {fmt_pct(sum(s.data_wait for s in recent) / wall)}")
+        parts.append(f"step {fmt.duration(p50)} (p50 last {len(recent)})")
+        parts.append(f"data {fmt.pct(pace.data_wait_frac)}")
     last = run.steps[-1]
     if last.mem_allocated is not None:
-        parts.append(f"mem {fmt_bytes(last.mem_allocated)}")
+        parts.append(f"mem {fmt.size(last.mem_allocated)}")
     elif last.host_rss is not None:
-        parts.append(f"rss {fmt_bytes(last.host_rss)}")
+        parts.append(f"rss {fmt.size(last.host_rss)}")
     # The latest reading of each figure within the last few samples (2-5 s at
     # 1-2 Hz): older than that would be stale for a live line.
     utils: list[float] = []
@@ -443,7 +408,7 @@ def status_line(run: RunState, warmup: int = WARMUP) -> str:
         utils = [g.util for g in run.samples[i].gpus if g.util is not None]
         if utils:
             break
-    parts.append(f"gpu {mean(utils):.0f}%" if utils else "gpu n/a")
+    parts.append(f"gpu {fmt.percent(mean(utils))}" if utils else f"gpu {fmt.NA}")
     cpu = cpu_now(run)
     has_cpu = cpu.main is not None or cpu.machine_pct is not None or any(g.cores is not None for g in cpu.loaders)
     parts.append(f"cpu {cpu_text(cpu, short=True)}" if has_cpu else "cpu n/a")

@@ -14,8 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pitstop.analysis import RunState
-from pitstop.analysis._compare import slower_beyond
+from pitstop.analysis import RunState, slower_beyond
 from pitstop.compare._model import Comparison, build, primary
 from pitstop.compare._text import comparison_text, distribution_plot, verdict_text
 from pitstop.errors import UsageError
@@ -83,6 +82,8 @@ def gate_text(c: Comparison, pct: float, code: int) -> str:
         return f"pitstop: --fail-if-slower {pct:g}: cannot tell, {c.steps.reason} (exit {code})"
     st = c.steps
     assert st.ratio is not None and st.low is not None and st.high is not None
+    # One decimal, not format.change's whole percent above 1%: a gate is read against its
+    # threshold, and "+5%" would not say whether +4.96% passed --fail-if-slower 5.
     where = (f"B's step time is {(st.ratio - 1) * 100:+.1f}% against A "
              f"({st.confidence:.0%} interval {(st.low - 1) * 100:+.1f}% to {(st.high - 1) * 100:+.1f}%)")
     if code == EXIT_SLOWER:

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pitstop.analysis import Finding, JobState, RunState, findings, job_findings, job_summary, summarize
-from pitstop.analysis._compare import StepComparison, compare_steps
-from pitstop.analysis._context import WARMUP
-from pitstop.analysis._figures import PHASE_LABELS, PHASES, op_time_us
+from pitstop.analysis import (
+    PHASE_LABELS,
+    PHASES,
+    WARMUP,
+    Advice,
+    JobState,
+    RunState,
+    StepComparison,
+    advise,
+    compare_steps,
+    job_advice,
+    job_summary,
+    op_time_us,
+    summarize,
+)
 from pitstop.events import ProfileWindow
 
 # Ops listed: the union of each run's 10 costliest per profiled step; more is noise in a terminal.
@@ -126,7 +137,7 @@ def build(a_path: str, a_runs: list[RunState], b_path: str, b_runs: list[RunStat
         notes.append(f"the machine was busier during {busier}: other processes used {more:.2f} cores on average "
                      f"against {less:.2f} (of {cores}); part of the difference may be the machine's, not the run's")
     phases, ops = _windows(pa, pb, notes)
-    fa, fb = _findings(a_runs), _findings(b_runs)
+    fa, fb = _findings(a_runs, "A", notes), _findings(b_runs, "B", notes)
     return Comparison(
         a=side_a, b=side_b, steps=stats,
         metrics=_metrics(a_runs, pa, b_runs, pb, warmup),
@@ -240,15 +251,20 @@ def _windows(pa: RunState, pb: RunState, notes: list[str]) -> tuple[tuple[Metric
     return phases, ops
 
 
-def _findings(runs: list[RunState]) -> dict[str, FindingRef]:
-    """Every finding of the job by rule id: each process's, then the job's (stragglers, dead ranks)."""
-    found: list[Finding] = []
+def _findings(runs: list[RunState], side: str, notes: list[str]) -> dict[str, FindingRef]:
+    """Every finding of the job by rule id: each process's, then the job's (stragglers, dead ranks).
+
+    A rule that failed is a note ("A: advice rule host-sync failed: ..."): its
+    finding is not "gone", it was not computed (issue 13).
+    """
+    advice = Advice()
     for run in runs:
-        found.extend(findings(run))
+        advice = advice + advise(run)
     if len(runs) > 1:
-        found.extend(job_findings(JobState.of_runs(runs)))
+        advice = advice + job_advice(JobState.of_runs(runs))
+    notes.extend(dict.fromkeys(f"{side}: {failure.text}" for failure in advice.failures))
     out: dict[str, FindingRef] = {}
-    for f in found:
+    for f in advice.findings:
         out.setdefault(f.rule, FindingRef(f.rule, f.severity, f.title, f.evidence[0] if f.evidence else ""))
     return out
 

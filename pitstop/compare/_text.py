@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pitstop.analysis import fmt_bytes
-from pitstop.analysis._compare import StepComparison
+from pitstop.analysis import StepComparison
+from pitstop.analysis import format as fmt
 from pitstop.compare._model import Comparison, FindingRef, Metric
 
 # Eighths of a cell, for bars finer than one character.
@@ -21,8 +21,8 @@ def verdict_text(c: StepComparison) -> str:
         return f"too short to tell: {c.reason}" if c.reason else "nothing to compare: no training step"
     interval = ""
     if c.low is not None and c.high is not None:
-        interval = f", {c.confidence:.0%} interval {_pct(c.low - 1)} to {_pct(c.high - 1)}"
-    step = f"step time {_pct(c.ratio - 1)}{interval}"
+        interval = f", {c.confidence:.0%} interval {fmt.change(c.low - 1)} to {fmt.change(c.high - 1)}"
+    step = f"step time {fmt.change(c.ratio - 1)}{interval}"
     if c.verdict == "faster":
         return f"B is faster: {1 / c.ratio:.2f}x the throughput of A ({step})"
     if c.verdict == "slower":
@@ -41,29 +41,25 @@ def basis_text(c: StepComparison) -> str:
     return text
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:+.0f}%" if abs(x) >= 0.01 else f"{x * 100:+.1f}%"
-
-
 def _value(m: Metric, v: float | None) -> str:
     if v is None:
         return "n/a"
     if m.unit == "s":
-        return f"{v * 1e3:.1f} ms"
+        return fmt.duration(v)
     if m.unit == "ms":
-        return f"{v:.1f} ms"
+        return fmt.duration(v / 1e3)
     if m.unit == "us":
-        return f"{v / 1e3:.2f} ms"
+        return fmt.us(v)
     if m.unit == "frac":
-        return f"{v:.0%}"
+        return fmt.pct(v)
     if m.unit == "bytes":
-        return fmt_bytes(v)
+        return fmt.size(v)
     if m.unit == "pct":
-        return f"{v:.0f}%"
+        return fmt.percent(v)
     if m.unit == "cores":
         return f"{v:.2f} cores"
-    if m.unit == "steps/s":
-        return f"{v:.2f} steps/s"
+    if m.unit.endswith("/s"):
+        return fmt.rate(v, m.unit.removesuffix("/s"))
     return f"{v:.1f} {m.unit}"
 
 
@@ -75,7 +71,7 @@ def _change(m: Metric) -> str:
         return ""
     if m.unit == "frac":
         return f"{ch * 100:+.0f} points"
-    return _pct(ch)
+    return fmt.change(ch)
 
 
 def metric_table(rows: Sequence[Metric], indent: str = "  ") -> list[str]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from pitstop.errors import SchemaError, TransportError
+from pitstop.errors import SchemaError, TransportError, reason_of
 from pitstop.events import Event, Hello, Note, Rank, decode
 from pitstop.profiling.record import iter_record, record_files
 from pitstop.profiling.transport import COMMAND_TIMEOUT_S, Client, PendingReply, TcpEndpoint, list_agents
@@ -162,6 +162,7 @@ class SocketSource:
         def reader(path: Path | TcpEndpoint, client: Client) -> None:
             stream = f"socket:{path}"
             malformed = MalformedCounter()
+            failure: Exception | None = None
             try:
                 for raw in client.lines(poll=self._poll):
                     if self._stop.is_set():
@@ -183,14 +184,17 @@ class SocketSource:
                             out.append(StreamBatch(stream, events))
                         wake.set()
             except Exception as err:
+                failure = err
                 with lock:
                     errors.append(err)
             finally:
                 last = malformed.flush()
+                # A stream that closes without an End event is a process that died; one that
+                # broke says why, for the fronts to show (issue 13: other errors were dropped).
+                why = reason_of(failure) if failure is not None else None
                 with lock:
                     done.add(path)
-                    # A stream that closes without an End event is a process that died.
-                    out.append(StreamBatch(stream, [last] if last is not None else [], closed=True))
+                    out.append(StreamBatch(stream, [last] if last is not None else [], closed=True, error=why))
                 wake.set()
 
         first_attempt = True

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pitstop.analysis._cpu import loader_label
+from pitstop.analysis import format as fmt
+from pitstop.analysis import loader_label
 from pitstop.report._data import ReportData
-from pitstop.report._svg import PALETTE, Line, chart, fmt_duration
+from pitstop.report._svg import PALETTE, Line, chart
 
 
 def _ms(seconds: float) -> str:
@@ -46,10 +47,10 @@ def charts(data: ReportData) -> list[str]:
         cpu.append(Line(f"{label or 'loader ' + ident} workers", samples.points(key), PALETTE[(i + 1) % 6 + 1]))
     cores = data.primary.runtime.cpu_count if data.primary.runtime is not None else None
     out.append(chart(f"CPU in cores (1.0 = one core busy{f'; the machine has {cores}' if cores else ''})",
-                     cpu, "time since start", lambda v: f"{v:.1f}", x_format=fmt_duration))
+                     cpu, "time since start", lambda v: f"{v:.1f}", x_format=fmt.span))
     if samples.points("gpu_util"):
         out.append(chart("GPU utilisation (%, mean over GPUs)", [Line("util", samples.points("gpu_util"), PALETTE[5])],
-                         "time since start", lambda v: f"{v:.0f}%", x_format=fmt_duration))
+                         "time since start", lambda v: f"{v:.0f}%", x_format=fmt.span))
     memory = [Line("host RSS", steps.points("rss", "max"), PALETTE[0])]
     if steps.points("allocated"):
         memory += [Line("CUDA allocated", steps.points("allocated", "max"), PALETTE[5]),

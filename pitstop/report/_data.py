@@ -7,20 +7,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pitstop.analysis import (
+    WARMUP,
     Finding,
     JobState,
     JobSummary,
     RunState,
     Summary,
-    findings,
-    job_findings,
+    advise,
+    cpu_mean,
+    cpu_text,
+    end_text,
+    job_advice,
     job_summary,
+    loader_label,
+    op_time_us,
     summarize,
 )
-from pitstop.analysis._context import WARMUP
-from pitstop.analysis._cpu import cpu_mean, cpu_text, loader_label
-from pitstop.analysis._figures import op_time_us
-from pitstop.analysis._summary import end_text, fmt_bytes, fmt_ms
+from pitstop.analysis import format as fmt
 from pitstop.errors import UsageError
 from pitstop.profiling.record import ReadResult, iter_record, record_files
 from pitstop.report._series import RunSeries
@@ -99,11 +102,13 @@ def load(path: Path, warmup: int = WARMUP) -> ReportData:
     job = JobState.of_runs(runs)
     primary = job.primary()
     assert primary is not None  # record_files raised if there was no file
-    found = findings(primary, warmup)
+    advice = advise(primary, warmup)
     summary_job = None
     if len(runs) > 1:
         summary_job = job_summary(job, warmup)
-        found = found + job_findings(job, warmup)
+        advice = advice + job_advice(job, warmup)
+    found = list(advice.findings)
+    notes += [failure.text for failure in advice.failures]  # said, not dropped (issue 13)
     data = ReportData(path=str(path), generated=time.time(), runs=runs, primary=primary,
                       series=series[runs.index(primary)], summary=summarize(primary, warmup), found=found,
                       job=summary_job, notes=notes)
@@ -194,7 +199,7 @@ def _environment(run: RunState) -> list[tuple[str, str]]:
                 + {True: ", native bf16", False: ", no native bf16", None: ""}[rt.cpu_bf16]))
     if rt.torch_threads is not None:
         out.append(("torch threads", str(rt.torch_threads)))
-    out.append(("/dev/shm", fmt_bytes(rt.shm_bytes) if rt.shm_bytes is not None else "none"))
+    out.append(("/dev/shm", fmt.size(rt.shm_bytes, "none")))
     for metric, why in rt.unavailable.items():
         out.append((f"{metric} unavailable", why))
     out.append(("doctor", "not in the record (pitstop doctor checks the machine; paste its output beside)"))
@@ -211,7 +216,7 @@ def _overhead(data: ReportData) -> list[tuple[str, str]]:
     p50 = s.step_p50_s
     if p50:
         out.append(("agent per step", f"~{AGENT_STEP_COST_S * 1e6:.0f} us per step, {AGENT_STEP_COST_S / p50:.2%} of this "
-                    f"run's {fmt_ms(p50)} p50 step (measured by benchmarks/overhead.py, not in this run)"))
+                    f"run's {fmt.duration(p50)} p50 step (measured by benchmarks/overhead.py, not in this run)"))
     marked = [st for st in run.steps if st.mark in ("profiled", "after-profile")]
     if run.profiles or marked:
         extra = sum(st.wall for st in marked) - len(marked) * (p50 or 0.0)
@@ -230,29 +235,29 @@ def overview(data: ReportData) -> list[tuple[str, str]]:
     if s.marked:
         rows.append(("kept out", ", ".join(f"{n} {mark}" for mark, n in s.marked)))
     if s.samples_per_s is not None:
-        rows.append(("throughput", f"{s.samples_per_s:.1f} samples/s"
-                     + (f", {s.steps_per_s:.2f} steps/s" if s.steps_per_s is not None else "")))
+        rows.append(("throughput", fmt.rate(s.samples_per_s, "samples")
+                     + (f", {fmt.rate(s.steps_per_s, 'steps')}" if s.steps_per_s is not None else "")))
     elif s.steps_per_s is not None:
-        rows.append(("throughput", f"{s.steps_per_s:.2f} steps/s (batch size not seen)"))
+        rows.append(("throughput", f"{fmt.rate(s.steps_per_s, 'steps')} (batch size not seen)"))
     if data.job is not None and data.job.samples_per_s is not None:
-        rows.append(("job throughput", f"{data.job.samples_per_s:.1f} samples/s over {data.job.ranks} ranks"))
+        rows.append(("job throughput", f"{fmt.rate(data.job.samples_per_s, 'samples')} over {data.job.ranks} ranks"))
     if s.step_p50_s is not None:
-        rows.append(("step time", f"p50 {fmt_ms(s.step_p50_s)}, p95 {fmt_ms(s.step_p95_s)}, mean {fmt_ms(s.step_mean_s)} "
-                     f"(compute p50 {fmt_ms(s.compute_p50_s)})"))
+        rows.append(("step time", f"p50 {fmt.duration(s.step_p50_s)}, p95 {fmt.duration(s.step_p95_s)}, "
+                     f"mean {fmt.duration(s.step_mean_s)} (compute p50 {fmt.duration(s.compute_p50_s)})"))
     if s.data_wait_frac is not None:
-        rows.append(("data wait", f"{s.data_wait_frac:.0%} of training step time"))
+        rows.append(("data wait", f"{fmt.pct(s.data_wait_frac)} of training step time"))
     if s.eval_passes:
-        share = f", {s.eval_s / s.elapsed_s:.0%} of wall time" if s.elapsed_s else ""
+        share = f", {fmt.pct(s.eval_s / s.elapsed_s)} of wall time" if s.elapsed_s else ""
         rows.append(("evaluation", f"{s.eval_passes} pass(es), {s.eval_s:.1f} s{share}"))
-    mem = (f"peak allocated {fmt_bytes(s.peak_mem_allocated)}" if s.peak_mem_allocated is not None
-           else f"peak allocated n/a ({s.mem_unavailable})")
+    mem = f"peak allocated {fmt.size(s.peak_mem_allocated, s.mem_unavailable)}"
     if s.peak_mem_reserved is not None:
-        mem += f", reserved {fmt_bytes(s.peak_mem_reserved)}"
-    rows.append(("memory", mem + f", peak host rss {fmt_bytes(s.peak_rss)}"))
+        mem += f", reserved {fmt.size(s.peak_mem_reserved)}"
+    rows.append(("memory", mem + f", peak host rss {fmt.size(s.peak_rss, 'not reported')}"))
     if s.gpu_util_mean is not None:
-        rows.append(("gpu", f"util {s.gpu_util_mean:.0f}%, memory peak {fmt_bytes(s.gpu_mem_peak)} of {fmt_bytes(s.gpu_mem_total)}"))
+        rows.append(("gpu", f"util {fmt.percent(s.gpu_util_mean)}, memory peak {fmt.size(s.gpu_mem_peak)} "
+                     f"of {fmt.size(s.gpu_mem_total)}"))
     else:
-        rows.append(("gpu", f"n/a ({s.gpu_unavailable})"))
+        rows.append(("gpu", fmt.na(s.gpu_unavailable)))
     rows.append(("cpu", cpu_text(s.cpu)))
     if s.last_loss is not None or s.nonfinite_losses:
         rows.append(("loss", (f"last {s.last_loss:.4g}" if s.last_loss is not None else "last n/a")

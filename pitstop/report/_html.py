@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 
 from pitstop.analysis import Finding
-from pitstop.analysis._summary import fmt_bytes, fmt_ms, fmt_pct
+from pitstop.analysis import format as fmt
 from pitstop.report._charts import charts
 from pitstop.report._data import ReportData, TableRow, overview
 
@@ -57,7 +57,7 @@ def _table(rows: Sequence[TableRow], what: str) -> str:
     head = "<tr><th>name</th><th>calls/step</th><th>ms/step</th><th>share of step</th></tr>"
     body = "".join(
         f"<tr><td>{_e(r.name)}</td><td class=num>{r.calls:.1f}</td><td class=num>{r.ms:.2f}</td>"
-        f"<td class=num>{fmt_pct(r.share) if r.share is not None else 'n/a'}</td></tr>" for r in rows)
+        f"<td class=num>{fmt.pct(r.share)}</td></tr>" for r in rows)
     return f"<table>{head}{body}</table>"
 
 
@@ -69,10 +69,10 @@ def _ranks(data: ReportData) -> str:
             "<th>peak memory</th><th>gpu</th></tr>")
     body = "".join(
         f"<tr><td>{_e(r.label)}</td><td>{_e(r.host or '?')}</td><td>{_e(r.status)}</td>"
-        f"<td class=num>{r.steps}</td><td class=num>{fmt_ms(r.step_p50_s)}</td>"
-        f"<td class=num>{fmt_pct(r.data_wait_frac)}</td>"
-        f"<td class=num>{fmt_bytes(r.peak_mem_allocated if r.peak_mem_allocated is not None else r.peak_rss)}</td>"
-        f"<td class=num>{f'{r.gpu_util_mean:.0f}%' if r.gpu_util_mean is not None else 'n/a'}</td></tr>"
+        f"<td class=num>{r.steps}</td><td class=num>{fmt.duration(r.step_p50_s)}</td>"
+        f"<td class=num>{fmt.pct(r.data_wait_frac)}</td>"
+        f"<td class=num>{fmt.size(r.peak_mem_allocated if r.peak_mem_allocated is not None else r.peak_rss)}</td>"
+        f"<td class=num>{fmt.percent(r.gpu_util_mean)}</td></tr>"
         for r in job.rows)
     stragglers = "".join(f"<li>{_e(s.text)}</li>" for s in job.stragglers) or "<li>none</li>"
     return f"<h2>Ranks</h2><table>{head}{body}</table><p>Stragglers:</p><ul>{stragglers}</ul>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from pitstop.analysis._summary import fmt_pct
+from pitstop.analysis import format as fmt
 from pitstop.report._data import ReportData, TableRow, overview
 
 _SPARKS = "▁▂▃▄▅▆▇█"
@@ -37,7 +37,7 @@ def _kv(rows: Sequence[tuple[str, str]]) -> list[str]:
 
 def _table(rows: Sequence[TableRow]) -> list[str]:
     out = ["| name | calls/step | ms/step | share of step |", "|---|---:|---:|---:|"]
-    out += [f"| `{_cell(r.name)}` | {r.calls:.1f} | {r.ms:.2f} | {fmt_pct(r.share) if r.share is not None else 'n/a'} |"
+    out += [f"| `{_cell(r.name)}` | {r.calls:.1f} | {r.ms:.2f} | {fmt.pct(r.share)} |"
             for r in rows]
     return out
 
@@ -55,13 +55,13 @@ def render_markdown(data: ReportData) -> str:
         rss = [v for _, v in steps.points("rss", "max")]
         top = max(wall)
         lines += ["", "Over the run (left: start, right: end; each line scaled to its own max):", "", "```"]
-        lines.append(f"step time  {sparkline(wall)}  max {top * 1e3:.0f} ms")
+        lines.append(f"step time  {sparkline(wall)}  max {fmt.duration(top)}")
         if wait:
-            lines.append(f"data wait  {sparkline(wait)}  max {max(wait) * 1e3:.0f} ms")
+            lines.append(f"data wait  {sparkline(wait)}  max {fmt.duration(max(wait))}")
         if rate:
             lines.append(f"samples/s  {sparkline(rate)}  max {max(rate):.0f}")
         if rss:
-            lines.append(f"host rss   {sparkline(rss)}  max {max(rss) / (1 << 20):.0f} MiB")
+            lines.append(f"host rss   {sparkline(rss)}  max {fmt.size(max(rss))}")
         lines.append("```")
     lines += ["", f"### Findings ({len(data.found)})", ""]
     if not data.found:
@@ -89,8 +89,7 @@ def render_markdown(data: ReportData) -> str:
     if data.job is not None:
         lines += ["### Ranks", "", "| rank | status | steps | step p50 | data wait |", "|---|---|---:|---:|---:|"]
         lines += [f"| {r.label} | {r.status} | {r.steps} | "
-                  f"{f'{r.step_p50_s * 1e3:.1f} ms' if r.step_p50_s is not None else 'n/a'} | "
-                  f"{fmt_pct(r.data_wait_frac)} |" for r in data.job.rows]
+                  f"{fmt.duration(r.step_p50_s)} | {fmt.pct(r.data_wait_frac)} |" for r in data.job.rows]
         lines.append("")
     lines += ["### Environment", ""] + _kv(data.environment)
     lines += ["", "### pitstop's overhead", ""] + _kv(data.overhead)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pitstop.analysis._state import RunState
+from pitstop.analysis import RunState
 from pitstop.events import Event, Sample, Step
 
 MAX_BUCKETS = 400

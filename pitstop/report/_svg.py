@@ -62,15 +62,6 @@ def fmt_count(x: float) -> str:
     return f"{x:.0f}"
 
 
-def fmt_duration(seconds: float) -> str:
-    """Seconds since the start as "45 s", "12 min", "3.5 h"."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def chart(title: str, lines: Sequence[Line], x_label: str, y_format: Callable[[float], str],
           x_format: Callable[[float], str] = fmt_count, width: int = 720, height: int = 220,
           y_min: float | None = 0.0) -> str:

@@ -21,10 +21,23 @@ from textual.binding import Binding
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from pitstop.analysis import Finding, JobState, JobSummary, RunState, StreamBatch, findings, job_findings, job_summary
-from pitstop.analysis._figures import StepSplit, step_split
+from pitstop.analysis import (
+    Advice,
+    Finding,
+    JobState,
+    JobSummary,
+    RuleFailure,
+    RunState,
+    StepSplit,
+    StreamBatch,
+    advise,
+    job_advice,
+    job_summary,
+    step_split,
+    stream_label,
+)
 from pitstop.events import Note
-from pitstop.errors import PitstopError
+from pitstop.errors import PitstopError, reason_of
 from pitstop.streams import Replies
 from pitstop.tui import logtail
 from pitstop.tui.glance import quiet_text
@@ -76,14 +89,6 @@ def prefixed(prefix: str, message: str) -> str:
     if message.lower().startswith(f"{prefix.lower()}:"):
         message = message[len(prefix) + 1:].lstrip()
     return f"{prefix}: {message}"
-
-
-def reason_of(error: BaseException) -> str:
-    """One line for a person: pitstop's own errors as they are, others with their type."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    if isinstance(error, PitstopError):
-        return text or type(error).__name__
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 class PitstopApp(App[str]):
@@ -169,6 +174,7 @@ class PitstopApp(App[str]):
         self._switching = False  # refresh_views for a screen switch: reuse the figures of this run
         self._findings_key: tuple[int, int, int, int] | None = None
         self._findings_at = 0.0
+        self._said: set[str] = set()  # failures already notified: each once, not every second
         self.screenshot_dir: Path | None = None  # None: the current directory
 
     # -- start --------------------------------------------------------------
@@ -243,6 +249,9 @@ class PitstopApp(App[str]):
         batches = self._inbox.drain()
         for batch in batches:
             self.job.add(batch)
+            if batch.error is not None:  # a stream that broke is said, not only closed (issue 13)
+                self.say_failure(f"stream:{batch.stream}",
+                                 f"stream from {stream_label(self.job, batch.stream)} ended: {batch.error}")
             for event in batch.events:  # the agent's warnings are said, not only recorded
                 if isinstance(event, Note) and event.level in ("warn", "error"):
                     self.notify(prefixed(event.source, event.message), title="pitstop",
@@ -326,7 +335,12 @@ class PitstopApp(App[str]):
         stale = self._summary_key is None or self._summary_key[0] != key[0] or (
             key != self._summary_key and now - self._summary_at >= SUMMARY_EVERY_S and not self._switching)
         if stale:
-            self._summary, self._summary_key, self._summary_at = job_summary(job), key, now
+            try:
+                summary = job_summary(job)
+            except Exception as err:  # noqa: BLE001 - said once; the rank's own screens go on
+                self.say_failure("job-summary", f"job summary failed: {reason_of(err)}")
+                summary = None
+            self._summary, self._summary_key, self._summary_at = summary, key, now
         return self._summary
 
     def run_figures(self, run: RunState | None) -> tuple[tuple[Finding, ...] | None, StepSplit | None]:
@@ -350,11 +364,23 @@ class PitstopApp(App[str]):
             same = self._findings_key[:2] == key[:2] and self.timeline is None
             if same and (now - self._findings_at < FINDINGS_EVERY_S or self._switching):
                 return self._findings, self._split
-        job_level = job_findings(job) if len(job.runs) > 1 else []
-        self._findings = (*job_level, *findings(run))
+        advice = (job_advice(job) if len(job.runs) > 1 else Advice()) + advise(run)
+        self._findings = advice.findings
+        self.say_failures(advice.failures)
         self._split = step_split(run)
         self._findings_key, self._findings_at = key, now
         return self._findings, self._split
+
+    def say_failure(self, key: str, text: str) -> None:
+        """A visible notification for something that failed, once per `key` (a rule, a stream)."""
+        if key not in self._said:
+            self._said.add(key)
+            self.notify(text, title="pitstop", severity="error", timeout=30)
+
+    def say_failures(self, failures: tuple[RuleFailure, ...]) -> None:
+        """"advice rule host-sync failed: ..." for each rule that raised, once (the rules run every second)."""
+        for failure in failures:
+            self.say_failure(f"rule:{failure.rule}", failure.text)
 
     def frame(self) -> Frame:
         label, run = self.current_run()

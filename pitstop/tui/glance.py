@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pitstop.analysis import Finding, RunState
-from pitstop.analysis._cpu import cpu_now
-from pitstop.analysis._figures import window_phases
-from pitstop.analysis._summary import gpu_reason
+from pitstop.analysis import Finding, RunState, cpu_now, gpu_reason, window_phases
+from pitstop.analysis import format as fmt
 from pitstop.events import Sample
-from pitstop.tui import format as fmt
 from pitstop.tui.opstable import MIN_PHASE_SHARE
 from pitstop.tui.view import Frame, latest_sample, torch_mem_reason
 from pitstop.tui.widgets import FindingView, Gauge, GaugeLine, Phase, SplitInfo
@@ -49,11 +46,11 @@ def split_info(frame: Frame) -> SplitInfo | None:
         return SplitInfo(note=f"{fmt.count(warm, 'step')} so far, all warm-up or marked (not measured yet)",
                          phases=phases, phases_title=title, phases_note=note)
     return SplitInfo(
-        step=fmt.ms(split.wall_p50),
+        step=fmt.duration(split.wall_p50),
         over=f"over {fmt.count(split.steps, 'measured step')}",
         wait_frac=split.data_frac,
-        wait=fmt.ms(split.wait_p50),
-        compute=fmt.ms(split.compute_p50),
+        wait=fmt.duration(split.wait_p50),
+        compute=fmt.duration(split.compute_p50),
         wait_style="bold red" if bound else "red",
         phases=phases,
         phases_title=title,
@@ -62,7 +59,7 @@ def split_info(frame: Frame) -> SplitInfo | None:
 
 
 def _phase_ms(ms: float) -> str:
-    return fmt.ms(ms / 1000.0).replace(" ", "")
+    return fmt.duration(ms / 1000.0).replace(" ", "")
 
 
 def _no_window_note(frame: Frame) -> str:
@@ -122,7 +119,7 @@ def _gpu_line(run: RunState, samples: list[Sample]) -> GaugeLine:
         return tuple(_gpu0_value(s, pick) for s in samples)
 
     why = g.unavailable
-    util = Gauge(f"util {fmt.pct(g.util, why.get('util'))}{many}", of("util"), 100.0)
+    util = Gauge(f"util {fmt.percent(g.util, why.get('util'))}{many}", of("util"), 100.0)
     if g.mem_used is not None and g.mem_total:
         mem = Gauge(f"mem {fmt.size_of(g.mem_used, g.mem_total)}", of("mem_used"), float(g.mem_total),
                     "bold red" if g.mem_used > 0.9 * g.mem_total else "")
@@ -163,7 +160,7 @@ def _cpu_line(run: RunState, samples: list[Sample]) -> GaugeLine:
         hist = tuple(s.system_cpu for s in samples)
         gauges.append(Gauge(f"machine {cpu.machine:.1f}/{cpu.machine_cores}", hist, 100.0))
     elif cpu.machine_pct is not None:
-        gauges.append(Gauge(f"machine {fmt.pct(cpu.machine_pct)}", tuple(s.system_cpu for s in samples), 100.0))
+        gauges.append(Gauge(f"machine {fmt.percent(cpu.machine_pct)}", tuple(s.system_cpu for s in samples), 100.0))
     return GaugeLine("CPU", tuple(gauges))
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pitstop.analysis import RunState
-from pitstop.analysis._figures import PHASE_LABELS, op_phase, op_step_share, window_phases, window_step_s
+from pitstop.analysis import PHASE_LABELS, RunState, op_phase, op_step_share, window_phases, window_step_s
 from pitstop.events import ProfileWindow
 
 # Groups in step order; None holds the ops whose name does not say their phase.

@@ -26,8 +26,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static
 
+from pitstop.analysis import format as fmt
 from pitstop.profiling.launch import exit_code_of
-from pitstop.tui import format as fmt
 from pitstop.tui import logtail
 from pitstop.tui.inbox import Inbox
 from pitstop.tui.logtail import LogBuffer

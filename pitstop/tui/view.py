@@ -2,8 +2,8 @@
 
 Analysis owns the arithmetic of a whole run (`summarize`, `findings`,
 `percentile`); what lives here is only what a live screen needs on top: the
-recent window (the last STATUS_WINDOW steps, so the header follows a change the
-user just made), chart series, and "n/a (reason)" texts.
+recent window (`recent_rates`, so the header follows a change the user just
+made), chart series, and "n/a (reason)" texts.
 """
 
 from __future__ import annotations
@@ -11,13 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from pitstop.analysis import Finding, JobState, JobSummary, RunState, percentile
-from pitstop.analysis._context import WARMUP
-from pitstop.analysis._cpu import cpu_now
-from pitstop.analysis._figures import StepSplit, data_verdict
-from pitstop.analysis._summary import STATUS_WINDOW, gpu_reason
+from pitstop.analysis import (
+    WARMUP,
+    Finding,
+    JobState,
+    JobSummary,
+    RunState,
+    StepSplit,
+    cpu_now,
+    data_verdict,
+    gpu_reason,
+    recent_rates,
+)
+from pitstop.analysis import format as fmt
 from pitstop.events import Gpu, ProfileWindow, Sample, Step
-from pitstop.tui import format as fmt
 from pitstop.tui.widgets import BarSeries, Layer, Row
 
 # The step charts show the last 300 steps (a bar averages several when the chart is narrower).
@@ -53,35 +60,11 @@ class Frame:
     # The findings of the shown run (the job's first), computed once by the app for every
     # screen (throttled: the rules walk every step); None before the run's first step.
     findings: tuple[Finding, ...] | None = None
-    # The shown run's step split (analysis._figures.step_split), computed with the findings.
+    # The shown run's step split (analysis.step_split), computed with the findings.
     split: StepSplit | None = None
 
 
 # -- header -------------------------------------------------------------------
-def last_measured(run: RunState, n: int) -> list[Step]:
-    """`run.measured_steps(WARMUP)[-n:]`, read from the end (that list walks all 20,000 kept steps, 4x a second)."""
-    out: list[Step] = []
-    for s in reversed(run.steps):
-        if len(out) >= n:
-            break
-        if s.step >= WARMUP and s.mark is None:
-            out.append(s)
-    out.reverse()
-    return out
-
-
-def recent_rates(run: RunState) -> tuple[float | None, float | None]:
-    """(steps/s, samples/s) over the last STATUS_WINDOW steps; samples/s None if unreported."""
-    recent = last_measured(run, STATUS_WINDOW)  # the status line's steps (warm-up, marks out)
-    wall = sum(s.wall for s in recent)
-    if not recent or wall <= 0:
-        return None, None
-    steps_per_s = len(recent) / wall
-    if any(s.samples is None for s in recent):
-        return steps_per_s, None
-    return steps_per_s, sum(s.samples or 0 for s in recent) / wall
-
-
 def device_text(run: RunState) -> str:
     rt = run.runtime
     if rt is None:
@@ -109,7 +92,8 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
     if run is None:
         return (("status", "waiting for the first event"),)
     hello = run.hello
-    steps_per_s, samples_per_s = recent_rates(run)
+    pace = recent_rates(run)  # the status line's steps and arithmetic (warm-up, marks out)
+    steps_per_s, samples_per_s = pace.steps_per_s, pace.samples_per_s
     items: list[tuple[str, str]] = [
         ("pid", str(hello.pid) if hello else fmt.NA),
         ("step", str(run.last_step) if run.last_step is not None else "–"),
@@ -122,16 +106,16 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
         code = f" (exit {run.end.exit_code})" if run.end.exit_code is not None else ""
         items.append(("ended", run.end.reason + code))
     items += [
-        ("samples/s", f"{samples_per_s:,.1f}" if samples_per_s is not None
+        ("samples/s", fmt.rate_value(samples_per_s) if samples_per_s is not None
          else fmt.na("batch size unknown" if steps_per_s else None)),
-        ("steps/s", f"{steps_per_s:.2f}" if steps_per_s is not None else fmt.NA),
+        ("steps/s", fmt.rate_value(steps_per_s) if steps_per_s is not None else fmt.NA),
     ]
     summary = frame.summary
     if summary is not None and summary.ranks > 1:
         # The job's figures next to the shown rank's: ranks in DDP each consume their own batch.
         gone = f", {len(summary.gone)} gone" if summary.gone else ""
         items.append(("ranks", f"{summary.ranks}{gone} (showing {frame.rank_label})"))
-        items.append(("job samples/s", f"{summary.samples_per_s:,.1f}" if summary.samples_per_s is not None
+        items.append(("job samples/s", fmt.rate_value(summary.samples_per_s) if summary.samples_per_s is not None
                       else fmt.na("batch size unknown")))
         if summary.stragglers:
             items.append(("straggler", ", ".join(s.label for s in summary.stragglers)))
@@ -239,9 +223,9 @@ def _gpu_rows(g: Gpu, many: bool) -> list[Row]:
     why = g.unavailable
     mem = fmt.size(g.mem_used, why.get("mem_used") or why.get("memory"))
     if g.mem_used is not None and g.mem_total:
-        mem = f"{fmt.size_of(g.mem_used, g.mem_total)} ({100 * g.mem_used / g.mem_total:.0f}%)"
+        mem = f"{fmt.size_of(g.mem_used, g.mem_total)} ({fmt.pct(g.mem_used / g.mem_total)})"
     return [
-        Row(f"{tag}util", fmt.pct(g.util, why.get("util"))),
+        Row(f"{tag}util", fmt.percent(g.util, why.get("util"))),
         Row(f"{tag}memory", mem),
         Row(f"{tag}power", fmt.watts(g.power_w, g.power_limit_w, why.get("power_w") or why.get("power"))),
     ]
@@ -266,7 +250,7 @@ def cpu_rows(run: RunState | None) -> tuple[Row, ...]:
     if cpu.machine is not None:
         rows.append(Row("machine", f"{cpu.machine:.2f}/{cpu.machine_cores} cores"))
     elif cpu.machine_pct is not None:
-        rows.append(Row("machine", f"{fmt.pct(cpu.machine_pct)} (CPU count not reported)"))
+        rows.append(Row("machine", f"{fmt.percent(cpu.machine_pct)} (CPU count not reported)"))
     return tuple(rows)
 
 
@@ -365,9 +349,9 @@ def data_rows(run: RunState | None, found: tuple[Finding, ...] | None = None,
         return ()
     verdict = data_verdict(run, found or (), split=split)
     rows = [
-        Row("data wait p50", fmt.ms(split.wait_p50)),
-        Row("data wait p95", fmt.ms(split.wait_p95)),
-        Row("share of step", fmt.pct(100 * split.data_frac), "bold red" if verdict.bound else ""),
+        Row("data wait p50", fmt.duration(split.wait_p50)),
+        Row("data wait p95", fmt.duration(split.wait_p95)),
+        Row("share of step", fmt.pct(split.data_frac), "bold red" if verdict.bound else ""),
     ]
     # One batch per step: the loader delivered `steps` batches in the steps' wall time;
     # the step alone (without waiting) could take one every compute / steps seconds.

@@ -1,4 +1,9 @@
-"""Provides a trial's measurement from its recorded events: warm-up dropped, windows, median and spread."""
+"""Provides a trial's measurement from its recorded events: warm-up dropped, windows, median and spread.
+
+Each window's throughput is `pitstop.analysis.rates`, the definition every
+front shows (issue 13: the tuner counted samples its own way); what is the
+tuner's own is the cut into windows and their median and spread (DESIGN rule 6).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pitstop.analysis import median_and_spread
+from pitstop.analysis import is_measured, median_and_spread, rates
 from pitstop.events import Applied, DataLoaderInfo, End, Event, Hello, Loss, Model, Runtime, Sample, Step
 from pitstop.tuning.results import Facts
 
@@ -82,7 +87,7 @@ def measure(events: Iterable[Event], warmup: int, windows: int = WINDOWS) -> Mea
     m.steps_seen = len(steps)
     # Training steps only, as every front counts them (RunState.measured_steps): a step
     # holding an eval pass or a profiler window is not the pace of training.
-    measured = [s for s in steps if s.step >= warmup and s.mark is None]
+    measured = [s for s in steps if is_measured(s, warmup)]
     m.measured_steps = len(measured)
     # Step-time jitter is judged on groups of steps: with N workers, batches
     # arrive in round-robin bursts, so single steps alternate between ~0 and a
@@ -105,21 +110,17 @@ def _throughput(m: Measurement, measured: list[Step], windows: int, burst: int, 
     unit = burst if len(measured) >= windows * burst else 1
     count = max(1, min(windows, len(measured) // unit))
     size = (len(measured) // count) // unit * unit
-    per_sample = all(s.samples for s in measured)
-    m.unit = "samples/s" if per_sample else "steps/s"
-    rates: list[float] = []
+    m.unit = rates(measured).unit  # samples/s when every step said its batch size, as every front
+    wall_rates: list[float] = []
     compute_rates: list[float] = []
     for i in range(count):
         chunk = measured[i * size: (i + 1) * size]  # equal windows; a remainder of < 1 window is dropped
-        wall = sum(s.wall for s in chunk)
-        busy = sum(s.compute for s in chunk)
-        work = sum(s.samples or 0 for s in chunk) if per_sample else len(chunk)
-        if wall > 0:
-            rates.append(work / wall)
-        if busy > 0:
-            compute_rates.append(work / busy)
-    if rates:
-        m.throughput, _, m.spread = median_and_spread(rates)
+        for out, pace in ((wall_rates, rates(chunk)), (compute_rates, rates(chunk, compute_only=True))):
+            value = pace.samples_per_s if m.unit == "samples/s" else pace.steps_per_s
+            if value is not None:
+                out.append(value)
+    if wall_rates:
+        m.throughput, _, m.spread = median_and_spread(wall_rates)
     if compute_rates:
         m.compute_throughput, _, m.compute_spread = median_and_spread(compute_rates)
     m.measured_seconds = sum(s.wall for s in measured)

@@ -8,7 +8,7 @@ from pathlib import Path
 from conftest import FIXED, run_events
 
 from pitstop.analysis import StreamBatch
-from pitstop.tui import format as fmt
+from pitstop.analysis import format as fmt
 from pitstop.tui.inbox import Inbox
 from pitstop.tui.logtail import LogBuffer, clean, session_log, tail
 from pitstop.tui.replay import Timeline
@@ -65,7 +65,7 @@ def test_unavailable_figures_say_why() -> None:
     assert fmt.pct(None) == "n/a"
     assert fmt.size(1536 * 2**20) == "1.5 GiB"
     assert fmt.size_of(5.5 * 2**30, 40 * 2**30) == "5.5/40 GiB"
-    assert fmt.ms(0.0123) == "12.3 ms"
+    assert fmt.duration(0.0123) == "12.3 ms"
 
 
 def test_units_and_grammar_read_as_a_person_writes_them() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.analysis import RunState, run_rules
+from pitstop.analysis import RunState, advise
 from pitstop.profiling.record import iter_record
 
 from .conftest import SCRIPTS, run_pitstop
@@ -46,9 +46,9 @@ def rules_of(record: Path) -> list[str]:
     run = RunState()
     for event in iter_record(record):
         run.add(event)
-    found, failed = run_rules(run)
-    assert failed == []
-    return [f.rule for f in found]
+    advice = advise(run)
+    assert advice.failures == ()
+    return [f.rule for f in advice.findings]
 
 
 @pytest.fixture(scope="module")

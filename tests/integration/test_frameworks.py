@@ -50,9 +50,9 @@ def steps_of(record: Path) -> list[Step]:
 
 def summary_throughput(text: str) -> tuple[float, float]:
     """(samples/s, steps/s) from a summary's throughput row."""
-    m = re.search(r"^\s+throughput\s+([\d.]+) samples/s, ([\d.]+) steps/s", text, re.M)
+    m = re.search(r"^\s+throughput\s+([\d.,]+) samples/s, ([\d.,]+) steps/s", text, re.M)
     assert m, text
-    return float(m.group(1)), float(m.group(2))
+    return float(m.group(1).replace(",", "")), float(m.group(2).replace(",", ""))  # "1,234 samples/s"
 
 
 def training_steps_per_s(steps: list[Step], warmup: int = 3) -> float:

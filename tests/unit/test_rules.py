@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pitstop.analysis import RULE_IDS, Finding, RunState, findings, run_rules
+from pitstop.analysis import RULE_IDS, Finding, RunState, advise, findings
 from pitstop.analysis._rules_model import gpu_precision
 from pitstop.events import (
     Applied,
@@ -381,7 +381,7 @@ def test_memory_headroom_suggests_a_batch_that_fits() -> None:
     add_gpu_samples(run, 6, util=70.0, t0=t, used=8 * GiB)
     f = rule(run, "gpu-memory-headroom")
     assert f is not None and f.knob == "batch_size" and f.severity == "low"
-    assert f.evidence[0] == "GPU memory peaked at 8.0 GiB of 80.0 GiB (10%) over 6 readings"
+    assert f.evidence[0] == "GPU memory peaked at 8 GiB of 80 GiB (10%) over 6 readings"
     assert "batch_size=512" in f.fix and "room for ~8x" in f.gain  # 80% of 80 GiB / 8 GiB
 
 
@@ -514,19 +514,20 @@ def test_findings_never_raise_on_odd_data() -> None:
                           copies=Copies(h2d_pageable=1, h2d_count=0), syncs_per_step={"aten::item": float("inf")}))
     run.add(Runtime(t=5.0, torch_version="2", cuda_version=None, device_type="cuda", usable_cpus=None,
                     shm_bytes=None))
-    result, failed = run_rules(run)
-    assert failed == [] and isinstance(result, list)
+    assert advise(run).failures == ()
     for count in range(12):  # only steps, wall all zero
         run.add(Step(t=6.0 + count, step=10 + count, wall=0.0, data_wait=0.0))
-    assert run_rules(run)[1] == []
+    assert advise(run).failures == ()
 
 
 def test_a_rule_that_breaks_is_skipped_and_reported() -> None:
     run = _kitchen_sink()
     run.add(ProfileWindow(t=9.0, step_start=20, step_end=25, device="cuda",
                           syncs_per_step={"aten::item": "often"}))  # type: ignore[dict-item]
-    result, failed = run_rules(run)
-    assert failed == ["host-sync"]
+    advice = advise(run)
+    assert [f.rule for f in advice.failures] == ["host-sync"]
+    assert advice.failures[0].text.startswith("advice rule host-sync failed: TypeError: ")
+    result = list(advice.findings)
     assert "host-sync" not in [f.rule for f in result] and "data-wait" in [f.rule for f in result]
     assert findings(run) == result
 

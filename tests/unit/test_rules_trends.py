@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from pitstop.analysis import RULE_IDS, Finding, RunState, findings, run_rules
+from pitstop.analysis import RULE_IDS, Finding, RunState, advise, findings
 from pitstop.events import DataLoaderInfo, Gpu, Proc, Runtime, Sample, Step
 
 MiB = 1 << 20
@@ -22,9 +22,9 @@ class RuntimeWithMemory(Runtime):
 
 def rule(run: RunState, rule_id: str) -> Finding | None:
     assert rule_id in RULE_IDS
-    found, failed = run_rules(run)
-    assert failed == []
-    return next((f for f in found if f.rule == rule_id), None)
+    advice = advise(run)
+    assert advice.failures == ()
+    return next((f for f in advice.findings if f.rule == rule_id), None)
 
 
 def cpu_runtime(usable: int = 8, torch_threads: int | None = None, host_mem_total: int | None = None) -> Runtime:
@@ -63,7 +63,7 @@ def test_memory_creep_fires_with_rate_and_time_to_the_limit() -> None:
     f = rule(run, "memory-creep")
     assert f is not None and f.title == "Host RSS creeps up every step"
     assert "1000 MiB per 1,000 steps" in f.evidence[0] or "1.0 GiB per 1,000 steps" in f.evidence[0], f.evidence
-    assert "reaches the memory this process may use (16.0 GiB) in" in f.evidence[2]
+    assert "reaches the memory this process may use (16 GiB) in" in f.evidence[2]
     # (16 GiB - ~1.1 GiB) / 1 MiB a step * 0.05 s = ~13.0 min: urgent
     assert "13 min" in f.evidence[2] and f.severity == "high"
     assert "loss.item()" in f.fix and "detach" in f.fix
@@ -79,7 +79,7 @@ def test_memory_creep_on_cuda_allocated() -> None:
     run = creeping_run(per_step=2 * MiB, field="mem_allocated")
     run.add(Sample(t=40.0, gpus=[Gpu(index=0, name="A100", util=90.0, mem_used=3 * GiB, mem_total=40 * GiB)]))
     f = rule(run, "memory-creep")
-    assert f is not None and f.title.startswith("CUDA allocated memory creeps") and "GPU's memory (40.0 GiB)" in f.evidence[2]
+    assert f is not None and f.title.startswith("CUDA allocated memory creeps") and "GPU's memory (40 GiB)" in f.evidence[2]
 
 
 def test_memory_that_grows_then_levels_off_is_not_a_creep() -> None:

@@ -135,7 +135,7 @@ def test_summarize_gpu_and_cpu_means_and_end() -> None:
     assert (s.end_reason, s.exit_code, s.dropped) == ("exit", 0, 2)
     text = format_summary(s, [], title="train.py")
     assert text.startswith("train.py")
-    assert "util 60%" in text and "4.0 GiB of 80.0 GiB" in text and "power 200 W" in text
+    assert "util 60%" in text and "4 GiB of 80 GiB" in text and "power 200 W" in text
     assert "1 non-finite (first at step 1)" in text and "exited (exit code 0), 2 events dropped" in text
 
 
@@ -190,7 +190,7 @@ def test_status_line_reports_the_last_window() -> None:
     run.add(Loss(t=t, steps=[129], values=[0.5]))
     line = status_line(run)
     assert line == (
-        "step 129 | 516.1 samples/s | step 31.0 ms (p50 last 50) | data 62% | mem 1.2 GiB"
+        "step 129 | 516 samples/s | step 31.0 ms (p50 last 50) | data 62% | mem 1.2 GiB"
         " | gpu 87% | cpu main 0.98, machine 2.00 of 8 (cores) | loss 0.5"
     )
 
@@ -200,7 +200,7 @@ def test_status_line_without_batch_sizes_or_samples_says_na() -> None:
     fill(run, 5, wall=0.5, wait=0.0, samples=None, host_rss=3 << 20)
     run.add(Loss(t=1.0, steps=[4], values=[None], nonfinite=[4]))
     line = status_line(run)
-    assert line.startswith("step 4 | 2.00 steps/s | step 500.0 ms (p50 last 2) | data 0% | rss 3.0 MiB")
+    assert line.startswith("step 4 | 2.00 steps/s | step 500.0 ms (p50 last 2) | data 0% | rss 3 MiB")
     assert "gpu n/a | cpu n/a | loss NaN/inf x1" in line
 
 

@@ -10,7 +10,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from pitstop.events import ProfileWindow
-from pitstop.tui import format as fmt
+from pitstop.analysis import format as fmt
 from pitstop.tui import opstable, view
 from pitstop.tui.opstable import KERNEL_COLUMNS, NAME, SHARE, Column, TableRow
 from pitstop.tui.screens._base import PitstopScreen
@@ -93,7 +93,7 @@ class KernelsScreen(PitstopScreen):
                 if i:
                     text.append(" · ", style="dim")
                 text.append(f"{label} ")
-                text.append(fmt.pct(100 * share) if share is not None else fmt.ms(ms / 1000.0),
+                text.append(fmt.pct(share) if share is not None else fmt.duration(ms / 1000.0),
                             style="bold")
         loader = frame.run.training_loader() if frame.run is not None else None
         if self.table_kind == "ops" and loader is not None and loader.num_workers == 0:
@@ -139,13 +139,13 @@ class KernelsScreen(PitstopScreen):
         if row.group:
             share = row.values[SHARE]
             cells = [Text(fmt.shorten(name, name_w), style="bold cyan"),
-                     Text(fmt.pct(100 * float(share)) if isinstance(share, float) else "", style="bold cyan",
+                     Text(fmt.pct(float(share)) if isinstance(share, float) else "", style="bold cyan",
                           justify="right")]
             return cells + [Text("") for _ in columns[2:]]
         cells = [Text(fmt.shorten(name, name_w))]
         for i, value in enumerate(row.values[1:], start=1):
             if i == SHARE:
-                text = fmt.pct(100 * float(value), digits=1) if isinstance(value, float) else fmt.NA
+                text = fmt.pct(float(value), digits=1) if isinstance(value, float) else fmt.NA
             elif columns[i].title == "calls":
                 text = f"{int(value):,}" if isinstance(value, float) else fmt.NA
             else:

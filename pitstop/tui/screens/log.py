@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input, Log, Static
 
-from pitstop.tui import format as fmt
+from pitstop.analysis import format as fmt
 from pitstop.tui.logtail import MAX_LOG_LINES, LogBuffer, clean
 from pitstop.tui.screens._base import PitstopScreen
 from pitstop.tui.view import Frame

@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from pitstop.analysis import JobSummary, RankRow
-from pitstop.tui import format as fmt
+from pitstop.analysis import format as fmt
 from pitstop.tui.screens._base import PitstopScreen
 from pitstop.tui.view import Frame
 
@@ -36,10 +36,6 @@ def status_text(row: RankRow) -> str:
     return f"gone {row.exit_code}" if row.exit_code is not None else "gone"
 
 
-def _pct(frac: float | None) -> str:
-    return fmt.pct(100 * frac if frac is not None else None)
-
-
 def _peak(row: RankRow) -> str:
     # Torch's CUDA peak when the rank is on a GPU; off CUDA its host RSS peak says what memory it used.
     if row.peak_mem_allocated is not None:
@@ -59,12 +55,12 @@ COLUMNS = (
     RankColumn("pid", lambda r: str(r.pid) if r.pid is not None else fmt.NA, lambda r: r.pid),
     RankColumn("status", status_text, lambda r: status_text(r), numeric=False),
     RankColumn("step", lambda r: str(r.last_step) if r.last_step is not None else "–", lambda r: r.last_step),
-    RankColumn("step p50", lambda r: fmt.ms(r.step_p50_s), lambda r: r.step_p50_s),
-    RankColumn("wait", lambda r: _pct(r.data_wait_frac), lambda r: r.data_wait_frac),
-    RankColumn("compute", lambda r: fmt.ms(r.compute_p50_s), lambda r: r.compute_p50_s),
+    RankColumn("step p50", lambda r: fmt.duration(r.step_p50_s), lambda r: r.step_p50_s),
+    RankColumn("wait", lambda r: fmt.pct(r.data_wait_frac), lambda r: r.data_wait_frac),
+    RankColumn("compute", lambda r: fmt.duration(r.compute_p50_s), lambda r: r.compute_p50_s),
     RankColumn("peak mem", _peak,
                lambda r: r.peak_mem_allocated if r.peak_mem_allocated is not None else r.peak_rss),
-    RankColumn("GPU", lambda r: fmt.pct(r.gpu_util_mean), lambda r: r.gpu_util_mean),
+    RankColumn("GPU", lambda r: fmt.percent(r.gpu_util_mean), lambda r: r.gpu_util_mean),
 )
 HOST = 1  # the host column is left out while every rank runs on one host
 
@@ -125,9 +121,8 @@ class RanksScreen(PitstopScreen):
                         "(torchrun, accelerate), e.g. pitstop run -- torchrun --nproc_per_node 2 train.py",
                         style="yellow")
         world = f" of world size {summary.world_size}" if summary.world_size else ""
-        rate = (f"{summary.samples_per_s:,.1f} samples/s" if summary.samples_per_s is not None
-                else fmt.na("batch size unknown"))
-        steps = f"{summary.steps_per_s:.2f} steps/s" if summary.steps_per_s is not None else ""
+        rate = fmt.rate(summary.samples_per_s, "samples", "batch size unknown")
+        steps = fmt.rate(summary.steps_per_s, "steps") if summary.steps_per_s is not None else ""
         hosts = {r.host for r in summary.rows if r.host}
         where = f" on {next(iter(hosts))}" if len(hosts) == 1 else ""
         return Text.assemble(
@@ -173,7 +168,7 @@ class RanksScreen(PitstopScreen):
                 text.append("\n")
             text.append("Straggler ", style=STRAGGLER_STYLE)
             text.append(s.text)
-            text.append(f"; the job waits {s.share * 100:.0f}% of its {fmt.ms(s.job_step_s)} step on it",
+            text.append(f"; the job waits {fmt.pct(s.share)} of its {fmt.duration(s.job_step_s)} step on it",
                         style="bold")
         for row in summary.gone:
             text.append("\n")

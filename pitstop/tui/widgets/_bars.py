@@ -20,7 +20,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from pitstop.analysis import percentile
-from pitstop.tui import format as fmt
+from pitstop.analysis import format as fmt
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 CLIP = "▲"
@@ -280,7 +280,7 @@ def _header_items(series: BarSeries, bins: list[Bin], per_bin: int, axis: _Axis,
                       ("1 step so far" if n == 1 else "bar = 1 step"), style="dim"))
     if clipped:
         highest = max(bar_total(b) for b in clipped)
-        most = fmt.size(highest) if series.unit == "B" else fmt.ms(highest)
+        most = fmt.size(highest) if series.unit == "B" else fmt.duration(highest)
         items.append(Text(f"{CLIP} {len(clipped)} above the p{SCALE_PCT:.0f} scale (max {most})", style="bold"))
     return items
 

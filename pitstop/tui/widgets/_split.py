@@ -9,6 +9,8 @@ from textual.app import RenderResult
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from pitstop.analysis import format as fmt
+
 MIN_BAR = 10
 MAX_BAR = 30
 
@@ -56,8 +58,8 @@ def split_lines(info: SplitInfo, width: int) -> list[Text]:
         first = Text.assemble(("step ", "bold"), (info.note or "no measured step yet", "dim"))
     else:
         first = Text.assemble(("step p50 ", "bold"), (info.step, "bold"), " ")
-        tail = Text.assemble((f"data wait {info.wait}", info.wait_style), f" ({info.wait_frac:.0%})",
-                             (" · ", "dim"), (f"compute {info.compute}", "green"), f" ({1 - info.wait_frac:.0%})")
+        tail = Text.assemble((f"data wait {info.wait}", info.wait_style), f" ({fmt.pct(info.wait_frac)})",
+                             (" · ", "dim"), (f"compute {info.compute}", "green"), f" ({fmt.pct(1 - info.wait_frac)})")
         over = Text(f"  {info.over}", style="dim")
         room = width - len(first) - len(tail) - 1
         if room >= MIN_BAR:
@@ -86,7 +88,7 @@ def _phases(info: SplitInfo, with_ms: bool) -> Text:
     for i, phase in enumerate(info.phases):
         if i:
             text.append(" · ", style="dim")
-        text.append(f"{phase.label} {phase.frac:.0%}")
+        text.append(f"{phase.label} {fmt.pct(phase.frac)}")
         if with_ms:
             text.append(f" {phase.ms}", style="dim")
     return text

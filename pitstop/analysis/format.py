@@ -1,4 +1,11 @@
-"""Provides the text forms of figures the TUI shows: sizes, durations, rates, and "n/a (why)"."""
+"""Provides the one text form of every figure: sizes, durations, shares, rates, and "n/a (why)".
+
+Every front (the TUI, the headless lines and summary, `pitstop report`,
+`pitstop compare`) and the advice rules print through here, so one value reads
+the same everywhere (issue 13: `pct(0.62)` gave "1%" beside `fmt_pct(0.62)`'s
+"62%", and one step time read "12.5 s" on a screen and "12500.0 ms" in a summary).
+Standard library only, as the rest of `pitstop.analysis`.
+"""
 
 from __future__ import annotations
 
@@ -46,8 +53,8 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
-def ms(seconds: float | None, reason: str | None = None) -> str:
-    """A duration in milliseconds below a second, in seconds from one (issue 12: "2244 ms")."""
+def duration(seconds: float | None, reason: str | None = None) -> str:
+    """A step-scale duration: milliseconds below a second, seconds from one (issue 12: "2244 ms")."""
     if seconds is None:
         return na(reason)
     if seconds >= 10:
@@ -66,22 +73,46 @@ def us(micros: float | None) -> str:
     return NA  # pragma: no cover - the loop always returns
 
 
-def pct(value: float | None, reason: str | None = None, digits: int = 0) -> str:
-    """A percentage that is already in 0..100 (or more, for CPU of several cores)."""
-    if value is None:
+def span(seconds: float) -> str:
+    """A run-scale duration, coarse: "45 s", "12 min", "3.5 h" (time to a limit, a chart's time axis)."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def pct(frac: float | None, reason: str | None = None, digits: int = 0) -> str:
+    """A fraction (0.62) as a percentage ("62%"): every share of time, memory or steps."""
+    if frac is None:
         return na(reason)
-    return f"{value:.{digits}f}%"
+    return f"{frac * 100:.{digits}f}%"
+
+
+def percent(value: float | None, reason: str | None = None, digits: int = 0) -> str:
+    """A reading already in percent (NVML utilisation, psutil's CPU of the machine): 62.0 -> "62%"."""
+    return pct(value / 100 if value is not None else None, reason, digits)
+
+
+def change(frac: float) -> str:
+    """A relative change with its sign: 0.12 -> "+12%", -0.004 -> "-0.4%" (one decimal under 1%)."""
+    return f"{frac * 100:+.0f}%" if abs(frac) >= 0.01 else f"{frac * 100:+.1f}%"
 
 
 def rate(value: float | None, unit: str, reason: str | None = None) -> str:
-    """A per-second rate with a sensible number of digits."""
+    """A per-second rate with a sensible number of digits: "1,234 samples/s", "12.5 steps/s", "1.55 batches/s"."""
     if value is None:
         return na(reason)
+    return f"{rate_value(value)} {unit}/s"
+
+
+def rate_value(value: float) -> str:
+    """The number of a rate where a label already says the unit (the TUI header's "samples/s 1,234")."""
     if value >= 100:
-        return f"{value:,.0f} {unit}/s"
+        return f"{value:,.0f}"
     if value >= 10:
-        return f"{value:.1f} {unit}/s"
-    return f"{value:.2f} {unit}/s"
+        return f"{value:.1f}"
+    return f"{value:.2f}"
 
 
 def elapsed(seconds: float | None) -> str:
