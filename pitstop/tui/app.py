@@ -8,6 +8,7 @@ are throttled to REFRESH_S, and only the visible screen is handed a Frame.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -58,6 +59,7 @@ from pitstop.tui.screens import (
     PitstopScreen,
     RanksScreen,
 )
+from pitstop.tui.screens.stacks import StacksScreen
 from pitstop.tui.view import Frame, Replay
 
 if TYPE_CHECKING:
@@ -66,6 +68,8 @@ if TYPE_CHECKING:
 # 4 refreshes a second: a figure is at most 0.25 s stale (issue 4's lag target is
 # 0.5 s at p95) and the viewer stays far from its 20%-of-a-core budget.
 REFRESH_S = 0.25
+# Data screen `s`: seconds of py-spy sampling (~500 samples a process at its 100 Hz).
+STACKS_S = 5.0
 # The elapsed clock and the throttled findings move even when no event arrives.
 TICK_S = 1.0
 # A replay plays at real speed times this; + and - double and halve it.
@@ -289,6 +293,8 @@ class PitstopApp(App[str]):
                 self.refresh_views()
             elif worker.group == "command":
                 self.notify(prefixed(worker.name, reason), severity="error", timeout=8)
+            elif worker.group == "stacks":  # py-spy missing or not permitted: its one line, with the fix
+                self.notify(prefixed("stacks", reason), severity="error", timeout=15)
         elif event.state == WorkerState.SUCCESS:
             if worker.group == "reader" and self.live:
                 self.ended = True
@@ -468,6 +474,36 @@ class PitstopApp(App[str]):
             self.notify("replay: cannot profile a recorded run", severity="warning")
             return
         self.send_command("profile")
+
+    def action_sample_stacks(self) -> None:
+        """Data screen `s`: the training loader's workers (or the main process) sampled with py-spy."""
+        if not self.live:
+            self.notify("replay: there is no process to sample", severity="warning")
+            return
+        _, run = self.current_run()
+        hello = run.hello if run is not None else None
+        if run is None or hello is None:
+            self.notify("stacks: no training process seen yet", severity="warning")
+            return
+        if hello.host != socket.gethostname():
+            self.notify(f"stacks: the run is on {hello.host}: run `pitstop profile --data {hello.pid}` there",
+                        severity="warning", timeout=10)
+            return
+        loader = run.training_loader()
+        sample = run.samples[-1] if run.samples else None
+        workers = [p.pid for p in sample.procs if p.role == "worker"
+                   and (loader is None or p.loader in (None, loader.id))] if sample is not None else []
+        self.notify(f"stacks: sampling the loader of pid {hello.pid} for {STACKS_S:g} s (py-spy, never pausing it)",
+                    timeout=STACKS_S + 2)
+        self.run_worker(partial(self._sample_stacks, hello.pid, workers), name="stacks", group="stacks",
+                        thread=True, exclusive=True, exit_on_error=False)
+
+    def _sample_stacks(self, pid: int, workers: list[int]) -> None:
+        from pitstop.profiling import stacks
+
+        pids, role = stacks.loader_pids(pid, workers)
+        lines = stacks.format_profile(stacks.sample(pids, STACKS_S, role=role))
+        self.call_from_thread(self.push_screen, StacksScreen(f"Where the {role}'s time goes (py-spy)", lines))
 
     def action_stop_training(self) -> None:
         if not self.live:

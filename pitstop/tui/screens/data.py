@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal
 
 from pitstop.tui import view
@@ -15,6 +16,10 @@ class DataScreen(PitstopScreen):
     """Data wait per step with p50/p95, loader rate vs step rate, per-worker CPU and RSS."""
 
     TITLE_TEXT = "3 data"
+    BINDINGS = [
+        # Which line of __getitem__ is slow (issue 14 §4): py-spy, the loader never paused.
+        Binding("s", "app.sample_stacks", "Stacks", show=False),
+    ]
 
     def compose_body(self) -> ComposeResult:
         yield BarChart(id="wait-chart")

@@ -18,7 +18,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("p", "profile now: capture a profiler window (live)"),
     ("o / c", "Ops screen: ops / CUDA kernels"),
     ("g", "Ops screen: group ops by phase, or not"),
-    ("s, click header", "Ops, Ranks: sort by the next column"),
+    ("s, click header", "Ops, Ranks: sort; Data: the loader's Python stacks (py-spy)"),
     ("[ ]", "older / newer profiler window"),
     ("/  n", "Log screen: search, next match"),
     ("r", "next rank of a multi-process job"),

@@ -1,0 +1,69 @@
+"""The Data screen's `s`: a real training loop's DataLoader sampled with py-spy, its slow line on screen."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXED, FakeSource, hello, run, run_events, screen_text, wait_for
+
+from pitstop.tui.app import PitstopApp
+from pitstop.tui.screens import DataScreen
+from pitstop.tui.screens.stacks import StacksScreen
+
+SCRIPT = Path(__file__).parents[1] / "integration" / "scripts" / "slow_getitem.py"
+
+
+@pytest.mark.skipif(not Path(sys.executable).with_name("py-spy").exists(), reason="py-spy not installed")
+def test_s_on_the_data_screen_shows_the_datasets_slow_line() -> None:
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "0"], stdout=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "training"
+        events = run_events(cuda=False, workers=0)
+        events[0] = dataclasses.replace(hello(pid=proc.pid), host=socket.gethostname())
+        source = FakeSource()
+        source.push(events)
+        app = PitstopApp(source, clock=lambda: FIXED + 30)  # type: ignore[arg-type]
+
+        async def scenario() -> None:
+            async with app.run_test(size=(100, 30)) as pilot:
+                await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119)
+                await pilot.press("3")
+                await wait_for(pilot, lambda: isinstance(app.screen, DataScreen))
+                await pilot.press("s")
+                await wait_for(pilot, lambda: isinstance(app.screen, StacksScreen), timeout=90)
+                text = screen_text(app)
+                assert "main process (num_workers=0)" in text
+                assert "slow_getitem.py:18 in SlowDecode.decode" in text
+                await pilot.press("escape")
+                await wait_for(pilot, lambda: isinstance(app.screen, DataScreen))
+
+        run(scenario())
+        assert proc.poll() is None  # sampled, never stopped
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_s_on_a_run_on_another_host_says_where_to_sample() -> None:
+    source = FakeSource()
+    source.push(run_events(cuda=False))  # hello's host is "host", not this machine
+    app = PitstopApp(source, clock=lambda: FIXED + 30)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119)
+            await pilot.press("3")
+            await wait_for(pilot, lambda: isinstance(app.screen, DataScreen))
+            await pilot.press("s")
+            await wait_for(pilot, lambda: any("the run is on host: run `pitstop profile --data 4242` there"
+                                              in n.message for n in app._notifications))
+
+    run(scenario())
