@@ -16,7 +16,9 @@ Then, each in a fresh process (peak RSS: `resource.getrusage`'s ru_maxrss):
   timeline's seek, then the screen's figures and widgets);
 - summary: `pitstop view --summary`'s path (load_runs, summary_text).
 
-Targets: viewer RSS < 300 MiB, any seek < 1 s.
+Targets: viewer RSS < 300 MiB, any seek < 1 s. Each seek also prints its CPU
+time, and the load average is printed: on a shared machine the wall time of a
+seek is its CPU time stretched by the other processes.
 
 Run: python benchmarks/replay_memory.py [--hours 24] [--seeks 4] [--keep DIR]
 """
@@ -190,15 +192,15 @@ async def _viewer(path: Path, seeks: int) -> dict[str, object]:
         targets += [(f"random{n + 1}", rng.uniform(tl.start, tl.end)) for n in range(seeks)]
         times = []
         for name, cursor in targets:
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             app.job = tl.seek(cursor)  # what PitstopApp._seek does, timed in two parts
             t1 = time.perf_counter()
             app.refresh_views()
-            t2 = time.perf_counter()
+            c2, t2 = time.process_time(), time.perf_counter()
             await pilot.pause()
             run = app.job.primary()
             times.append({"to": name, "at_s": round(cursor - tl.start, 1), "seek_s": t1 - t0, "total_s": t2 - t0,
-                          "step": run.last_step if run is not None else None})
+                          "cpu_s": c2 - c0, "step": run.last_step if run is not None else None})
         out["seeks"] = times
     out["peak_rss_mib"] = _peak_rss_mib()
     return out
@@ -219,6 +221,10 @@ def _measure(mode: str, path: Path, seeks: int) -> dict[str, object]:
     if done.returncode != 0:
         raise SystemExit(f"{mode} process failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def _verdict(ok: bool) -> str:
@@ -248,6 +254,7 @@ def main() -> None:
     try:
         if path.exists():
             raise SystemExit(f"{path} exists: give --keep an empty directory")
+        print(f"load average at start: {_load()}")
         lines, took = generate(path, args.hours)
         size = os.path.getsize(path)
         print(f"record: {args.hours:g} h synthetic, {lines:,} lines, {size / (1 << 20):,.0f} MiB, "
@@ -259,7 +266,7 @@ def main() -> None:
             worst = max(worst, s["total_s"])
             print(f"  seek to {s['to']:<8} (+{s['at_s']:>9.1f} s, step {s['step']}): "
                   f"{s['total_s'] * 1000:6.0f} ms (timeline {s['seek_s'] * 1000:.0f} ms, figures and screen "
-                  f"{(s['total_s'] - s['seek_s']) * 1000:.0f} ms)")
+                  f"{(s['total_s'] - s['seek_s']) * 1000:.0f} ms; CPU {s['cpu_s'] * 1000:.0f} ms)")
         rss = float(viewer["peak_rss_mib"])  # type: ignore[arg-type]
         print(f"viewer peak RSS: {rss:.0f} MiB (after opening: {viewer['rss_open_mib']:.0f} MiB); "
               f"target < {TARGET_RSS_MIB:.0f} MiB: {_verdict(rss < TARGET_RSS_MIB)}")
@@ -267,6 +274,7 @@ def main() -> None:
               f"{_verdict(worst < TARGET_SEEK_S)}")
         summary = _measure("--summary", path, args.seeks)
         print(f"view --summary: {summary['seconds']:.1f} s, peak RSS {summary['peak_rss_mib']:.0f} MiB")
+        print(f"load average at end: {_load()} ({os.cpu_count()} CPUs)")
     finally:
         if args.keep is None:
             shutil.rmtree(directory, ignore_errors=True)
