@@ -8,8 +8,6 @@ stops at the last whole line and says so instead of failing.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -18,7 +16,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pitstop.errors import RecordError, SchemaError
-from pitstop.events import Event, Hello, Loss, Step, decode, encode
+from pitstop.events import Event, Hello, decode, encode
+from pitstop.profiling._linedecode import decode_line
 
 
 def default_record_root() -> Path:
@@ -121,7 +120,7 @@ def scan_record(path: Path, result: ReadResult | None = None) -> Iterator[tuple[
                 continue
             whole = raw.endswith(b"\n")
             try:
-                event = _decode_line(raw)
+                event = decode_line(raw)
             except SchemaError as err:
                 if not whole:  # a torn last line from a killed run: stop quietly
                     result.torn = True
@@ -190,57 +189,9 @@ class RecordReader:
         if not raw.strip():
             return None
         try:
-            return _decode_line(raw)
+            return decode_line(raw)
         except SchemaError as err:  # it decoded when scanned: the file was changed since
             raise RecordError(f"{self.path}: changed while it was replayed (byte {offset}: {err})") from err
-
-
-def _decode_line(raw: bytes) -> Event | None:
-    """`decode`, with a shortcut for the kinds that are most of a record (see `_Rebuild`)."""
-    if raw.startswith(_DENSE_PREFIXES):
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            data = None  # `decode` says what is wrong with it
-        dense = _DENSE.get(data.pop("kind", None)) if isinstance(data, dict) else None
-        if dense is not None and dense.required <= data.keys() <= dense.names:  # type: ignore[union-attr]
-            return dense.build(data)  # type: ignore[arg-type]
-    return decode(raw)
-
-
-class _Rebuild:
-    """Builds a flat event from a checked JSON object as pickle rebuilds one: defaults, then values.
-
-    A replay reads every line once and a window of up to 20,000 steps again at a
-    seek: skipping the frozen dataclass `__init__` (one `object.__setattr__` a
-    field) makes a Step ~10 us instead of ~17 us on a loaded 2-core machine. An
-    object missing a field, or with fields this version does not know, goes
-    through `decode`, which says what is wrong or drops them.
-    """
-
-    def __init__(self, cls: type) -> None:
-        self.cls = cls
-        fields = dataclasses.fields(cls)
-        self.names = frozenset(f.name for f in fields)
-        self.required = frozenset(f.name for f in fields if f.default is dataclasses.MISSING
-                                  and f.default_factory is dataclasses.MISSING)
-        self.defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
-        self.factories = {f.name: f.default_factory for f in fields if f.default_factory is not dataclasses.MISSING}
-
-    def build(self, data: dict[str, object]) -> Event:
-        event = object.__new__(self.cls)
-        values = event.__dict__
-        values.update(self.defaults)
-        for name, factory in self.factories.items():
-            if name not in data:
-                values[name] = factory()  # type: ignore[operator]
-        values.update(data)
-        return event  # type: ignore[no-any-return]
-
-
-# The kinds that are most of a record: one Step a step, one Loss every 32.
-_DENSE = {cls.kind: _Rebuild(cls) for cls in (Step, Loss)}
-_DENSE_PREFIXES = tuple(f'{{"kind":"{kind}"'.encode() for kind in _DENSE)
 
 
 def record_files(target: Path) -> list[Path]:
