@@ -510,7 +510,13 @@ class PitstopApp(App[str]):
     def _seek(self, cursor: float) -> None:
         if self.timeline is None:
             return
-        self.job = self.timeline.seek(cursor)
+        try:
+            self.job = self.timeline.seek(cursor)
+        except PitstopError as err:  # a seek reads the record file again (pitstop.tui.replay)
+            self.notify(f"replay: {err}", title="pitstop", severity="error", timeout=12)
+            if not self.paused:
+                self.action_toggle_play()  # one notice, not one a tick
+            return
         self.refresh_views()
 
     def action_seek(self, direction: int) -> None:

@@ -116,13 +116,22 @@ class Timeline:
         return self._count
 
     def seek(self, cursor: float) -> JobState:
-        """The JobState with every event at or before `cursor` (clamped to the record)."""
+        """The JobState with every event at or before `cursor` (clamped to the record).
+
+        Raises RecordError when the record cannot be read again (the job keeps what it was fed).
+        """
         cursor = min(max(cursor, self.start), self.end)
         ck = self._checkpoints[bisect.bisect_right(self._ck_times, cursor) - 1]
-        if self._last_t > cursor or ck.fed > self._fed + CHECKPOINT_EVENTS:
-            self._restore(ck, cursor)
-        else:
-            self._feed(self._advance(cursor, index=False))
+        try:
+            if self._last_t > cursor or ck.fed > self._fed + CHECKPOINT_EVENTS:
+                self._restore(ck, cursor)
+            else:
+                self._feed(self._advance(cursor, index=False))
+        except BaseException:
+            # The record could not be read again (moved, changed): the reading stands
+            # nowhere known, so the next seek starts from a checkpoint.
+            self._last_t = math.inf
+            raise
         for stream, t in self.closes.items():
             if t <= cursor and stream in self.job.runs:
                 self.job.close(stream)

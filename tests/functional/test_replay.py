@@ -67,3 +67,27 @@ def test_a_long_record_is_replayed_holding_only_the_analysis_windows(
     assert held["end"] <= 2_000 + _state.HEAD_STEPS, held
     assert held["back"] <= 2_000 + _state.HEAD_STEPS, held
     assert held["samples"] <= 100, held
+
+
+def test_a_record_gone_while_viewed_makes_a_seek_say_so_and_the_viewer_stays(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.jsonl"
+    writer = RecordWriter(path)
+    writer.write_lines([encode(e) for e in [hello(), runtime(), *steps(300, wall=0.01)]])
+    writer.close()
+
+    async def scenario() -> None:
+        app = PitstopApp(RecordSource(path), clock=lambda: FIXED + 30)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.timeline is not None)
+            path.rename(tmp_path / "moved.jsonl")  # a seek reads the file again
+            await pilot.press("home")
+            await wait_for(pilot, lambda: any("replay: cannot read record" in n.message
+                                              for n in app._notifications))
+            assert last_step(app) == 299  # the figures shown stay those of the last seek
+            (tmp_path / "moved.jsonl").rename(path)
+            await pilot.press("home")
+            await wait_for(pilot, lambda: last_step(app) is None)
+            await pilot.press("end")
+            await wait_for(pilot, lambda: last_step(app) == 299)
+
+    run(scenario())
