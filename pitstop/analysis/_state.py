@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import deque
+from collections import OrderedDict, deque
 
 from pitstop.events import (
     Applied,
@@ -36,6 +36,9 @@ MAX_NOTES = 500
 # Only the first non-finite steps matter for advice ("first NaN at step 412");
 # the rest are counted.
 MAX_NONFINITE_KEPT = 1_000
+# The event kinds RunState keeps a bounded recent history of (its "series");
+# everything else it keeps is a running total or the latest event of a kind.
+SERIES = ("step", "sample", "loss", "profile", "note")
 # Steps with an index below this are also kept in `head`, so totals that survive
 # the deque bound can still drop any warm-up of up to this many steps.
 HEAD_STEPS = 64
@@ -61,7 +64,9 @@ class RunState:
         self.steps: deque[Step] = deque(maxlen=max(1, MAX_STEPS if max_steps is None else max_steps))
         self.head: list[Step] = []  # steps with index < HEAD_STEPS (warm-up accounting)
         self.samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
-        self.losses: dict[int, float | None] = {}
+        # An OrderedDict: trimming the oldest of a plain dict (`next(iter(d))`) walks the
+        # deleted slots at its front: ~100 us a Loss event once 20,000 are kept, 10 with popitem (issue 13).
+        self.losses: OrderedDict[int, float | None] = OrderedDict()
         self.nonfinite_steps: list[int] = []
         self.nonfinite_total = 0
         self._nonfinite_seen: set[int] = set()
@@ -179,7 +184,9 @@ class RunState:
                 self.eval_wall += s.wall
                 self.eval_s += s.eval_s
             return
-        if s.step < HEAD_STEPS:
+        # Capped too: a step index that starts again (a second loop with manual steps)
+        # would otherwise grow `head` for the whole run.
+        if s.step < HEAD_STEPS and len(self.head) < HEAD_STEPS:
             self.head.append(s)
         self.train_steps += 1
         self.total_wall += s.wall
@@ -225,16 +232,20 @@ class RunState:
             self.last_ooms = s.ooms
 
     def _add_loss(self, loss: Loss) -> None:
+        self._keep_losses(loss)
+        for step, value in zip(loss.steps, loss.values):
+            if value is None or not math.isfinite(value):
+                self._nonfinite(step)
+        for step in loss.nonfinite:
+            self._nonfinite(step)
+
+    def _keep_losses(self, loss: Loss) -> None:
         for step, value in zip(loss.steps, loss.values):
             finite = value is not None and math.isfinite(value)
             self.losses.pop(step, None)  # re-insert so the dict stays in arrival order
             self.losses[step] = float(value) if finite else None
-            if not finite:
-                self._nonfinite(step)
-        for step in loss.nonfinite:
-            self._nonfinite(step)
         while len(self.losses) > MAX_LOSSES:
-            del self.losses[next(iter(self.losses))]
+            self.losses.popitem(last=False)
 
     def _nonfinite(self, step: int) -> None:
         if step in self._nonfinite_seen:
@@ -243,6 +254,47 @@ class RunState:
         if len(self.nonfinite_steps) < MAX_NONFINITE_KEPT:
             self.nonfinite_steps.append(step)
             self._nonfinite_seen.add(step)
+
+    # -- replay checkpoints -------------------------------------------------
+    def without_series(self) -> RunState:
+        """A copy sharing no mutable container with this one, its recent-history series empty.
+
+        What a replay keeps as a checkpoint (pitstop/tui/replay.py): the totals are a
+        few KB, while the series (`SERIES`) are up to ~40 MB of events a process; the
+        replay reads those back from the record with `refill` instead of keeping them.
+        """
+        copy = object.__new__(RunState)
+        copy.__dict__.update(self.__dict__)
+        copy.steps = deque(maxlen=self.steps.maxlen)
+        copy.samples = deque(maxlen=self.samples.maxlen)
+        copy.profiles = deque(maxlen=self.profiles.maxlen)
+        copy.notes = deque(maxlen=self.notes.maxlen)
+        copy.losses = OrderedDict()
+        # Bounded (HEAD_STEPS, MAX_NONFINITE_KEPT, a few loaders and marks): copied.
+        copy.head = list(self.head)
+        copy.nonfinite_steps = list(self.nonfinite_steps)
+        copy._nonfinite_seen = set(self._nonfinite_seen)
+        copy.dataloaders = dict(self.dataloaders)
+        copy.marked = dict(self.marked)
+        return copy
+
+    def series_limits(self) -> dict[str, int]:
+        """How many events of each kind the series keep (`SERIES`); losses count distinct steps."""
+        return {"step": self.steps.maxlen or 0, "sample": self.samples.maxlen or 0,
+                "profile": self.profiles.maxlen or 0, "note": self.notes.maxlen or 0, "loss": MAX_LOSSES}
+
+    def refill(self, event: Event) -> None:
+        """Put an event back into its series only: the totals of a checkpoint already count it."""
+        if isinstance(event, Step):
+            self.steps.append(event)
+        elif isinstance(event, Sample):
+            self.samples.append(event)
+        elif isinstance(event, Loss):
+            self._keep_losses(event)
+        elif isinstance(event, ProfileWindow):
+            self.profiles.append(event)
+        elif isinstance(event, Note):
+            self.notes.append(event)
 
     # -- reading ----------------------------------------------------------
     def measured_steps(self, warmup: int = 3) -> list[Step]:

@@ -91,7 +91,11 @@ class ListSource:
 
 
 class RecordSource:
-    """A replay of record files: one stream per file, each read whole."""
+    """A replay of record files: one stream per file, read in batches.
+
+    The viewer does not iterate `batches()`: it indexes `files` by byte offset
+    (pitstop/tui/replay.py), as a record holds every step of the run.
+    """
 
     live = False
 

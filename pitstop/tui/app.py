@@ -45,7 +45,7 @@ from pitstop.tui.glance import quiet_text
 from pitstop.tui.inbox import Inbox
 from pitstop.tui.logtail import LogBuffer
 from pitstop.tui.messages import BatchesArrived, LogLinesArrived, ReplayLoaded
-from pitstop.tui.replay import Timeline
+from pitstop.tui.replay import Timeline, timeline_of
 from pitstop.tui.tunelaunch import TuneRequest
 from pitstop.tui.screens import (
     ConfirmScreen,
@@ -222,8 +222,8 @@ class PitstopApp(App[str]):
     def read_source(self) -> None:
         """Iterate the (blocking) source; hand batches to the UI thread via the inbox."""
         if not self.live:
-            # A replay is read whole, then shown up to a cursor (see pitstop.tui.replay).
-            self.post_message(ReplayLoaded(list(self.source.batches())))
+            # A replay is indexed in one pass, then shown up to a cursor (see pitstop.tui.replay).
+            self.post_message(ReplayLoaded(timeline_of(self.source)))
             return
         for batch in self.source.batches():
             if self._inbox.put(batch):
@@ -265,7 +265,7 @@ class PitstopApp(App[str]):
             self.request_refresh()
 
     def on_replay_loaded(self, message: ReplayLoaded) -> None:
-        self.timeline = Timeline(message.batches)
+        self.timeline = message.timeline
         # A replay opens on the whole run, paused: `home` then `space` plays it back.
         self.job = self.timeline.seek(self.timeline.end)
         self.ended = True
@@ -573,7 +573,13 @@ class PitstopApp(App[str]):
     def _seek(self, cursor: float) -> None:
         if self.timeline is None:
             return
-        self.job = self.timeline.seek(cursor)
+        try:
+            self.job = self.timeline.seek(cursor)
+        except PitstopError as err:  # a seek reads the record file again (pitstop.tui.replay)
+            self.notify(f"replay: {err}", title="pitstop", severity="error", timeout=12)
+            if not self.paused:
+                self.action_toggle_play()  # one notice, not one a tick
+            return
         self.refresh_views()
 
     def action_seek(self, direction: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from pitstop.analysis import StreamBatch
+from pitstop.tui.replay import Timeline
 
 
 class BatchesArrived(Message):
@@ -19,11 +19,11 @@ class BatchesArrived(Message):
 
 
 class ReplayLoaded(Message):
-    """A replay source has been read to its end: every batch, in order."""
+    """A replay source has been read to its end and indexed: its timeline, at the end."""
 
-    def __init__(self, batches: list[StreamBatch]) -> None:
+    def __init__(self, timeline: Timeline) -> None:
         super().__init__()
-        self.batches = batches
+        self.timeline = timeline
 
 
 class LogLinesArrived(Message):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pitstop.errors import RecordError, SchemaError
-from pitstop.events import SCHEMA_VERSION, End, Hello, Step, encode
+from pitstop.events import SCHEMA_VERSION, End, Hello, Loss, Proc, Sample, Step, decode, encode
 from pitstop.profiling.record import ReadResult, RecordWriter, iter_record, read_records, record_path_for
 
 HELLO = Hello(schema=SCHEMA_VERSION, pitstop_version="0.1.0", session="s", pid=1, ppid=0, host="h",
@@ -85,3 +85,29 @@ def test_record_paths_per_rank(tmp_path: Path) -> None:
     assert record_path_for(str(tmp_path), 3, 7) == tmp_path / "rank3.jsonl"
     (tmp_path / "rank3.jsonl").write_text("")
     assert record_path_for(str(tmp_path), 3, 7) == tmp_path / "rank3-7.jsonl"
+
+
+def test_steps_losses_and_samples_read_as_decode_reads_them(tmp_path: Path) -> None:
+    # The reader builds Step, Loss and Sample lines by a shortcut (profiling/_linedecode.py):
+    # defaults, fields of a newer minor version and bad lines must come out as `decode` has them.
+    lines = [
+        encode(HELLO),
+        '{"kind":"step","t":1.0,"step":0,"wall":0.1,"data_wait":0.0}',  # an older agent: defaults
+        '{"kind":"step","t":2.0,"step":1,"wall":0.1,"data_wait":0.0,"from_the_future":3}',
+        '{"kind":"loss","t":2.5,"steps":[0,1],"values":[1.0,null]}',
+        '{"kind":"loss","t":2.6,"steps":[2],"values":[0.5]}',
+        '{"kind":"sample","t":2.7,"gpus":[{"index":0,"name":"g","util":50.0}],'
+        '"procs":[{"pid":1,"role":"main","cpu":99.0,"rss":5}],"system_cpu":30.0}',
+        '{"kind":"sample","t":2.8,"procs":[{"pid":1,"role":"main","cpu":null,"rss":5,"newer":1}]}',
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    events = list(iter_record(path))
+    assert events == [decode(line) for line in lines]
+    assert [vars(e) for e in events] == [vars(decode(line)) for line in lines]  # no unknown field kept
+    assert [type(p) for e in events if isinstance(e, Sample) for p in e.procs] == [Proc, Proc]
+    losses = [e for e in events if isinstance(e, Loss)]
+    assert losses[0].nonfinite == [] and losses[0].nonfinite is not losses[1].nonfinite
+    path.write_text("\n".join([*lines[:2], '{"kind":"step","t":3.0,"wall":0.1,"data_wait":0.0}', lines[3]]) + "\n")
+    with pytest.raises(RecordError, match=r"r\.jsonl:3: corrupt record line \(malformed 'step' event"):
+        list(iter_record(path))

@@ -1,0 +1,94 @@
+"""Pilot tests: `pitstop view RECORD` on a long record holds a bounded number of events."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+from conftest import FIXED, hello, run, runtime, sample, steps, wait_for
+
+from pitstop.analysis import _state
+from pitstop.events import Event, Sample, Step, encode
+from pitstop.profiling.record import RecordWriter
+from pitstop.profiling.sources import RecordSource
+from pitstop.tui.app import PitstopApp
+
+N_STEPS = 30_000  # 15 times the (shrunk) window: the old viewer held every one of them
+
+
+def _live(kind: type) -> int:
+    gc.collect()
+    return sum(1 for obj in gc.get_objects() if type(obj) is kind)
+
+
+def last_step(app: PitstopApp) -> int | None:
+    shown = app.current_run()[1]
+    return shown.last_step if shown is not None else None
+
+
+def _write_long_record(path: Path) -> None:
+    writer = RecordWriter(path)
+    events: list[Event] = [hello(), runtime()]
+    for i, s in enumerate(steps(N_STEPS, wall=0.01)):
+        events.append(s)
+        if i % 20 == 19:
+            events.append(sample(s.t + 0.001))
+    writer.write_lines([encode(e) for e in events])
+    writer.close()
+
+
+def test_a_long_record_is_replayed_holding_only_the_analysis_windows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_state, "MAX_STEPS", 2_000)
+    monkeypatch.setattr(_state, "MAX_SAMPLES", 100)
+    path = tmp_path / "rank0.jsonl"
+    _write_long_record(path)
+    held: dict[str, int] = {}
+    before = {Step: _live(Step), Sample: _live(Sample)}  # what other tests left in this process
+
+    async def scenario() -> None:
+        app = PitstopApp(RecordSource(path), clock=lambda: FIXED + 30)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.timeline is not None, timeout=60)
+            end = app.current_run()[1]
+            assert end is not None and end.last_step == N_STEPS - 1
+            assert end.total_steps == N_STEPS  # the totals still cover the whole record
+            del end  # the test must not keep the state the viewer left
+            held["end"] = _live(Step) - before[Step]
+            await pilot.press("left", "left", "left")  # back 30%: restored from a checkpoint
+            await wait_for(pilot, lambda: last_step(app) != N_STEPS - 1)
+            back = app.current_run()[1]
+            assert back is not None and back.last_step is not None and len(back.steps) == 2_000
+            held["back"] = _live(Step) - before[Step]
+            held["samples"] = _live(Sample) - before[Sample]
+
+    run(scenario())
+    # The shown window (2,000) and the first steps kept for warm-up accounting, never the record's 30,000.
+    assert held["end"] <= 2_000 + _state.HEAD_STEPS, held
+    assert held["back"] <= 2_000 + _state.HEAD_STEPS, held
+    assert held["samples"] <= 100, held
+
+
+def test_a_record_gone_while_viewed_makes_a_seek_say_so_and_the_viewer_stays(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.jsonl"
+    writer = RecordWriter(path)
+    writer.write_lines([encode(e) for e in [hello(), runtime(), *steps(300, wall=0.01)]])
+    writer.close()
+
+    async def scenario() -> None:
+        app = PitstopApp(RecordSource(path), clock=lambda: FIXED + 30)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.timeline is not None)
+            path.rename(tmp_path / "moved.jsonl")  # a seek reads the file again
+            await pilot.press("home")
+            await wait_for(pilot, lambda: any("replay: cannot read record" in n.message
+                                              for n in app._notifications))
+            assert last_step(app) == 299  # the figures shown stay those of the last seek
+            (tmp_path / "moved.jsonl").rename(path)
+            await pilot.press("home")
+            await wait_for(pilot, lambda: last_step(app) is None)
+            await pilot.press("end")
+            await wait_for(pilot, lambda: last_step(app) == 299)
+
+    run(scenario())
