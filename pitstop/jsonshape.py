@@ -75,6 +75,11 @@ def build(cls: type, data: Any, where: str = "") -> Any:
     return cls(**values)
 
 
+def field_checks(cls: type) -> dict[str, tuple[frozenset[type] | None, Convert | None]]:
+    """Per field of dataclass `cls`: (exact JSON types | None, converter | None), as `build` checks them."""
+    return (_SPECS.get(cls) or _compile(cls)).fields
+
+
 def _compile(cls: type) -> _Spec:
     hints = typing.get_type_hints(cls)
     fields: dict[str, tuple[frozenset[type] | None, Convert | None]] = {}

@@ -42,7 +42,7 @@ from pitstop.analysis._job import (
 )
 from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measured, rates, rates_of, recent_rates
 from pitstop.analysis._rules import RULE_IDS, advise, findings
-from pitstop.analysis._state import JobState, RunState, StreamBatch
+from pitstop.analysis._state import SERIES, JobState, RunState, StreamBatch
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.analysis._summary import (
     Summary,
@@ -75,6 +75,7 @@ __all__ = [
     "Rates",
     "RuleFailure",
     "RunState",
+    "SERIES",
     "StepComparison",
     "StepSplit",
     "Straggler",

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 
-from pitstop.analysis import JobState, RunState, StreamBatch
-from pitstop.analysis._state import SERIES
+from pitstop.analysis import SERIES, JobState, RunState, StreamBatch
 from pitstop.events import Event, Hello, ProfileWindow
 from pitstop.tui._replaystreams import FileStream, MemoryStream, ReplayStream
 
