@@ -207,7 +207,8 @@ async def _viewer(path: Path, seeks: int) -> dict[str, object]:
 
 
 def _summary(path: Path) -> dict[str, object]:
-    from pitstop.headless import load_runs, summary_text
+    from pitstop.headless import summary_text
+    from pitstop.recorded import load_runs
 
     began = time.perf_counter()
     runs, notes = load_runs(path)

@@ -223,15 +223,20 @@ def cmd_view(args: argparse.Namespace) -> int:
         return 0
     from pitstop.profiling.sources import RecordSource
     from pitstop.tui import run_viewer
+    from pitstop.tui.replay import Timeline
 
-    runs, _ = load_runs(target)  # one-line errors (corrupt, newer schema) before the screen opens
-    groups = sessions(runs)
+    source = RecordSource(target)
+    # The viewer's one indexing pass, made here: a corrupt line or a newer schema is a one-line
+    # error before the screen opens, and the record is read once, not twice (a 24-hour record
+    # took 93 s more when a summary pass came first, its states held while the viewer ran).
+    source.timeline = Timeline.of_files(source.files)
+    groups = sessions(list(source.timeline.job.runs.values()))
     if len(groups) > 1:
         # The viewer shows one job: records of unrelated runs would pass for its ranks.
         names = ", ".join(session or "unknown" for session, _ in groups)
         raise UsageError(f"{target} holds records of {len(groups)} different runs ({names}): "
                          "view one run's file or directory, or use --summary")
-    return run_viewer(RecordSource(target))
+    return run_viewer(source)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

@@ -102,6 +102,9 @@ class RecordSource:
     def __init__(self, target: Path) -> None:
         self.files = record_files(target)
         self.label = f"replay: {target}"
+        # The viewer's index of `files` (pitstop.tui.replay.Timeline), when the caller built it
+        # first to turn a corrupt line into a one-line error before the screen opens.
+        self.timeline: object | None = None
 
     def batches(self) -> Iterator[StreamBatch]:
         for path in self.files:

@@ -287,6 +287,9 @@ class Timeline:
 
 def timeline_of(source: object) -> Timeline:
     """The timeline of a replay source: record files are indexed, other sources read into memory."""
+    built = getattr(source, "timeline", None)
+    if isinstance(built, Timeline):
+        return built  # indexed before the screen opened (cmd_view)
     files = getattr(source, "files", None)
     if files is not None:
         return Timeline.of_files(files)
