@@ -340,7 +340,7 @@ class TrialsApp(App[str]):
         for r in rows:
             won = r.ok and r.label == highlight
             style = BEST_STYLE if won else ("" if r.ok else FAILED_STYLE)
-            thr = f"{r.throughput:,.1f}" + (f" ±{r.spread:.0%}" if r.spread is not None else "") if r.ok else "-"
+            thr = fmt.rate_value(r.throughput or 0.0) + (f" ±{r.spread:.0%}" if r.spread is not None else "") if r.ok else "-"
             x = ratio(r, base)
             mem = fmt.size(r.peak_mem) + (" host" if r.peak_mem is not None and r.mem_kind == "host" else "")
             status = "ok" if r.ok else f"{r.status}: {fmt.shorten(r.reason, 60)}" if r.reason else r.status
@@ -384,7 +384,7 @@ class TrialsApp(App[str]):
             return Text("No trial has succeeded yet.", style=FAILED_STYLE)
         x = ratio(best, base)
         return Text.assemble(("best so far: ", "bold"), (best.label, BEST_STYLE),
-                             f"  {best.throughput:,.1f} {best.unit}" + (f", x{x:.2f} over the baseline" if x else ""))
+                             f"  {fmt.rate_value(best.throughput or 0.0)} {best.unit}" + (f", x{x:.2f} over the baseline" if x else ""))
 
     def _draw_log(self) -> None:
         lines = self.log_buffer.since(self._log_seen)

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pitstop.analysis import format as fmt
 from pitstop.tuning.results import SHORT, TrialResult
 from pitstop.tuning.runner import Tick
 from pitstop.tuning.verdict import Outcome, clock
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    return "-" if n is None else fmt.size(n)
 
 
 def _ratio(result: TrialResult, base: TrialResult | None) -> str:
@@ -40,7 +34,7 @@ def progress_line(result: TrialResult, index: int, planned: int | None, base: Tr
     if result.ok:
         ratio = _ratio(result, base)
         spread = f" ±{result.spread:.1%}" if result.spread is not None else ""
-        body = f"{result.throughput:.1f} {result.unit} ({ratio}{spread})"
+        body = f"{fmt.rate_value(result.throughput)} {result.unit} ({ratio}{spread})"
     else:
         body = "-"
     tail = result.status if result.ok else f"{result.status}: {result.reason}"
@@ -80,16 +74,16 @@ def format_report(outcome: Outcome, title: str = "", confirm_command: str = "") 
     header = ("#", "stage", "configuration", "steps", "throughput", "x base", "peak mem", "status")
     rows: list[tuple[str, ...]] = []
     for i, r in enumerate(outcome.results, 1):
-        thr = f"{r.throughput:.1f} {r.unit}" if r.ok else "-"
+        thr = f"{fmt.rate_value(r.throughput or 0.0)} {r.unit}" if r.ok else "-"
         mem = _size(r.peak_mem) + (" (host)" if r.peak_mem and r.mem_kind == "host" else "")
         status = r.status if r.ok else f"{r.status}: {r.reason}"
         rows.append((str(i), r.stage, r.candidate.label(), steps_text(r), thr, _ratio(r, base), mem, status))
     widths = [max(len(h), *(len(row[c]) for row in rows)) if rows else len(h)
               for c, h in enumerate(header)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
-    lines.append(fmt.format(*header))
-    lines.append(fmt.format(*("-" * w for w in widths[:-1]), "-" * len(header[-1])))
-    lines += [fmt.format(*row) for row in rows]
+    layout = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
+    lines.append(layout.format(*header))
+    lines.append(layout.format(*("-" * w for w in widths[:-1]), "-" * len(header[-1])))
+    lines += [layout.format(*row) for row in rows]
     lines.append("")
     lines += winner_lines(outcome, confirm_command)
     space = outcome.space
@@ -122,7 +116,7 @@ def winner_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:
     if outcome.winner is None:
         return [f"No configuration: {outcome.message}"]
     unit = outcome.baseline.unit if outcome.baseline else "samples/s"
-    contests = ", ".join(f"{c.candidate.label()} " + (" / ".join(f"{t:.1f}" for t in c.throughputs)
+    contests = ", ".join(f"{c.candidate.label()} " + (" / ".join(fmt.rate_value(t) for t in c.throughputs)
                                                       if not c.failure else c.failure)
                          for c in outcome.contests)
     if not outcome.improves:
@@ -140,13 +134,13 @@ def winner_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:
         rounds = (f"rounds measured x{lo:.2f} to x{hi:.2f}: the lower is reported" if outcome.rounds > 1
                   else f"one round; noise ±{outcome.noise:.1%}")
         out.append(f"  x{outcome.speedup:.2f} over the script's own settings ({rounds}): "
-                   f"{outcome.throughput:.1f} vs {base_thr:.1f} {unit}")
+                   f"{fmt.rate_value(outcome.throughput)} vs {fmt.rate_value(base_thr)} {unit}")
         out.append(f"  confirmed in fresh processes, alternating A/B: {contests}")
     else:
         out = [f"Best found (not confirmed): {label}"]
         if outcome.speedup is not None and outcome.throughput is not None and base_thr:
             out.append(f"  x{outcome.speedup:.2f} ±{outcome.noise:.1%} over the script's own settings: "
-                       f"{outcome.throughput:.1f} vs {base_thr:.1f} {unit} in the exploration runs")
+                       f"{fmt.rate_value(outcome.throughput)} vs {fmt.rate_value(base_thr)} {unit} in the exploration runs")
         if confirm_command:
             out.append(f"  confirm it ({outcome.confirm_trials} trials, ~{clock(outcome.confirm_seconds)}): "
                        f"{confirm_command}")
