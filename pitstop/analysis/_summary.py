@@ -23,7 +23,6 @@ END_REASONS = {
     "exception": "died of an uncaught exception",
     "interrupted": "interrupted by SIGINT (Ctrl-C, or k in the viewer)",
     "trial-complete": "trial complete",
-    "signal": "ended by a signal",
 }
 # How each Step.mark reads where steps are counted (docs/events.md).
 MARK_WORDS = {"eval": "with evaluation", "profiled": "in profiler windows", "after-profile": "after profiler windows"}

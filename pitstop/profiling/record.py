@@ -9,7 +9,6 @@ stops at the last whole line and says so instead of failing.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,8 @@ def record_path_for(base: str, rank: int | None, pid: int) -> Path:
 
     `base` ending in `.jsonl` is a file name: rank 0 (or a lone process) writes
     it, rank r writes `NAME.rank{r}.jsonl`. Otherwise `base` is a directory and
-    each process writes `rank{r}.jsonl` in it (`proc{pid}.jsonl` when no rank).
+    each process writes `rank{r}.jsonl` in it (`rank0.jsonl` when no rank); a name
+    already taken gets the pid (`NAME.pid{pid}.jsonl`, `rank{r}-{pid}.jsonl`): nothing is overwritten.
     """
     path = Path(base)
     if path.suffix == ".jsonl":
@@ -209,27 +209,3 @@ def record_files(target: Path) -> list[Path]:
 def read_records(target: Path) -> list[list[Event]]:
     """Every event of every file `target` names: one list per process."""
     return [list(iter_record(p)) for p in record_files(target)]
-
-
-def follow_record(path: Path, stop: callable, poll_s: float = 0.2) -> Iterator[list[Event]]:  # type: ignore[valid-type]
-    """Batches of events appended to a growing record, until `stop()` is true and the file is drained."""
-    pending = b""
-    offset = 0
-    while True:
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            chunk = b""
-        offset += len(chunk)
-        data = pending + chunk
-        lines = data.split(b"\n")
-        pending = lines.pop()
-        batch = [e for e in (decode(line) for line in lines if line.strip()) if e is not None]
-        if batch:
-            yield batch
-        elif stop():
-            return
-        else:
-            time.sleep(poll_s)
