@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pitstop.errors import RecordError, SchemaError
-from pitstop.events import Event, Hello, decode, encode
+from pitstop.events import Event, Hello, encode
 from pitstop.profiling._linedecode import decode_line
 
 
