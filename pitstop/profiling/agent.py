@@ -31,6 +31,7 @@ from typing import Any
 
 from pitstop._version import __version__
 from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
+from pitstop.profiling import phases as cuda_phases
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.record import RecordWriter, record_path_for
@@ -261,17 +262,23 @@ class Agent:
             self.cuda_stats, self.cuda_reserved, self.cuda_peak = {}, None, None
             self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
 
-    def _drain(self) -> None:
+    def _drain(self, final: bool = False) -> None:
+        """Write what the queue holds. A step whose CUDA phase events the GPU has not reached yet
+        stops the pass (it and what follows wait for the next, in order), unless `final`."""
         with self._write_lock:
             lines = []
             events: list[Event] = []
             queue = self._queue
-            offset = time.time() - _perf()  # steps carry perf_counter stamps; events carry wall time
+            perf = _perf()
+            offset = time.time() - perf  # steps carry perf_counter stamps; events carry wall time
             while queue:
                 try:
+                    head = queue[0]
+                    if not final and type(head) is tuple and self._phases_pending(head, perf):
+                        break
                     event = queue.popleft()
                     if type(event) is tuple:
-                        event = self._step_event(event, offset)
+                        event = self._step_event(event, offset, final)
                     lines.append(encode(event))
                     events.append(event)
                 except IndexError:
@@ -296,14 +303,42 @@ class Agent:
                     self.taps.remove(tap)
                     self.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
 
-    @staticmethod
-    def _step_event(item: tuple[Any, ...], offset: float) -> Step:
+    def _step_event(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
         """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
-        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader = item
+        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases = item
         alloc, reserved, peak = mem if mem is not None else (None, None, None)
+        try:
+            fig = cuda_phases.figures(phases, wall, wait, block=final)
+        except Exception as err:  # the GPU's clock off; the host's figures stand
+            self._cuda_phases_off(err)
+            fig = cuda_phases.figures(phases[:3] + (None,), wall, wait)
+        forward, backward, optimizer, other, clock = fig if fig is not None else (None,) * 5
         return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
                     mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss, mark=mark,
-                    eval_s=eval_s, loader=loader if isinstance(loader, int) else None)
+                    eval_s=eval_s, loader=loader if isinstance(loader, int) else None, forward_s=forward,
+                    backward_s=backward, optimizer_s=optimizer, other_s=other, phase_clock=clock)
+
+    def _phases_pending(self, item: tuple[Any, ...], perf: float) -> bool:
+        """A queued step whose CUDA phase events are still ahead of the GPU (writer thread)."""
+        try:
+            return cuda_phases.pending(item[11], perf - item[1])
+        except Exception as err:
+            self._cuda_phases_off(err)
+            return False
+
+    def _cuda_phases_off(self, err: BaseException) -> None:
+        """Step phases on the CUDA clock failed: from now on the host's stamps alone."""
+        self.clock.marker = None
+        self.note("warn", "agent", f"step phases on the CUDA clock off (host clock from now on): "
+                  f"{type(err).__name__}: {err}", once="cuda-phases")
+
+    def _start_cuda_phases(self, tensor: Any) -> None:
+        """At the first backward: a loss on CUDA puts the step's phases on the GPU's clock too."""
+        try:
+            if tensor.device.type == "cuda":
+                self.clock.marker = cuda_phases.cuda_marker(self.torch.cuda.Event, self._cuda_phases_off)
+        except Exception as err:
+            self._cuda_phases_off(err)
 
     # ---- the step clock (training thread) ------------------------------
     @property
@@ -326,17 +361,20 @@ class Agent:
         if self._model_optimizers and self._model_optimizers != len(self.clock.optimizers) and self.hooks is not None:
             self.hooks.report_model()
 
-    def on_backward(self, loss: Any) -> None:
-        """A backward call (the hooks'); the first one also finds the model, then hands over."""
+    def on_backward(self, loss: Any, started: float | None = None, token: Any = None, tensor: Any = None) -> None:
+        """A backward call (the hooks') of `tensor`, begun at `started` (`token`: the clock's marker's
+        token then); the first one also finds the model and picks the phases' clock, then hands over."""
         # The first backward finds the model; later ones go straight to the clock
         # (an instance attribute shadows this method: no "first?" test per backward).
         self.on_backward = self._on_backward  # type: ignore[method-assign]
-        self._on_backward(loss)
+        if self.cuda_device and tensor is not None:
+            self._start_cuda_phases(tensor)
+        self._on_backward(loss, started, token)
         if self.hooks is not None:
             self.hooks.watch_model()
 
-    def _on_backward(self, loss: Any) -> None:
-        self.clock.on_backward(_perf(), loss)
+    def _on_backward(self, loss: Any, started: float | None = None, token: Any = None, tensor: Any = None) -> None:
+        self.clock.on_backward(_perf(), loss, started, token)
 
     def manual_step(self, samples: int | None = None) -> None:
         if self.disabled:
@@ -379,16 +417,16 @@ class Agent:
             return None
 
     def _on_first_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                       mark: str | None, eval_s: float, loader: Any, loss: Any) -> None:
+                       mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any) -> None:
         """Step 0: the model and the rank are reported (before a trial of one step ends the process)."""
         self.clock.on_step = self._on_step
         if self.hooks is not None and not (self.disabled or self.finished):
             self.hooks.report_model()
             self.hooks.report_rank()
-        self._on_step(index, start, now, wait, samples, source, mark, eval_s, loader, loss)
+        self._on_step(index, start, now, wait, samples, source, mark, eval_s, loader, loss, phases)
 
     def _on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                 mark: str | None, eval_s: float, loader: Any, loss: Any) -> None:
+                 mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any) -> None:
         """A step ended (the clock calls this): the training thread's whole cost per step.
 
         Measured in place (caches cold from the step's own work) every Python
@@ -414,7 +452,7 @@ class Agent:
         queue = self._queue
         if len(queue) == QUEUE_MAX:
             self.dropped += 1
-        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader))
+        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader, phases))
         pending = self._pending_losses
         if loss is not None:
             pending[index] = loss
@@ -532,7 +570,7 @@ class Agent:
         self._stop.set()
         if self._writer_thread is not None and self._writer_thread is not threading.current_thread():
             self._writer_thread.join(timeout=2.0)
-        self._drain()
+        self._drain(final=True)
         try:
             if self._writer is not None:
                 self._writer.close()
