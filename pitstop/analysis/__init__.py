@@ -6,6 +6,7 @@ the headless printer, `pitstop view` and the tuner all read runs through here.
 
 from __future__ import annotations
 
+from pitstop.analysis._anatomy import PhaseSplit, phase_split
 from pitstop.analysis._context import Finding
 from pitstop.analysis._job import (
     STRAGGLER_THRESHOLD,
@@ -36,6 +37,7 @@ __all__ = [
     "Finding",
     "JobState",
     "JobSummary",
+    "PhaseSplit",
     "RankRow",
     "Straggler",
     "RunState",
@@ -50,6 +52,7 @@ __all__ = [
     "job_summary",
     "median_and_spread",
     "percentile",
+    "phase_split",
     "rank_status",
     "run_rules",
     "status_line",

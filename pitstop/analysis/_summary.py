@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pitstop.analysis._anatomy import PhaseSplit, phase_split_of
 from pitstop.analysis._context import WARMUP
 from pitstop.analysis._cpu import STATUS_SAMPLES, CpuFigures, cpu_mean, cpu_now, cpu_text, loader_label
 from pitstop.analysis._state import HEAD_STEPS, RunState
@@ -74,6 +75,7 @@ class Summary:
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
     skipped: tuple[str, ...] = ()  # what it could not: "batch_size (train loader 1): a custom batch_sampler"
     notes: tuple[str, ...] = ()  # the agent's warnings and errors: "prometheus: metrics endpoint off: ..."
+    phases: PhaseSplit | None = None  # the measured steps' anatomy (analysis._anatomy.phase_split)
 
 
 def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
@@ -139,6 +141,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         applied=_applied(run),
         skipped=_skipped(run),
         notes=_notes(run),
+        phases=phase_split_of(window),
     )
 
 
@@ -320,6 +323,10 @@ def format_summary(
             )
         )
         lines.append(_row("data wait", f"{fmt_pct(s.data_wait_frac)} of step time"))
+        if s.phases is not None:
+            shares = dict(s.phases.shares())
+            parts = ", ".join(f"{name} {fmt_ms(sec)} ({fmt_pct(shares.get(name))})" for name, sec in s.phases.seconds())
+            lines.append(_row("compute", f"{parts}; p50 per step, {s.phases.clock} clock"))
     mem = _na(fmt_bytes(s.peak_mem_allocated) if s.peak_mem_allocated is not None else None,
               s.mem_unavailable)
     mem_line = f"peak allocated {mem}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pitstop.analysis import Finding, RunState
+from pitstop.analysis._anatomy import shares_text
 from pitstop.analysis._cpu import cpu_now
 from pitstop.analysis._figures import window_phases
 from pitstop.analysis._summary import gpu_reason
@@ -58,6 +59,8 @@ def split_info(frame: Frame) -> SplitInfo | None:
         phases=phases,
         phases_title=title,
         phases_note=note,
+        anatomy=shares_text(split.phases) if split.phases is not None else "",
+        anatomy_compact=shares_text(split.phases, compact=True) if split.phases is not None else "",
     )
 
 
