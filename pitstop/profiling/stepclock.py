@@ -220,31 +220,29 @@ class StepClock:
         self._phased = True
         self._mark = now
         if self.marker is not None:
-            end = self.marker()
-            spans = self._spans
-            if spans is not None:
-                if token is None or end is None or self._mark_tok is None:
-                    self._spans = None  # a phase without its tokens: this step keeps the host clock
-                else:
-                    spans.append((FORWARD, self._mark_tok, token))
-                    spans.append((BACKWARD, token, end))
-            self._mark_tok = end
+            self._spans_to_now((FORWARD, BACKWARD), token)
 
     def _stamp_optimizer(self, now: float) -> None:
         # From the later of its start and the end of a backward inside it (a closure's).
         self._opt_open = False
-        self._opt += now - self._mark if self._mark is not None else 0.0
+        if self._mark is not None:
+            self._opt += now - self._mark
         self._phased = True
         self._mark = now
         if self.marker is not None:
-            end = self.marker()
-            spans = self._spans
-            if spans is not None:
-                if end is None or self._mark_tok is None:
-                    self._spans = None
-                else:
-                    spans.append((OPTIMIZER, self._mark_tok, end))
-            self._mark_tok = end
+            self._spans_to_now((OPTIMIZER,))
+
+    def _spans_to_now(self, phases: tuple[int, ...], *middle: Any) -> None:
+        """A token now; a span per phase between the mark's token, the `middle` ones and it."""
+        end = self.marker() if self.marker is not None else None
+        tokens = (self._mark_tok, *middle, end)
+        spans = self._spans
+        if spans is not None:
+            if any(t is None for t in tokens):
+                self._spans = None  # a phase without its tokens: this step keeps the host clock
+            else:
+                spans.extend(zip(phases, tokens, tokens[1:]))
+        self._mark_tok = end
 
     # ---- boundaries ------------------------------------------------------------
     def _evidence(self, t0: float) -> None:
