@@ -31,9 +31,9 @@ from typing import Any
 
 from pitstop._version import __version__
 from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
-from pitstop.profiling import phases as cuda_phases
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
+from pitstop.profiling.phases import PhaseClock
 from pitstop.profiling.record import RecordWriter, record_path_for
 from pitstop.profiling.stepclock import StepClock
 
@@ -78,6 +78,7 @@ class Agent:
         # step clock (training thread only). Step 0 goes to `_on_first_step`, which
         # hands the clock on to `_on_step`: no "is this the first step?" test per step.
         self.clock = StepClock(self._on_first_step, self._on_eval)
+        self.phases = PhaseClock(self.clock, self.note)  # the steps' phases on CUDA (profiling/phases.py)
         self._model_optimizers = 0  # optimizers counted in the last Model event
         self._pending_losses: dict[int, Any] = {}
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
@@ -274,7 +275,7 @@ class Agent:
             while queue:
                 try:
                     head = queue[0]
-                    if not final and type(head) is tuple and self._phases_pending(head, perf):
+                    if not final and type(head) is tuple and self.phases.pending(head[11], perf - head[1]):
                         break
                     event = queue.popleft()
                     if type(event) is tuple:
@@ -307,38 +308,12 @@ class Agent:
         """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
         index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases = item
         alloc, reserved, peak = mem if mem is not None else (None, None, None)
-        try:
-            fig = cuda_phases.figures(phases, wall, wait, block=final)
-        except Exception as err:  # the GPU's clock off; the host's figures stand
-            self._cuda_phases_off(err)
-            fig = cuda_phases.figures(phases[:3] + (None,), wall, wait)
+        fig = self.phases.figures(phases, wall, wait, block=final)
         forward, backward, optimizer, other, clock = fig if fig is not None else (None,) * 5
         return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
                     mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss, mark=mark,
                     eval_s=eval_s, loader=loader if isinstance(loader, int) else None, forward_s=forward,
                     backward_s=backward, optimizer_s=optimizer, other_s=other, phase_clock=clock)
-
-    def _phases_pending(self, item: tuple[Any, ...], perf: float) -> bool:
-        """A queued step whose CUDA phase events are still ahead of the GPU (writer thread)."""
-        try:
-            return cuda_phases.pending(item[11], perf - item[1])
-        except Exception as err:
-            self._cuda_phases_off(err)
-            return False
-
-    def _cuda_phases_off(self, err: BaseException) -> None:
-        """Step phases on the CUDA clock failed: from now on the host's stamps alone."""
-        self.clock.marker = None
-        self.note("warn", "agent", f"step phases on the CUDA clock off (host clock from now on): "
-                  f"{type(err).__name__}: {err}", once="cuda-phases")
-
-    def _start_cuda_phases(self, tensor: Any) -> None:
-        """At the first backward: a loss on CUDA puts the step's phases on the GPU's clock too."""
-        try:
-            if tensor.device.type == "cuda":
-                self.clock.marker = cuda_phases.cuda_marker(self.torch.cuda.Event, self._cuda_phases_off)
-        except Exception as err:
-            self._cuda_phases_off(err)
 
     # ---- the step clock (training thread) ------------------------------
     @property
@@ -368,7 +343,7 @@ class Agent:
         # (an instance attribute shadows this method: no "first?" test per backward).
         self.on_backward = self._on_backward  # type: ignore[method-assign]
         if self.cuda_device and tensor is not None:
-            self._start_cuda_phases(tensor)
+            self.phases.start(self.torch, tensor)
         self._on_backward(loss, started, token)
         if self.hooks is not None:
             self.hooks.watch_model()

@@ -12,7 +12,9 @@ with `elapsed_time`, which on completed events waits for nothing. Only the
 last write at exit (`block`) synchronises, as the losses' last read does.
 
 Torch-free: it is handed the event type (`torch.cuda.Event`), so the reader is
-unit-tested with a fake one (tests/unit/test_phases_cuda.py).
+unit-tested with a fake one (tests/unit/test_phases_cuda.py). `PhaseClock` is
+the agent's side of it; any error of torch's switches the CUDA clock off, with
+one note, and the steps go on with the host's figures.
 """
 
 from __future__ import annotations
@@ -93,3 +95,41 @@ def pending(phases: Any, age: float) -> bool:
     if phases is None or not phases[3] or age > WAIT_S:
         return False
     return not done(phases[3])
+
+
+class PhaseClock:
+    """The agent's step phases: picks the clock at the first backward, and reads the steps' events (writer thread)."""
+
+    def __init__(self, clock: Any, note: Callable[..., None]) -> None:
+        self.clock = clock  # the StepClock: its `marker` is set here and cleared on an error
+        self.note = note  # Agent.note
+
+    def start(self, torch: Any, tensor: Any) -> None:
+        """At the first backward (training thread): a loss on CUDA puts the phases on the GPU's clock too."""
+        try:
+            if tensor.device.type == "cuda":
+                self.clock.marker = cuda_marker(torch.cuda.Event, self.off)
+        except Exception as err:
+            self.off(err)
+
+    def off(self, err: BaseException) -> None:
+        """The CUDA clock failed: the host's stamps alone from now on."""
+        self.clock.marker = None
+        self.note("warn", "agent", f"step phases on the CUDA clock off (host clock from now on): "
+                  f"{type(err).__name__}: {err}", once="cuda-phases")
+
+    def pending(self, phases: Any, age: float) -> bool:
+        """`pending`, an error being no reason to wait."""
+        try:
+            return pending(phases, age)
+        except Exception as err:
+            self.off(err)
+            return False
+
+    def figures(self, phases: Any, wall: float, data_wait: float, block: bool = False) -> Figures | None:
+        """`figures`; after an error, the host's."""
+        try:
+            return figures(phases, wall, data_wait, block)
+        except Exception as err:
+            self.off(err)
+            return figures(phases[:3] + (None,), wall, data_wait)
