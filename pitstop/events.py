@@ -86,6 +86,13 @@ class Step:
     mark: str | None = None
     eval_s: float = 0.0  # seconds of the step spent in evaluation (0.0 when none)
     loader: int | None = None  # DataLoaderInfo.id of the loader whose batches fed the step (training loader)
+    # The step's anatomy (issue 14 §5), summed over every forward/backward/optimizer step in it;
+    # None when no backward or optimizer step ran in it. See docs/events.md for the bounds.
+    forward_s: float | None = None  # batch in hand (or the previous boundary) to the start of each backward
+    backward_s: float | None = None  # inside Tensor.backward
+    optimizer_s: float | None = None  # inside optimizer.step(), every optimizer
+    other_s: float | None = None  # compute - forward - backward - optimizer (at least 0)
+    phase_clock: str | None = None  # "host" (perf_counter) | "cuda" (CUDA events on the training stream)
 
     @property
     def compute(self) -> float:

@@ -27,6 +27,7 @@ from pitstop.analysis._figures import (
     window_phases,
     window_step_s,
 )
+from pitstop.analysis._anatomy import PhaseSplit, phase_split, shares_text
 from pitstop.analysis._job import (
     JOB_RULE_IDS,
     STRAGGLER_THRESHOLD,
@@ -71,6 +72,7 @@ __all__ = [
     "JobSummary",
     "LoaderCpu",
     "PhaseShare",
+    "PhaseSplit",
     "RankRow",
     "Rates",
     "RuleFailure",
@@ -104,6 +106,8 @@ __all__ = [
     "op_step_share",
     "op_time_us",
     "percentile",
+    "phase_split",
+    "shares_text",
     "rank_status",
     "rates",
     "rates_of",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pitstop.analysis._anatomy import PhaseSplit, phase_split_of
 from pitstop.analysis._context import MIN_STEPS, WARMUP, Finding
 from pitstop.analysis._stats import percentile
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
@@ -48,6 +49,7 @@ class StepSplit:
     wait_p95: float
     wall_sum: float  # seconds over the measured steps
     wait_sum: float
+    phases: PhaseSplit | None = None  # the same steps' anatomy (analysis._anatomy), when they carry it
 
 
 def step_split(run: RunState, warmup: int = WARMUP) -> StepSplit | None:
@@ -69,7 +71,7 @@ def step_split(run: RunState, warmup: int = WARMUP) -> StepSplit | None:
     if wall_sum <= 0:
         return None
     return StepSplit(len(steps), percentile(walls, 50), percentile(waits, 50), percentile(computes, 50),
-                     wait_sum / wall_sum, percentile(waits, 95), wall_sum, wait_sum)
+                     wait_sum / wall_sum, percentile(waits, 95), wall_sum, wait_sum, phase_split_of(steps))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pitstop.analysis import format as fmt
+from pitstop.analysis._anatomy import PhaseSplit, phase_split_of
 from pitstop.analysis._context import WARMUP
 from pitstop.analysis._cpu import STATUS_SAMPLES, CpuFigures, cpu_mean, cpu_now, cpu_text, loader_label
 from pitstop.analysis._rates import RECENT_STEPS, last_measured, rates, rates_of
@@ -72,6 +73,7 @@ class Summary:
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
     skipped: tuple[str, ...] = ()  # what it could not: "batch_size (train loader 1): a custom batch_sampler"
     notes: tuple[str, ...] = ()  # the agent's warnings and errors: "prometheus: metrics endpoint off: ..."
+    phases: PhaseSplit | None = None  # the measured steps' anatomy (analysis._anatomy.phase_split)
 
 
 def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
@@ -138,6 +140,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         applied=_applied(run),
         skipped=_skipped(run),
         notes=_notes(run),
+        phases=phase_split_of(window),
     )
 
 
@@ -290,6 +293,11 @@ def format_summary(
             )
         )
         lines.append(_row("data wait", f"{fmt.pct(s.data_wait_frac)} of step time"))
+        if s.phases is not None:
+            shares = dict(s.phases.shares())
+            parts = ", ".join(f"{name} {fmt.duration(sec)} ({fmt.pct(shares.get(name))})"
+                              for name, sec in s.phases.seconds())
+            lines.append(_row("compute", f"{parts}; p50 per step, {s.phases.clock} clock"))
     mem_line = f"peak allocated {fmt.size(s.peak_mem_allocated, s.mem_unavailable)}"
     if s.peak_mem_reserved is not None:
         mem_line += f", reserved {fmt.size(s.peak_mem_reserved)}"

@@ -10,6 +10,7 @@ from pitstop.analysis import (
     WARMUP,
     Advice,
     JobState,
+    PhaseSplit,
     RunState,
     StepComparison,
     advise,
@@ -17,6 +18,7 @@ from pitstop.analysis import (
     job_advice,
     job_summary,
     op_time_us,
+    phase_split,
     summarize,
 )
 from pitstop.events import ProfileWindow
@@ -137,6 +139,10 @@ def build(a_path: str, a_runs: list[RunState], b_path: str, b_runs: list[RunStat
         notes.append(f"the machine was busier during {busier}: other processes used {more:.2f} cores on average "
                      f"against {less:.2f} (of {cores}); part of the difference may be the machine's, not the run's")
     phases, ops = _windows(pa, pb, notes)
+    clocks = phase_split(pa, warmup), phase_split(pb, warmup)
+    if clocks[0] is not None and clocks[1] is not None and clocks[0].clock != clocks[1].clock:
+        notes.append(f"the step phases were timed on different clocks (A {clocks[0].clock}, B {clocks[1].clock}): "
+                     "host stamps time the launches, CUDA events the GPU's work")
     fa, fb = _findings(a_runs, "A", notes), _findings(b_runs, "B", notes)
     return Comparison(
         a=side_a, b=side_b, steps=stats,
@@ -175,6 +181,7 @@ def _metrics(a_runs: list[RunState], pa: RunState, b_runs: list[RunState], pb: R
         Metric("step time mean", sa.step_mean_s, sb.step_mean_s, "s", "lower"),
         Metric("step time p95", sa.step_p95_s, sb.step_p95_s, "s", "lower"),
         Metric("compute p50", sa.compute_p50_s, sb.compute_p50_s, "s", "lower"),
+        *_phase_rows(sa.phases, sb.phases),
         Metric("throughput", ra[0], rb[0], "samples/s", "higher"),
         Metric("steps/s", ra[1], rb[1], "steps/s", "higher"),
         Metric("data wait", sa.data_wait_frac, sb.data_wait_frac, "frac", "lower"),
@@ -190,6 +197,13 @@ def _metrics(a_runs: list[RunState], pa: RunState, b_runs: list[RunState], pb: R
     # A row neither run has says nothing (peak allocated on two CPU runs; eval share without eval).
     return tuple(m for m in rows if (m.a is not None or m.b is not None) and (m.a or m.b or m.unit != "frac"
                                                                            or m.name != "eval share"))
+
+
+def _phase_rows(a: PhaseSplit | None, b: PhaseSplit | None) -> list[Metric]:
+    """A row per phase of every step (forward, backward, optimizer, other p50) when both runs carry them."""
+    if a is None or b is None:
+        return []
+    return [Metric(f"{name} p50", va, vb, "s", "lower") for (name, va), (_, vb) in zip(a.seconds(), b.seconds())]
 
 
 def other_load(run: RunState) -> float | None:
@@ -236,7 +250,7 @@ def _windows(pa: RunState, pb: RunState, notes: list[str]) -> tuple[tuple[Metric
     wa, wb = list(pa.profiles), list(pb.profiles)
     missing = [name for name, w in (("A", wa), ("B", wb)) if not w]
     if missing:
-        notes.append(f"no profiler window in {' and '.join(missing)}: phases and ops are not compared")
+        notes.append(f"no profiler window in {' and '.join(missing)}: the windows' phases and ops are not compared")
         return (), ()
     if {w.device for w in wa} != {w.device for w in wb}:
         notes.append("the windows profiled different devices: op times are not comparable (CPU vs CUDA)")

@@ -1,10 +1,12 @@
 """Provides the torch hooks: installed the moment the script finishes `import torch`.
 
 No code change in the user's script: a global optimizer-step post-hook marks
-steps; a timer around DataLoader iterators' `__next__` measures data wait and
-batch sizes; `Tensor.backward` is wrapped to catch the loss (and to count steps
-when no optimizer ever steps); a few constructors are wrapped to learn about
-the model (Conv2d, GradScaler, DataParallel, DDP) and to apply a tuned config.
+steps (and a pre-hook stamps where the optimizer's work begins); a timer around
+DataLoader iterators' `__next__` measures data wait and batch sizes;
+`Tensor.backward` is wrapped to catch the loss, to stamp where backward begins
+and ends (the step's anatomy), and to count steps when no optimizer ever steps;
+a few constructors are wrapped to learn about the model (Conv2d, GradScaler,
+DataParallel, DDP) and to apply a tuned config.
 """
 
 from __future__ import annotations
@@ -326,6 +328,15 @@ class Hooks:
     # ---- steps ------------------------------------------------------------
     def _hook_optimizer(self) -> None:
         agent = self.agent
+        clock = agent.clock
+        perf = _PERF
+
+        def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if not agent.disabled:
+                try:
+                    clock.on_optimizer_start(perf())
+                except Exception as err:  # never into the training loop
+                    agent.fail("the optimizer-step pre-hook", err)
 
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if not agent.disabled:
@@ -334,6 +345,7 @@ class Hooks:
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step hook", err)
 
+        self.optimizer_mod.register_optimizer_step_pre_hook(pre_hook)
         self.optimizer_mod.register_optimizer_step_post_hook(post_hook)
 
     def _hook_dataloader(self) -> None:
@@ -411,10 +423,15 @@ class Hooks:
 
     def _hook_backward(self) -> None:
         agent = self.agent
+        clock = agent.clock
         hooks = self
+        perf = _PERF
 
         def make(original: Any) -> Any:
             def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+                started = perf()
+                marker = clock.marker  # set on CUDA: a timing event where backward begins, too
+                token = marker() if marker is not None and not agent.disabled else None
                 result = original(tensor, *args, **kwargs)
                 if not agent.disabled:
                     loss = None
@@ -427,7 +444,7 @@ class Hooks:
                         except Exception:
                             loss = None
                     try:
-                        agent.on_backward(loss)
+                        agent.on_backward(loss, started, token, tensor)
                     except Exception as err:  # never into the training loop
                         agent.fail("the backward hook", err)
                 return result

@@ -33,6 +33,7 @@ from pitstop._version import __version__
 from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
+from pitstop.profiling.phases import PhaseClock
 from pitstop.profiling.record import RecordWriter, record_path_for
 from pitstop.profiling.stepclock import StepClock
 
@@ -77,6 +78,7 @@ class Agent:
         # step clock (training thread only). Step 0 goes to `_on_first_step`, which
         # hands the clock on to `_on_step`: no "is this the first step?" test per step.
         self.clock = StepClock(self._on_first_step, self._on_eval)
+        self.phases = PhaseClock(self.clock, self.note)  # the steps' phases on CUDA (profiling/phases.py)
         self._model_optimizers = 0  # optimizers counted in the last Model event
         self._pending_losses: dict[int, Any] = {}
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
@@ -261,17 +263,23 @@ class Agent:
             self.cuda_stats, self.cuda_reserved, self.cuda_peak = {}, None, None
             self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
 
-    def _drain(self) -> None:
+    def _drain(self, final: bool = False) -> None:
+        """Write what the queue holds. A step whose CUDA phase events the GPU has not reached yet
+        stops the pass (it and what follows wait for the next, in order), unless `final`."""
         with self._write_lock:
             lines = []
             events: list[Event] = []
             queue = self._queue
-            offset = time.time() - _perf()  # steps carry perf_counter stamps; events carry wall time
+            perf = _perf()
+            offset = time.time() - perf  # steps carry perf_counter stamps; events carry wall time
             while queue:
                 try:
+                    head = queue[0]
+                    if not final and type(head) is tuple and self.phases.pending(head[11], perf - head[1]):
+                        break
                     event = queue.popleft()
                     if type(event) is tuple:
-                        event = self._step_event(event, offset)
+                        event = self._step_event(event, offset, final)
                     lines.append(encode(event))
                     events.append(event)
                 except IndexError:
@@ -296,14 +304,16 @@ class Agent:
                     self.taps.remove(tap)
                     self.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
 
-    @staticmethod
-    def _step_event(item: tuple[Any, ...], offset: float) -> Step:
+    def _step_event(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
         """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
-        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader = item
+        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases = item
         alloc, reserved, peak = mem if mem is not None else (None, None, None)
+        fig = self.phases.figures(phases, wall, wait, block=final)
+        forward, backward, optimizer, other, clock = fig if fig is not None else (None,) * 5
         return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
                     mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss, mark=mark,
-                    eval_s=eval_s, loader=loader if isinstance(loader, int) else None)
+                    eval_s=eval_s, loader=loader if isinstance(loader, int) else None, forward_s=forward,
+                    backward_s=backward, optimizer_s=optimizer, other_s=other, phase_clock=clock)
 
     # ---- the step clock (training thread) ------------------------------
     @property
@@ -326,17 +336,20 @@ class Agent:
         if self._model_optimizers and self._model_optimizers != len(self.clock.optimizers) and self.hooks is not None:
             self.hooks.report_model()
 
-    def on_backward(self, loss: Any) -> None:
-        """A backward call (the hooks'); the first one also finds the model, then hands over."""
+    def on_backward(self, loss: Any, started: float | None = None, token: Any = None, tensor: Any = None) -> None:
+        """A backward call (the hooks') of `tensor`, begun at `started` (`token`: the clock's marker's
+        token then); the first one also finds the model and picks the phases' clock, then hands over."""
         # The first backward finds the model; later ones go straight to the clock
         # (an instance attribute shadows this method: no "first?" test per backward).
         self.on_backward = self._on_backward  # type: ignore[method-assign]
-        self._on_backward(loss)
+        if self.cuda_device and tensor is not None:
+            self.phases.start(self.torch, tensor)
+        self._on_backward(loss, started, token)
         if self.hooks is not None:
             self.hooks.watch_model()
 
-    def _on_backward(self, loss: Any) -> None:
-        self.clock.on_backward(_perf(), loss)
+    def _on_backward(self, loss: Any, started: float | None = None, token: Any = None, tensor: Any = None) -> None:
+        self.clock.on_backward(_perf(), loss, started, token)
 
     def manual_step(self, samples: int | None = None) -> None:
         if self.disabled:
@@ -379,16 +392,16 @@ class Agent:
             return None
 
     def _on_first_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                       mark: str | None, eval_s: float, loader: Any, loss: Any) -> None:
+                       mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any) -> None:
         """Step 0: the model and the rank are reported (before a trial of one step ends the process)."""
         self.clock.on_step = self._on_step
         if self.hooks is not None and not (self.disabled or self.finished):
             self.hooks.report_model()
             self.hooks.report_rank()
-        self._on_step(index, start, now, wait, samples, source, mark, eval_s, loader, loss)
+        self._on_step(index, start, now, wait, samples, source, mark, eval_s, loader, loss, phases)
 
     def _on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                 mark: str | None, eval_s: float, loader: Any, loss: Any) -> None:
+                 mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any) -> None:
         """A step ended (the clock calls this): the training thread's whole cost per step.
 
         Measured in place (caches cold from the step's own work) every Python
@@ -414,7 +427,7 @@ class Agent:
         queue = self._queue
         if len(queue) == QUEUE_MAX:
             self.dropped += 1
-        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader))
+        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader, phases))
         pending = self._pending_losses
         if loss is not None:
             pending[index] = loss
@@ -532,7 +545,7 @@ class Agent:
         self._stop.set()
         if self._writer_thread is not None and self._writer_thread is not threading.current_thread():
             self._writer_thread.join(timeout=2.0)
-        self._drain()
+        self._drain(final=True)
         try:
             if self._writer is not None:
                 self._writer.close()

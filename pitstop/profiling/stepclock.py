@@ -18,6 +18,15 @@ What it decides:
 - The loss of a step: the last loss a backward of that step passed in. Held
   backward calls that turn out to be one optimizer step (a GAN's, gradient
   accumulation's) give that step the last of their losses.
+- The step's anatomy (issue 14 §5): forward is from the latest boundary (a batch
+  fetched, a backward or an optimizer step ended, an eval stretch closed, the
+  step began) to the start of each backward; backward is inside each backward;
+  optimizer is inside each optimizer's step (a closure's forward and backward
+  inside it count as theirs). Each is summed over the step: gradient
+  accumulation's micro-steps, a GAN's two optimizers. What no phase covers is
+  "other" (the agent: compute minus the three). With a `marker` (CUDA), each
+  stamp also records an opaque token, and the step carries the token pairs that
+  bound each phase for a reader to time later (profiling/phases.py).
 """
 
 from __future__ import annotations
@@ -39,8 +48,15 @@ EVAL_FORWARDS = 2
 # never switch; the first step of a new phase is counted into the second.
 SWITCH_AFTER = 2
 
-# on_step(index, start, now, data_wait, samples, source, mark, eval_s, loader, loss)
-StepSink = Callable[[int, float, float, float, "int | None", str, "str | None", float, Any, Any], None]
+# Phase indexes of a step's token spans (`Phases.spans`).
+FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2
+
+# on_step(index, start, now, data_wait, samples, source, mark, eval_s, loader, loss, phases)
+StepSink = Callable[[int, float, float, float, "int | None", str, "str | None", float, Any, Any, Any], None]
+# A step's anatomy as the clock hands it on: (forward, backward, optimizer) seconds and the
+# token spans [(phase, start token, end token)] that bound them, or None where a phase had
+# no token (the marker came mid-step, or a marker call failed): that step keeps the host clock.
+Phases = tuple[float, float, float, "list[tuple[int, Any, Any]] | None"]
 
 
 class StepClock:
@@ -58,6 +74,12 @@ class StepClock:
         self._others = 0  # steps of other optimizers since the primary's last
         self.train_loader: Any = None
         self._pending: list[list[Any]] = []  # held backward boundaries (see module doc)
+        # Phase stamps: `marker()` records a token (a CUDA event) where one is set (the agent,
+        # once the loss is seen on CUDA); `_mark` is the latest phase boundary.
+        self.marker: Callable[[], Any] | None = None
+        self._mark: float | None = None
+        self._mark_tok: Any = None
+        self._opt_open = False
         self._reset()
 
     def _reset(self) -> None:
@@ -70,6 +92,9 @@ class StepClock:
         self._eval_t1 = 0.0
         self._eval_told = False
         self._loss: Any = None  # the last loss a backward of this step passed in (opaque: a float or a tensor)
+        self._phased = False  # a backward or an optimizer step was stamped in this step
+        self._fwd = self._bwd = self._opt = 0.0
+        self._spans: list[tuple[int, Any, Any]] | None = [] if self.marker is not None else None
 
     # ---- inputs ---------------------------------------------------------------
     def on_fetch(self, loader: Any, started: float, waited: float, samples: int | None) -> None:
@@ -84,7 +109,9 @@ class StepClock:
         acc[0] += waited
         if samples is not None:
             acc[1] = samples if acc[1] is None else acc[1] + samples
-        acc[3] = started + waited
+        acc[3] = self._mark = started + waited
+        if self.marker is not None:
+            self._mark_tok = self.marker()
         self._last_loader = loader
         if loader == self.train_loader and self._seg_t0 is not None:
             self._close_segment(started)
@@ -108,10 +135,13 @@ class StepClock:
         if samples is not None:
             self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
 
-    def on_backward(self, now: float, loss: Any = None) -> int:
-        """A backward call (of `loss`, when it was read). Returns the steps emitted (0, 1, or the held ones)."""
+    def on_backward(self, now: float, loss: Any = None, started: float | None = None, token: Any = None) -> int:
+        """A backward call (of `loss`, when it was read) that began at `started` (`token`: the marker's
+        token then). Returns the steps emitted (0, 1, or the held ones)."""
         if loss is not None:
             self._loss = loss
+        if started is not None:
+            self._stamp_backward(started, now, token)
         if self._seg_t0 is not None:
             # Forwards that a backward follows were training (eval-mode fine-tuning).
             self._seg_t0, self._seg_n = None, 0
@@ -138,8 +168,17 @@ class StepClock:
             self._emit(step, "backward")
         return len(held)
 
+    def on_optimizer_start(self, now: float) -> None:
+        """An optimizer's step() begins (the optimizer's pre-hook)."""
+        self._opt_open = True
+        self._mark = now
+        if self.marker is not None:
+            self._mark_tok = self.marker()
+
     def on_optimizer_step(self, key: Any, now: float) -> int:
         """An optimizer stepped. Returns how many held backward boundaries merged into this step."""
+        if self._opt_open:
+            self._stamp_optimizer(now)
         if key == self.primary and self.mode == "optimizer":  # every step after the first
             self._others = 0
             self._cut("optimizer", now)
@@ -167,6 +206,43 @@ class StepClock:
         if samples is not None:
             self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
         self._cut("manual", now)
+        if self.marker is not None:  # the next step's forward starts here, on the device too
+            self._mark_tok = self.marker()
+
+    # ---- phases ---------------------------------------------------------------
+    def _stamp_backward(self, started: float, now: float, token: Any) -> None:
+        mark = self._mark
+        if mark is None:
+            mark = self.t_last if self.t_last is not None else started
+        if started > mark:
+            self._fwd += started - mark
+        self._bwd += now - started
+        self._phased = True
+        self._mark = now
+        if self.marker is not None:
+            self._spans_to_now((FORWARD, BACKWARD), token)
+
+    def _stamp_optimizer(self, now: float) -> None:
+        # From the later of its start and the end of a backward inside it (a closure's).
+        self._opt_open = False
+        if self._mark is not None:
+            self._opt += now - self._mark
+        self._phased = True
+        self._mark = now
+        if self.marker is not None:
+            self._spans_to_now((OPTIMIZER,))
+
+    def _spans_to_now(self, phases: tuple[int, ...], *middle: Any) -> None:
+        """A token now; a span per phase between the mark's token, the `middle` ones and it."""
+        end = self.marker() if self.marker is not None else None
+        tokens = (self._mark_tok, *middle, end)
+        spans = self._spans
+        if spans is not None:
+            if any(t is None for t in tokens):
+                self._spans = None  # a phase without its tokens: this step keeps the host clock
+            else:
+                spans.extend(zip(phases, tokens, tokens[1:]))
+        self._mark_tok = end
 
     # ---- boundaries ------------------------------------------------------------
     def _evidence(self, t0: float) -> None:
@@ -183,10 +259,15 @@ class StepClock:
     def _close_segment(self, now: float) -> None:
         if self._seg_n >= EVAL_FORWARDS:
             self._eval_t1 = max(self._eval_t1, now)
+            # The evaluation is nobody's forward: the next forward starts here.
+            if self._mark is None or now > self._mark:
+                self._mark = now
+                if self.marker is not None:
+                    self._mark_tok = self.marker()
         self._seg_t0, self._seg_n = None, 0
 
     def _measure(self, now: float) -> list[Any]:
-        """This step as [end, start, wait, samples, eval_s, eval, loader, loss]."""
+        """This step as [end, start, wait, samples, eval_s, eval, loader, loss, phases]."""
         if self._seg_t0 is not None:
             self._close_segment(now)
         fetched = self._fetch
@@ -214,7 +295,9 @@ class StepClock:
                 ends.append(self._eval_t1)
             eval_s = max(0.0, max(ends, default=now) - min(starts))
         start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
-        return [now, start, wait, samples, eval_s, evaluated, train, self._loss]
+        phases = (self._fwd, self._bwd, self._opt, self._spans) if self._phased else None
+        self._mark = now
+        return [now, start, wait, samples, eval_s, evaluated, train, self._loss, phases]
 
     def _cut(self, source: str, now: float) -> None:
         step = self._measure(now)
@@ -228,13 +311,24 @@ class StepClock:
                 step[5] = step[5] or held[5]
             if step[7] is None:  # the latest loss: the step's own, else the last held one's
                 step[7] = next((held[7] for held in reversed(self._pending) if held[7] is not None), None)
+            for held in reversed(self._pending):
+                step[8] = _sum_phases(held[8], step[8])
             self._pending = []
         self.t_last = now
         self._reset()
         self._emit(step, source)
 
     def _emit(self, step: list[Any], source: str) -> None:
-        end, start, wait, samples, eval_s, evaluated, loader, loss = step
+        end, start, wait, samples, eval_s, evaluated, loader, loss, phases = step
         index = self.index
         self.index = index + 1
-        self.on_step(index, start, end, wait, samples, source, "eval" if evaluated else None, eval_s, loader, loss)
+        self.on_step(index, start, end, wait, samples, source, "eval" if evaluated else None, eval_s, loader, loss,
+                     phases)
+
+
+def _sum_phases(a: Phases | None, b: Phases | None) -> Phases | None:
+    """Two parts of one step (held backward boundaries merged): phases summed, spans joined in order."""
+    if a is None or b is None:
+        return a if b is None else b
+    spans = a[3] + b[3] if a[3] is not None and b[3] is not None else None
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], spans)

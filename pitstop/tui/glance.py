@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pitstop.analysis import Finding, RunState, cpu_now, gpu_reason, window_phases
+from pitstop.analysis import Finding, RunState, cpu_now, gpu_reason, shares_text, window_phases
 from pitstop.analysis import format as fmt
 from pitstop.events import Sample
 from pitstop.tui.opstable import MIN_PHASE_SHARE
@@ -55,6 +55,8 @@ def split_info(frame: Frame) -> SplitInfo | None:
         phases=phases,
         phases_title=title,
         phases_note=note,
+        anatomy=shares_text(split.phases) if split.phases is not None else "",
+        anatomy_compact=shares_text(split.phases, compact=True) if split.phases is not None else "",
     )
 
 

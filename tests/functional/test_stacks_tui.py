@@ -34,16 +34,16 @@ def test_s_on_the_data_screen_shows_the_datasets_slow_line() -> None:
 
         async def scenario() -> None:
             async with app.run_test(size=(100, 30)) as pilot:
-                await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119)
+                await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119, timeout=60)
                 await pilot.press("3")
-                await wait_for(pilot, lambda: isinstance(app.screen, DataScreen))
+                await wait_for(pilot, lambda: isinstance(app.screen, DataScreen), timeout=30)
                 await pilot.press("s")
                 await wait_for(pilot, lambda: isinstance(app.screen, StacksScreen), timeout=90)
                 text = screen_text(app)
                 assert "main process (num_workers=0)" in text
                 assert "slow_getitem.py:18 in SlowDecode.decode" in text
                 await pilot.press("escape")
-                await wait_for(pilot, lambda: isinstance(app.screen, DataScreen))
+                await wait_for(pilot, lambda: isinstance(app.screen, DataScreen), timeout=30)
 
         run(scenario())
         assert proc.poll() is None  # sampled, never stopped
@@ -59,11 +59,11 @@ def test_s_on_a_run_on_another_host_says_where_to_sample() -> None:
 
     async def scenario() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119)
+            await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119, timeout=60)
             await pilot.press("3")
-            await wait_for(pilot, lambda: isinstance(app.screen, DataScreen))
+            await wait_for(pilot, lambda: isinstance(app.screen, DataScreen), timeout=30)
             await pilot.press("s")
             await wait_for(pilot, lambda: any("the run is on host: run `pitstop profile --data 4242` there"
-                                              in n.message for n in app._notifications))
+                                              in n.message for n in app._notifications), timeout=30)
 
     run(scenario())

@@ -158,7 +158,7 @@ class FakeHooks:
 
 
 def queued_steps(agent: Agent) -> list[Step]:
-    return [Agent._step_event(item, 0.0) for item in agent._queue if type(item) is tuple]
+    return [agent._step_event(item, 0.0) for item in agent._queue if type(item) is tuple]
 
 
 def test_per_step_the_training_thread_asks_torch_only_for_the_allocated_bytes(tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ class Recorder:
         self.now = 0.0
 
     def on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                mark: str | None, eval_s: float, loader: Any, loss: Any) -> None:
+                mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any = None) -> None:
         self.steps.append(dict(index=index, wall=now - start, wait=wait, samples=samples, source=source,
-                               mark=mark, eval_s=eval_s, loader=loader, loss=loss))
+                               mark=mark, eval_s=eval_s, loader=loader, loss=loss, phases=phases))
 
     def on_eval(self) -> None:
         self.evals += 1

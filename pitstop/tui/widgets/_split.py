@@ -38,6 +38,10 @@ class SplitInfo:
     phases_title: str = ""  # "profiled steps 51-55"
     phases_note: str = ""  # instead of the phases: "no profiler window yet (p profiles now)"
     note: str | None = None
+    # Every step's anatomy (analysis.phase_split), as shares of compute: "fwd 40% · bwd 45% · opt 5%",
+    # and the same in fewer cells ("fwd 40 bwd 45 opt 5%") for 80 columns; "" without one.
+    anatomy: str = ""
+    anatomy_compact: str = ""
 
 
 class TimeSplit(Widget):
@@ -58,8 +62,7 @@ def split_lines(info: SplitInfo, width: int) -> list[Text]:
         first = Text.assemble(("step ", "bold"), (info.note or "no measured step yet", "dim"))
     else:
         first = Text.assemble(("step p50 ", "bold"), (info.step, "bold"), " ")
-        tail = Text.assemble((f"data wait {info.wait}", info.wait_style), f" ({fmt.pct(info.wait_frac)})",
-                             (" · ", "dim"), (f"compute {info.compute}", "green"), f" ({fmt.pct(1 - info.wait_frac)})")
+        tail = _tail(info, width - len(first))
         over = Text(f"  {info.over}", style="dim")
         room = width - len(first) - len(tail) - 1
         if room >= MIN_BAR:
@@ -81,6 +84,22 @@ def split_lines(info: SplitInfo, width: int) -> list[Text]:
     for line in (first, second):
         line.truncate(width, overflow="ellipsis")
     return [first, second]
+
+
+def _tail(info: SplitInfo, room: int) -> Text:
+    """Data wait and compute; with the step's anatomy in the widest form that fits `room` cells."""
+    assert info.wait_frac is not None
+    wait = f" ({fmt.pct(info.wait_frac)})"
+    if info.anatomy:
+        # At 80 columns the full form does not fit: the shares shorten first, then "data wait".
+        for label, anatomy in (("data wait", info.anatomy), ("data wait", info.anatomy_compact),
+                               ("data", info.anatomy_compact)):
+            tail = Text.assemble((f"{label} {info.wait}", info.wait_style), wait, (" · ", "dim"),
+                                 (f"compute {info.compute}", "green"), f" ({anatomy})")
+            if anatomy and len(tail) <= room:
+                return tail
+    return Text.assemble((f"data wait {info.wait}", info.wait_style), wait,
+                         (" · ", "dim"), (f"compute {info.compute}", "green"), f" ({fmt.pct(1 - info.wait_frac)})")
 
 
 def _phases(info: SplitInfo, with_ms: bool) -> Text:
