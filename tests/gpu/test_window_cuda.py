@@ -39,8 +39,9 @@ def test_a_conv_net_window_has_cuda_kernels_copies_and_the_scripts_syncs(
         assert copies is not None and copies.h2d_bytes > 0 and copies.h2d_us > 0
         pinned = copies.h2d_count - copies.h2d_pageable
         assert k <= copies.h2d_pageable <= k + 2 and 2 * k <= pinned <= 2 * k + 2, copies
-        # Syncs: the script's one .item() a step, and nothing of pitstop's beside it.
-        assert win.syncs_per_step.get("aten::item") == pytest.approx(1.0), win.syncs_per_step
-        assert win.syncs_per_step.get("aten::_local_scalar_dense") == pytest.approx(1.0), win.syncs_per_step
+        # Syncs: the script's one .item() a step (give or take the one at a window's edge: 4 to 6 in 5
+        # steps), and nothing of pitstop's beside it (a sync of its own each step would make it 2).
+        for name in ("aten::item", "aten::_local_scalar_dense"):
+            assert 0.8 <= win.syncs_per_step.get(name, 0.0) <= 1.2, win.syncs_per_step
         for phase in ("forward", "backward", "optimizer"):
             assert win.phases_ms.get(phase, 0) > 0, win.phases_ms
