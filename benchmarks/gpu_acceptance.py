@@ -114,6 +114,8 @@ def run_parts(setup: Setup, deadline: Deadline) -> list[Row]:
     tune_data: dict | None = None
 
     def grant(name: str) -> float:
+        if name == order[-1]:  # the last part (the grid) takes what the others left, less the archiving
+            return deadline.grant(max(want[name], deadline.left() - 10.0), reserve=10.0, least=15.0)
         later = sum(want[n] for n in order[order.index(name) + 1:]) * 0.5  # the parts to come keep half theirs
         return deadline.grant(want[name], reserve=later, least=15.0)
 
