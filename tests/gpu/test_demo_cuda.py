@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.events import End, Gpu, Hello, Runtime, Sample, Step
+from pitstop.events import End, Event, Gpu, Hello, Runtime, Sample, Step
 from tests.gpu._kit import GPU, gpu0_memory_used, keep
 from tests.integration.conftest import events_of, run_pitstop
 
@@ -18,16 +18,22 @@ GIB = 1 << 30
 CONTEXT_MAX = 2 * GIB
 
 
-def test_the_demo_on_cuda_records_cuda_memory_and_nvml_figures_that_agree(
-        env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    before = gpu0_memory_used()  # other processes' (and this one's) memory, left out of the comparison
+def demo(env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest, steps: int,
+         name: str = "demo.jsonl") -> list[Event]:
+    """`pitstop demo --headless` (on the GPU: the demo picks CUDA where there is one), sampled at 2 Hz; its record."""
     env["PITSTOP_SAMPLE_INTERVAL"] = "0.5"
-    record = tmp_path / "demo.jsonl"
-    proc = run_pitstop(["demo", "--headless", "--steps", "300", "--record", str(record)], env, tmp_path,
+    record = tmp_path / name
+    proc = run_pitstop(["demo", "--headless", "--steps", str(steps), "--record", str(record)], env, tmp_path,
                        timeout=240)
     keep(request, record)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    events = events_of(record)
+    return events_of(record)
+
+
+def test_the_demo_on_cuda_records_cuda_memory_and_nvml_figures_that_agree(
+        env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    before = gpu0_memory_used()  # other processes' (and this one's) memory, left out of the comparison
+    events = demo(env, tmp_path, request, 300)
     # Complete: who, on what, every step, a clean end.
     assert isinstance(events[0], Hello)
     runtime = next(e for e in events if isinstance(e, Runtime))
@@ -63,13 +69,7 @@ def test_gpm_figures_on_hopper_or_a_reason_elsewhere(env: dict[str, str], tmp_pa
     """NVML says how busy the SMs, tensor pipes and DRAM were on an H100; an older GPU says why not."""
     from pitstop.profiling import nvml
 
-    env["PITSTOP_SAMPLE_INTERVAL"] = "0.5"
-    record = tmp_path / "demo-gpm.jsonl"
-    proc = run_pitstop(["demo", "--headless", "--steps", "200", "--record", str(record)], env, tmp_path,
-                       timeout=240)
-    keep(request, record)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    events = events_of(record)
+    events = demo(env, tmp_path, request, 200, "demo-gpm.jsonl")
     gpus = [e.gpus[0] for e in events if isinstance(e, Sample) and e.gpus]
     assert len(gpus) >= 3
     capability = nvml.query("nvmlDeviceGetCudaComputeCapability", nvml.handle(0))

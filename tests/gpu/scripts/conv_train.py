@@ -1,4 +1,4 @@
-"""A ResNet-like GPU workload for issue 15: synthetic images through a per-sample CPU transform, a DataLoader
+"""A ResNet-like GPU workload for issue 15: the demo's synthetic images through their per-sample CPU transform, a DataLoader
 left at its defaults, and a GradScaler built as AMP-ready scripts do.
 
 Slow in the ways `pitstop tune` fixes: the transform runs in the main process
@@ -29,36 +29,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-IMAGE = 64  # pixels a side after the crop
-CLASSES = 10
-
-
-class SyntheticImages(Dataset):
-    """Deterministic images whose class is in their colour, through a blur/crop/jitter transform on the CPU."""
-
-    def __init__(self, size: int, blur_passes: int) -> None:
-        self.size = size
-        self.blur_passes = blur_passes
-        kernel = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0])
-        kernel = torch.outer(kernel, kernel)
-        self.kernel = (kernel / kernel.sum()).expand(3, 1, 5, 5).contiguous()
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        gen = torch.Generator().manual_seed(index)
-        label = index % CLASSES
-        image = torch.rand(1, 3, IMAGE + 8, IMAGE + 8, generator=gen)
-        image[0, label % 3] += 0.5 * (label / CLASSES)
-        for _ in range(self.blur_passes):
-            image = F.conv2d(F.pad(image, (2, 2, 2, 2), mode="reflect"), self.kernel, groups=3)
-        top, left = torch.randint(0, 9, (2,), generator=gen).tolist()
-        crop = image[0, :, top:top + IMAGE, left:left + IMAGE]
-        crop = crop * (0.8 + 0.4 * torch.rand(3, 1, 1, generator=gen))
-        return ((crop - crop.mean()) / (crop.std() + 1e-6)).contiguous(), label
+# The demo's images: a class in their colour, a blur/crop/jitter transform per sample on the CPU.
+from pitstop.demo.train import CLASSES, SyntheticImages
 
 
 class Block(nn.Module):
