@@ -255,7 +255,8 @@ def grid(setup: Setup, data: dict[str, Any] | None, deadline: Deadline, budget: 
     candidates = grid_candidates(space, pick, setup.quick)
     folder = setup.folder("grid")
     runner = TrialRunner(TrialSpec(Script(script=str(CONV), args=("--steps", "100000", *setup.conv_args())),
-                                   folder, folder / "trials", warmup=TRIAL_WARMUP))
+                                   folder, folder / "trials", warmup=TRIAL_WARMUP),
+                         timeout=60.0)  # a hung trial must not take the device call's last minutes
     stop = deadline.elapsed() + budget
     measured: dict[Candidate, float | None] = {}
     took: list[float] = []
