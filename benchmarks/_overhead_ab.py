@@ -17,17 +17,22 @@ starting on the schedule's grid, so step 0 of each period opens a window.
 Writes every step time, and the agent's index of the first timed step so that
 overhead.py can read the marks the agent stamped on them in the record.
 
-Every arm runs in this process, so the process-to-process spread of a small
+PITSTOP_AB_WORKLOAD names another workload module with the same `build` and
+`train_step` (gpu_acceptance.py: `_workload_gpu`). Every arm runs in this process, so the process-to-process spread of a small
 VM (memory layout, which core) cannot enter. The first window's one-off set-up
 (Kineto loads once per process) is paid in the warm-up.
 """
+import importlib
 import json
+import os
 import sys
 import time
 
-from _workload_10ms import build, train_step
-
 from pitstop.profiling import agent as agent_mod
+
+# The workload module: `_workload_10ms` (CPU), or `_workload_gpu` for gpu_acceptance.py.
+_workload = importlib.import_module(os.environ.get("PITSTOP_AB_WORKLOAD", "_workload_10ms"))
+build, train_step = _workload.build, _workload.train_step
 
 BLOCK = 25
 

@@ -43,10 +43,12 @@ import argparse
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -75,23 +77,60 @@ def bootstrap(plain: list[list[float]], agent: list[list[float]], rounds: int = 
     return ratios[int(0.05 * rounds)], ratios[int(0.95 * rounds) - 1]
 
 
-def in_process(pairs: int, periods: int, window_every: int, tmp: Path) -> None:
+@dataclass(frozen=True)
+class AbFigures:
+    """What one `_overhead_ab.py` run measured: the agent's ratio, and what its windows add."""
+
+    plain_s: float  # median step, agent off
+    agent_s: float  # median step, agent on
+    median_ratio: float
+    mean_ratio: float
+    low: float  # 90% bootstrap interval of the ratio of medians
+    high: float
+    added_s: list[float]  # seconds each window added to its period
+    period_s: float  # mean length of a default (500-step) period at this pace
+    share: float  # time the windows add, as a share of a default period
+    windows: int
+    skipped: int
+    every: int
+    active: int
+
+    @property
+    def windows_ratio(self) -> float:
+        """Agent + default windows: the agent's ratio of medians x (1 + the windows' share)."""
+        return self.median_ratio * (1 + self.share)
+
+    @property
+    def windows_mean_ratio(self) -> float:
+        return self.mean_ratio * (1 + self.share)
+
+
+def run_ab(pairs: int, periods: int, window_every: int, tmp: Path, env: dict[str, str] | None = None,
+           timeout: float | None = None) -> dict:
+    """Run `_overhead_ab.py` under `pitstop run` (record `tmp/ab.jsonl`); its JSON."""
     out = tmp / "ab.json"
-    subprocess.run(pitstop("--profile", f"{window_every}:5:50", "--record", str(tmp / "ab.jsonl"), str(AB),
-                           str(pairs), str(periods), str(out)),
-                   check=True, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=HERE)
-    data = json.loads(out.read_text())
+    # Its own process group: past `timeout` the training process under `pitstop run` goes too.
+    proc = subprocess.Popen(pitstop("--profile", f"{window_every}:5:50", "--record", str(tmp / "ab.jsonl"), str(AB),
+                                    str(pairs), str(periods), str(out)),
+                            env=env or ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=HERE,
+                            start_new_session=True)
+    try:
+        code = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if code != 0:
+        raise subprocess.CalledProcessError(code, proc.args)
+    return json.loads(out.read_text())
+
+
+def ab_figures(data: dict) -> AbFigures:
+    """The ratios of one `_overhead_ab.py` run (its JSON)."""
     plain, agent = data["blocks"]["plain"], data["blocks"]["agent"]
     p = [t for b in plain for t in b]
     a = [t for b in agent for t in b]
-    median_ratio = statistics.median(a) / statistics.median(p)
-    mean_ratio = statistics.fmean(a) / statistics.fmean(p)
     low, high = bootstrap(plain, agent)
-    print(f"part 1, in one process: {pairs} pairs of {len(plain[0])}-step blocks, agent off / on (ABBA)")
-    print(f"  median step: off {statistics.median(p) * 1e3:.3f} ms, on {statistics.median(a) * 1e3:.3f} ms")
-    print(f"  always-on agent: ratio of medians {median_ratio:.4f} (90% interval {low:.4f}..{high:.4f}), "
-          f"ratio of means {mean_ratio:.4f}   target <= 1.005")
-
     every, timed = data["every"], data["windowed"]
     added, period_time = [], []
     for start in range(0, len(timed) - every + 1, every):
@@ -99,17 +138,33 @@ def in_process(pairs: int, periods: int, window_every: int, tmp: Path) -> None:
         rest = statistics.fmean(period[REACH:])
         added.append(sum(period[:REACH]) - REACH * rest)
         period_time.append(DEFAULT_EVERY * rest)  # the default schedule's period, at this stretch's pace
-    share = statistics.fmean(added) / statistics.fmean(period_time)
-    density = (f"{DEFAULT_EVERY / every:g}x as dense as the default {DEFAULT_EVERY}, to measure more of them"
-               if every != DEFAULT_EVERY else "the default schedule")
-    print(f"  windows of {data['active']} steps, one every {every} steps ({density}): {data['windows']} windows "
-          f"({data['skipped']} skipped); each "
-          f"adds {statistics.fmean(added) * 1e3:.1f} ms (median {statistics.median(added) * 1e3:.1f}, min "
-          f"{min(added) * 1e3:.1f}, max {max(added) * 1e3:.1f}) to a {statistics.fmean(period_time):.2f} s "
-          f"default period")
     # A window's cost lands on a few steps and barely moves a median: it is added as a share of time.
-    print(f"  agent + default windows: {median_ratio * (1 + share):.4f} (the agent's ratio of medians x "
-          f"(1 + {share:.4f})), {mean_ratio * (1 + share):.4f} (its ratio of means x the same)   target <= 1.015")
+    share = statistics.fmean(added) / statistics.fmean(period_time) if added else 0.0
+    return AbFigures(plain_s=statistics.median(p), agent_s=statistics.median(a),
+                     median_ratio=statistics.median(a) / statistics.median(p),
+                     mean_ratio=statistics.fmean(a) / statistics.fmean(p), low=low, high=high, added_s=added,
+                     period_s=statistics.fmean(period_time) if period_time else 0.0, share=share,
+                     windows=data["windows"], skipped=data["skipped"], every=every, active=data["active"])
+
+
+def in_process(pairs: int, periods: int, window_every: int, tmp: Path) -> None:
+    data = run_ab(pairs, periods, window_every, tmp)
+    f = ab_figures(data)
+    print(f"part 1, in one process: {pairs} pairs of {len(data['blocks']['plain'][0])}-step blocks, agent off / on "
+          "(ABBA)")
+    print(f"  median step: off {f.plain_s * 1e3:.3f} ms, on {f.agent_s * 1e3:.3f} ms")
+    print(f"  always-on agent: ratio of medians {f.median_ratio:.4f} (90% interval {f.low:.4f}..{f.high:.4f}), "
+          f"ratio of means {f.mean_ratio:.4f}   target <= 1.005")
+    density = (f"{DEFAULT_EVERY / f.every:g}x as dense as the default {DEFAULT_EVERY}, to measure more of them"
+               if f.every != DEFAULT_EVERY else "the default schedule")
+    added = f.added_s
+    print(f"  windows of {f.active} steps, one every {f.every} steps ({density}): {f.windows} windows "
+          f"({f.skipped} skipped); each "
+          f"adds {statistics.fmean(added) * 1e3:.1f} ms (median {statistics.median(added) * 1e3:.1f}, min "
+          f"{min(added) * 1e3:.1f}, max {max(added) * 1e3:.1f}) to a {f.period_s:.2f} s "
+          f"default period")
+    print(f"  agent + default windows: {f.windows_ratio:.4f} (the agent's ratio of medians x "
+          f"(1 + {f.share:.4f})), {f.windows_mean_ratio:.4f} (its ratio of means x the same)   target <= 1.015")
     marks_line(tmp / "ab.jsonl", data)
 
 

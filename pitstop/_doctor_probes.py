@@ -270,21 +270,37 @@ def _timed(fn: Any, sync: Any, budget_s: float, min_reps: int = 3) -> tuple[floa
     return (time.perf_counter() - t0) / reps, reps
 
 
+def _cuda_matmul(torch: Any, dev: Any, dtype: Any, budget_s: float) -> tuple[float, str]:
+    """(TFLOP/s, how it was measured) of 8192x8192 matmuls of `dtype` on `dev`."""
+    n = 8192  # big enough to reach the tensor-core plateau on an H100 (~1 ms a call)
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    b = torch.randn(n, n, device=dev, dtype=dtype)
+    per, reps = _timed(lambda: a @ b, lambda: torch.cuda.synchronize(dev), budget_s, min_reps=10)
+    del a, b
+    return 2 * n**3 / per / 1e12, f"{reps} matmuls {n}x{n} {str(dtype).replace('torch.', '')} in {per * reps:.2f} s"
+
+
 def probe_matmul(torch: Any, budget_s: float = 1.0) -> list[Check]:
     if torch.cuda.is_available():
         rows = []
         for i in range(torch.cuda.device_count()):
             dev = torch.device("cuda", i)
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            n = 8192  # big enough to reach the tensor-core plateau on an H100 (~1 ms a call)
-            a = torch.randn(n, n, device=dev, dtype=dtype)
-            b = torch.randn(n, n, device=dev, dtype=dtype)
-            per, reps = _timed(lambda: a @ b, lambda: torch.cuda.synchronize(dev), budget_s, min_reps=10)
-            tflops = 2 * n**3 / per / 1e12
             name = torch.cuda.get_device_name(i)
-            how = f"{reps} matmuls {n}x{n} {str(dtype).replace('torch.', '')} in {per * reps:.2f} s"
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            tflops, how = _cuda_matmul(torch, dev, dtype, budget_s / 3)
             rows.append(rule_matmul_cuda(name, str(dtype).replace("torch.", ""), tflops, how))
-            del a, b
+            # fp32 without and with TF32 tensor cores (issue 15): what a script that never
+            # sets float32_matmul_precision gets, and what one line of code gives it.
+            # No datasheet table for these: the figures are shown, not judged.
+            before = torch.get_float32_matmul_precision()
+            try:
+                for precision, label in (("highest", "fp32"), ("high", "tf32")):
+                    torch.set_float32_matmul_precision(precision)
+                    tflops, how = _cuda_matmul(torch, dev, torch.float32, budget_s / 3)
+                    rows.append(Check(f"matmul {name}", "pass", f"{tflops:.1f} TFLOP/s {label}",
+                                      f"{how}, float32_matmul_precision '{precision}'"))
+            finally:
+                torch.set_float32_matmul_precision(before)
         return rows
     n = 1024  # ~20-40 ms per call on one modern core: enough calls inside the budget
     a = torch.randn(n, n)

@@ -127,6 +127,14 @@ class Gpu:
     pcie_tx_kbs: float | None = None
     pcie_rx_kbs: float | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
+    # NVML GPM (Hopper and newer): percent over the sampler's last interval. NVML's `util` counts
+    # any kernel running, so a GPU at 100% can have its math units 10% busy (issue 15): these say
+    # how busy. SMs with a warp resident, warps resident of the SMs' maximum, tensor pipes active
+    # (any precision), DRAM bandwidth used of the peak. None: the reason is under unavailable["gpm"].
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_bw_util: float | None = None
 
 
 @dataclass(frozen=True)

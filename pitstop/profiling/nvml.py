@@ -9,7 +9,9 @@ inside someone's training process an unconfigured logger would print WARNINGs
 to stderr) and kept in `errors()` so a caller can show the reason.
 
 Thread-safe (the sampler thread and the doctor use it); re-initialises in a
-forked child, where the parent's NVML handles are not valid.
+forked child, where the parent's NVML handles are not valid. GPM figures
+(Hopper and newer, `_gpm`) come with each reading; `release_gpm` frees their
+samples when the sampler stops.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pitstop.events import Gpu
+from pitstop.profiling._gpm import KEY as GPM_KEY
+from pitstop.profiling._gpm import Gpm
 
 log = logging.getLogger("pitstop.nvml")
 
@@ -51,12 +55,16 @@ _state: tuple[bool, str] | None = None  # (available, reason) once NVML was trie
 _handles: dict[int, Any] = {}
 _errors: dict[str, str] = {}  # "fn" -> last error text, each logged once
 _logged: set[tuple[str, str]] = set()
+_gpm = Gpm()  # two GPM samples per GPU, allocated at its first reading
 
 
 def reset(module: Any = None) -> None:
     """Forget NVML state; `module` replaces pynvml (tests pass a fake). Does not shut NVML down."""
     global _module, _inject, _state
     with _lock:
+        if _module is not None:
+            _gpm.release(_call)  # with the module that allocated them
+        _gpm.forget()
         _inject = module
         _module = None
         _state = None
@@ -71,6 +79,7 @@ def _after_fork() -> None:
     _module = None
     _state = None
     _handles.clear()
+    _gpm.forget()
 
 
 if hasattr(os, "register_at_fork"):
@@ -199,8 +208,9 @@ def cuda_driver_version() -> Any:
 def read_gpus() -> tuple[list[Gpu], str | None]:
     """One reading of every GPU; ([], reason) when there is none to read.
 
-    Fields a GPU does not report stay None with the reason in `Gpu.unavailable`.
-    The two PCIe throughput calls each sample for ~20 ms inside the driver.
+    Fields a GPU does not report stay None with the reason in `Gpu.unavailable`
+    (one reason under "gpm" for the four GPM figures). The two PCIe throughput
+    calls each sample for ~20 ms inside the driver.
     """
     ok, reason = nvml_available()
     if not ok:
@@ -243,9 +253,21 @@ def read_gpus() -> tuple[list[Gpu], str | None]:
         get("sm_clock_mhz", "nvmlDeviceGetClockInfo", _const("NVML_CLOCK_SM", 1))
         get("pcie_tx_kbs", "nvmlDeviceGetPcieThroughput", _const("NVML_PCIE_UTIL_TX_BYTES", 0))
         get("pcie_rx_kbs", "nvmlDeviceGetPcieThroughput", _const("NVML_PCIE_UTIL_RX_BYTES", 1))
+        with _lock:  # the sampler thread and a runtime reading on the training thread share the samples
+            gpm, why = _gpm.read(_module, _call, i, h)
+        values.update(gpm)
+        if why:
+            missing[GPM_KEY] = why
         gpus.append(Gpu(index=i, name=_text(name) if name is not UNAVAILABLE else "?", unavailable=missing,
                         **values))
     return gpus, None
+
+
+def release_gpm() -> None:
+    """Free the GPM samples (the sampler stopped); a later reading allocates them again."""
+    with _lock:
+        if _module is not None:
+            _gpm.release(_call)
 
 
 def shutdown() -> None:
@@ -253,6 +275,7 @@ def shutdown() -> None:
     global _module, _state
     with _lock:
         if _module is not None:
+            _gpm.release(_call)
             try:
                 _module.nvmlShutdown()
             except Exception:

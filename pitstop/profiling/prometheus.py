@@ -54,7 +54,20 @@ PER_GPU: dict[str, tuple[str, Callable[[Gpu], float | None]]] = {
     "pitstop_gpu_memory_total_bytes": ("GPU memory size (NVML).", lambda g: g.mem_total),
     "pitstop_gpu_temperature_celsius": ("GPU temperature (NVML).", lambda g: g.temp_c),
     "pitstop_gpu_sm_clock_hertz": ("GPU SM clock (NVML).", lambda g: None if g.sm_clock_mhz is None else g.sm_clock_mhz * 1e6),
+    # GPM (Hopper and newer, issue 15): absent where the GPU, driver or nvidia-ml-py has none.
+    "pitstop_gpu_sm_active_ratio": ("Share of SMs busy over the last sampler interval (NVML GPM), 0..1.",
+                                    lambda g: _ratio(g.sm_active)),
+    "pitstop_gpu_sm_occupancy_ratio": ("Warps resident of the SMs' maximum over the last sampler interval "
+                                       "(NVML GPM), 0..1.", lambda g: _ratio(g.sm_occupancy)),
+    "pitstop_gpu_tensor_active_ratio": ("Share of time the tensor pipes were active, any precision, over the "
+                                        "last sampler interval (NVML GPM), 0..1.", lambda g: _ratio(g.tensor_active)),
+    "pitstop_gpu_dram_bandwidth_ratio": ("DRAM bandwidth used of the peak over the last sampler interval "
+                                         "(NVML GPM), 0..1.", lambda g: _ratio(g.dram_bw_util)),
 }
+
+
+def _ratio(percent: float | None) -> float | None:
+    return None if percent is None else percent / 100.0
 
 
 def hello_labels(hello: Hello) -> dict[str, str]:

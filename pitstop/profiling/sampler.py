@@ -89,6 +89,12 @@ class Sampler:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=2.0)
+        try:
+            from pitstop.profiling import nvml
+
+            nvml.release_gpm()  # the GPM samples the readings took turns in (issue 15)
+        except Exception:
+            pass
 
     def _loop(self) -> None:
         next_t = time.monotonic()

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from pitstop.analysis import Finding, RunState, cpu_now, gpu_reason, shares_text, window_phases
 from pitstop.analysis import format as fmt
-from pitstop.events import Sample
+from pitstop.events import Gpu, Sample
 from pitstop.tui.opstable import MIN_PHASE_SHARE
-from pitstop.tui.view import Frame, latest_sample, torch_mem_reason
+from pitstop.tui.view import Frame, gpm_reason, latest_sample, short_reason, torch_mem_reason
 from pitstop.tui.widgets import FindingView, Gauge, GaugeLine, Phase, SplitInfo
 
 # Sparklines show the last 120 samples: 1-2 minutes at the samplers' 1-2 Hz.
@@ -131,7 +131,15 @@ def _gpu_line(run: RunState, samples: list[Sample]) -> GaugeLine:
         " W" if g.power_w is not None else "")
     power_text = f"{g.power_w:.0f}{limit}" if g.power_w is not None else fmt.na(why.get("power_w") or why.get("power"))
     power = Gauge(f"power {power_text}", of("power_w"), g.power_limit_w)
-    return GaugeLine("GPU", (util, mem, power))
+    return GaugeLine("GPU", (util, mem, power, _gpm_gauge(g, of("tensor_active"))))
+
+
+def _gpm_gauge(g: Gpu, tensor: tuple[float | None, ...]) -> Gauge:
+    """SM, DRAM and tensor-pipe activity (GPM, Hopper and newer), the tensor pipes' history beside them."""
+    if g.sm_active is None and g.dram_bw_util is None and g.tensor_active is None:
+        return Gauge(f"SM {fmt.na(short_reason(gpm_reason(g)))}", style="dim")
+    return Gauge(f"SM {fmt.percent(g.sm_active)} dram {fmt.percent(g.dram_bw_util)} "
+                 f"tensor {fmt.percent(g.tensor_active)}", tensor, 100.0)
 
 
 def _gpu0_value(sample: Sample, pick: str) -> float | None:

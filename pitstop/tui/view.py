@@ -228,7 +228,31 @@ def _gpu_rows(g: Gpu, many: bool) -> list[Row]:
         Row(f"{tag}util", fmt.percent(g.util, why.get("util"))),
         Row(f"{tag}memory", mem),
         Row(f"{tag}power", fmt.watts(g.power_w, g.power_limit_w, why.get("power_w") or why.get("power"))),
+        *_gpm_rows(g, tag),
     ]
+
+
+# GPM figures (Hopper and newer, issue 15): what the SMs, tensor pipes and DRAM did, where
+# `util` only says a kernel was running.
+GPM_ROWS = (("SM active", "sm_active"), ("SM occupancy", "sm_occupancy"),
+            ("tensor active", "tensor_active"), ("DRAM bandwidth", "dram_bw_util"))
+
+
+def gpm_reason(g: Gpu) -> str:
+    """Why the GPM figures are missing: the reason the reading gave, or that it gave none (an older record)."""
+    return g.unavailable.get("gpm") or "not in this reading (recorded before pitstop read GPM?)"
+
+
+def short_reason(reason: str) -> str:
+    """The first clause of a reason, for a line with little room: "GPM needs Hopper or newer"."""
+    return reason.split(" (")[0].split(":")[0]
+
+
+def _gpm_rows(g: Gpu, tag: str) -> list[Row]:
+    if all(getattr(g, name) is None for _, name in GPM_ROWS):
+        return [Row(f"{tag}SM/tensor", fmt.na(gpm_reason(g)), "dim")]
+    why = g.unavailable.get("gpm")
+    return [Row(f"{tag}{label}", fmt.percent(getattr(g, name), why)) for label, name in GPM_ROWS]
 
 
 def cpu_rows(run: RunState | None) -> tuple[Row, ...]:

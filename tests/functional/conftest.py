@@ -76,7 +76,8 @@ def sample(t: float, *, cuda: bool = True, workers: int = 2, util: float = 55.0)
     if not cuda:
         return Sample(t=t, gpu_unavailable="NVML not available: no NVIDIA driver", procs=procs, system_cpu=35.0)
     gpu = Gpu(index=0, name="NVIDIA A100-SXM4-40GB", util=util, mem_used=int(5.5 * GIB), mem_total=40 * GIB,
-              power_w=210.0, power_limit_w=400.0, temp_c=61.0)
+              power_w=210.0, power_limit_w=400.0, temp_c=61.0,
+              unavailable={"gpm": "GPM needs Hopper or newer: NVML says this GPU does not support GPM"})
     return Sample(t=t, gpus=[gpu], procs=procs, system_cpu=35.0, alloc_retries=0, ooms=0)
 
 

@@ -131,7 +131,8 @@ def test_read_gpus_fills_what_it_can_and_says_why_for_the_rest() -> None:
         "NVIDIA GeForce RTX 4090", 87.0, 3 << 30, 24 << 30, 64.0, 2520.0)
     assert (g.pcie_tx_kbs, g.pcie_rx_kbs) == (1000.0, 250_000.0)
     assert g.power_w is None and g.power_limit_w is None
-    assert set(g.unavailable) == {"power_w", "power_limit_w"}
+    assert set(g.unavailable) == {"power_w", "power_limit_w", "gpm"}
+    assert g.sm_active is None and "nvidia-ml-py 12.535" in g.unavailable["gpm"]
     assert "Not Supported" in g.unavailable["power_w"]
 
 

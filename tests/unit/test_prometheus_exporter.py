@@ -113,6 +113,19 @@ def test_gpu_figures_are_exported_per_gpu_and_unavailable_ones_are_absent() -> N
     assert _absent(_scraped(exporter), "pitstop_gpu_utilization_ratio")
 
 
+def test_gpm_figures_are_ratios_per_gpu_and_absent_where_a_gpu_has_none() -> None:
+    """Issue 15: an H100 says how busy its SMs, tensor pipes and DRAM were; an A100 has no such series."""
+    exporter = Exporter(_hello())
+    exporter.tap([Sample(t=time.time(), gpus=[
+        Gpu(index=0, name="H100", util=100.0, sm_active=91.0, sm_occupancy=38.0, tensor_active=7.0,
+            dram_bw_util=44.0),
+        Gpu(index=1, name="A100", util=100.0, unavailable={"gpm": "GPM needs Hopper or newer"})])])
+    m = _scraped(exporter)
+    for family, value in (("pitstop_gpu_sm_active_ratio", 0.91), ("pitstop_gpu_sm_occupancy_ratio", 0.38),
+                          ("pitstop_gpu_tensor_active_ratio", 0.07), ("pitstop_gpu_dram_bandwidth_ratio", 0.44)):
+        assert {s.labels["gpu"]: s.value for s in m[family].samples} == {"0": pytest.approx(value)}, family
+
+
 def test_workers_of_the_training_and_an_eval_loader_are_separate_cpu_series() -> None:
     exporter = Exporter(_hello())
     now = time.time()
