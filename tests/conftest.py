@@ -34,9 +34,19 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 TEST_ID = "PITSTOP_TEST_ID"
 # Unique per pytest process: each pytest-xdist worker sweeps only what its own tests started.
 SESSION = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-# Processes started outside any test (module- and session-scoped fixtures) carry this tag.
-os.environ[TEST_ID] = f"{SESSION}:session"
 _numbers = itertools.count(1)
+_runs_tests = False  # False in pytest-xdist's controller: it runs no test, and its workers are not leftovers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _runs_tests
+    controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+    if controller:
+        return
+    _runs_tests = True
+    # Processes started outside any test (module- and session-scoped fixtures) carry this tag.
+    os.environ[TEST_ID] = f"{SESSION}:session"
+    atexit.register(_sweep_session)
 
 
 def tagged(prefix: str) -> dict[int, str]:
@@ -75,7 +85,7 @@ def kill_tagged(prefix: str, deadline_s: float = 30.0) -> dict[int, str]:
             except (ProcessLookupError, PermissionError):
                 pass
         killed.update(left)
-        time.sleep(0.05)  # a SIGKILLed process leaves /proc's environ readable until it is reaped
+        time.sleep(0.05)  # a SIGKILLed process is in /proc, environ and all, until it has exited
     return killed
 
 
@@ -85,7 +95,13 @@ def no_process_left(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequ
     tag = f"{SESSION}:{next(_numbers)}"
     monkeypatch.setenv(TEST_ID, tag)
     yield
-    killed = kill_tagged(tag + "\0")
+    exact = tag + "\0"
+    # What the test has just killed may still be on its way out (a tmux server after kill-server,
+    # a viewer after SIGHUP): a few seconds to go by itself before it counts as left running.
+    deadline = time.monotonic() + 5.0
+    while tagged(exact) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed = kill_tagged(exact)
     if killed:
         listing = "; ".join(f"pid {pid}: {cmd[:120]}" for pid, cmd in sorted(killed.items()))
         warnings.warn(f"{request.node.nodeid} left {len(killed)} process(es) running, killed: {listing}",
@@ -96,11 +112,9 @@ def _sweep_session() -> None:
     kill_tagged(f"{SESSION}:", deadline_s=10.0)
 
 
-atexit.register(_sweep_session)
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _sweep_session()
+    if _runs_tests:
+        _sweep_session()
 
 
 @pytest.fixture

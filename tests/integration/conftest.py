@@ -65,13 +65,19 @@ def wait_for(
 def run_pitstop(
     args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 240.0
 ) -> subprocess.CompletedProcess[str]:
-    """`pitstop ARGS` in its own process group, killed whatever happens (DataLoader workers, ranks).
+    """`pitstop ARGS` to its end, in its own process group (see run_group)."""
+    return run_group([sys.executable, "-m", "pitstop.cli", *args], env, cwd, timeout)
+
+
+def run_group(
+    command: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 240.0
+) -> subprocess.CompletedProcess[str]:
+    """`command` in its own process group, killed whatever happens (DataLoader workers, ranks).
 
     subprocess.run killed only `pitstop` itself on a timeout: the training it ran
     went on, orphaned, for the rest of the suite (issue 13). Past `timeout` the
-    group is killed and the test fails with the end of what pitstop printed.
+    group is killed and the test fails with the end of what the command printed.
     """
-    command = [sys.executable, "-m", "pitstop.cli", *args]
     proc = subprocess.Popen(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -79,7 +85,7 @@ def run_pitstop(
     except subprocess.TimeoutExpired:
         kill_group(proc)
         out, err = proc.communicate(timeout=30)
-        raise AssertionError(f"`pitstop {' '.join(args)}` still running after {timeout:.0f} s; "
+        raise AssertionError(f"`{' '.join(command)}` still running after {timeout:.0f} s; "
                              f"its output ended:\n{out[-2000:]}\n{err[-3000:]}") from None
     finally:
         kill_group(proc)

@@ -18,6 +18,8 @@ from pitstop.config import load_config
 from pitstop.events import DataLoaderInfo
 from pitstop.profiling.record import iter_record
 
+from .conftest import run_group
+
 SCRIPT = str(Path(__file__).parent / "scripts" / "tune_train.py")
 # Every trial pays ~2 s of interpreter and torch start-up on the 2-core CI box,
 # so these tunes are short: few steps, a trial budget, one knob each.
@@ -45,9 +47,8 @@ def tune_cmd(options: list[str], script_args: list[str]) -> list[str]:
     return [sys.executable, "-m", "pitstop.tuning", *options, SCRIPT, *script_args]
 
 
-def tune(cwd: Path, options: list[str], script_args: list[str], timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(tune_cmd(["--json", *FAST, *options], script_args), cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+def tune(cwd: Path, options: list[str], script_args: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return run_group(tune_cmd(["--json", *FAST, *options], script_args), _env(), cwd, timeout)
 
 
 def report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def test_a_timed_out_test_leaves_nothing_running_and_says_what_was_killed(tmp_pa
     (inner / "test_inner.py").write_text(HANGS.format(pidfile=str(pidfile)))
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--timeout", "5",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--timeout", "3",
          "--timeout-method", "signal", "-W", "default", str(inner)],
         cwd=inner, env=env, capture_output=True, text=True, timeout=240,
     )
