@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from conftest import FIXED, FakeSource, replay_source, run, run_events, screen_text, steps, wait_for
 
@@ -96,8 +97,13 @@ def test_stop_asks_first_and_sends_stop_only_on_yes() -> None:
         source.push(run_events(n_steps=20))
         app = PitstopApp(source, clock=lambda: FIXED + 30)
         said: list[str] = []  # every notice, also those already expired (they last 5 s)
-        notify = app.notify
-        app.notify = lambda message, *a, **k: (said.append(message), notify(message, *a, **k))[1]  # type: ignore[method-assign]
+        shown = app.notify
+
+        def notify(message: str, *args: Any, **kwargs: Any) -> None:
+            said.append(message)
+            shown(message, *args, **kwargs)
+
+        app.notify = notify  # type: ignore[method-assign]
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: last_step(app) == 19)
             await pilot.press("k")
