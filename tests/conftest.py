@@ -26,9 +26,10 @@ from pathlib import Path
 
 import pytest
 
-# torch's OpenMP threads spin while they wait for each other: with one core taken by another
-# process, the demo's 20 steps took 67-118 s instead of 5 (data wait 78-89%, step p95 9 s);
-# with passive waiting 7 s under the same load (issue 13). Tests measure pitstop, not the spin.
+# torch's OpenMP threads spin while they wait for each other, and on a busy machine the spinning
+# thread takes the core the other one needs. `pitstop demo --steps 20` on the 2-core box with 3 CPU
+# hogs: 118 s (step p50 2.5 s) spinning, 27 s passive; under the neighbours' load alone 67 s once
+# (p95 9 s) against 7 s passive; quiet 5 s (issue 13). Tests measure pitstop, not the spin.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 TEST_ID = "PITSTOP_TEST_ID"
