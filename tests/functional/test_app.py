@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from conftest import FIXED, FakeSource, replay_source, run, run_events, screen_text, steps, wait_for
 
@@ -84,7 +85,7 @@ def test_data_wait_finding_appears_when_the_wait_rises() -> None:
             # The loader falls behind: 70% of every step is spent waiting for data.
             later = steps(200, start=40, t0=FIXED + 10, wait_frac=0.7)
             source.push(later)
-            await wait_for(pilot, lambda: "The DataLoader cannot keep up" in screen_text(app), timeout=6)
+            await wait_for(pilot, lambda: "The DataLoader cannot keep up" in screen_text(app))
             assert "data wait is" in screen_text(app)  # the evidence is shown with the finding
 
     run(scenario())
@@ -95,17 +96,29 @@ def test_stop_asks_first_and_sends_stop_only_on_yes() -> None:
         source = FakeSource()
         source.push(run_events(n_steps=20))
         app = PitstopApp(source, clock=lambda: FIXED + 30)
+        said: list[str] = []  # every notice, also those already expired (they last 5 s)
+        shown = app.notify
+
+        def notify(message: str, *args: Any, **kwargs: Any) -> None:
+            said.append(message)
+            shown(message, *args, **kwargs)
+
+        app.notify = notify  # type: ignore[method-assign]
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: last_step(app) == 19)
             await pilot.press("k")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             await pilot.press("n")
-            await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
+            await wait_for(pilot, lambda: said.count("not stopped: training continues") == 1)
             await pilot.press("k")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             await pilot.press("enter")  # the focused button is No: a reflex does not stop a run
-            await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
-            await pilot.pause(0.1)
+            # The answer is in (a yes would have started the command's worker instead of this notice);
+            # any command worker is let finish before looking: waiting on events, not a pause (issue 13).
+            await wait_for(pilot, lambda: said.count("not stopped: training continues") == 2)
+            commands = [w for w in app.workers if w.group == "command"]
+            if commands:  # none is right; an empty list would wait for every worker (the reader too)
+                await app.workers.wait_for_complete(commands)
             assert source.commands == []
             await pilot.press("k")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -203,7 +216,7 @@ def test_replay_moves_through_time() -> None:
             assert (last_step(app) or 0) < 99
             await pilot.press("home", "plus", "plus", "space")  # play at x4
             start = last_step(app)
-            await wait_for(pilot, lambda: (last_step(app) or -1) > (start or -1), timeout=5)
+            await wait_for(pilot, lambda: (last_step(app) or -1) > (start or -1))
 
     run(scenario())
 

@@ -38,7 +38,7 @@ def test_the_ranks_screen_names_and_highlights_the_straggler_and_shows_a_dead_ra
             assert all(r[2] == "running" for r in rows)  # one host: no host column (its name is above)
             # Rank 2 dies: its stream closes without an End event.
             source._queue.put(StreamBatch(rank_stream(2), [], closed=True))
-            await wait_for(pilot, lambda: "rank 2 is gone" in screen_text(app), timeout=4)
+            await wait_for(pilot, lambda: "rank 2 is gone" in screen_text(app))
             assert table_rows(app)[2][2] == "gone"  # and under the table, how it ended
             # Sorting by step p50 (numbers high first) puts the straggler on top.
             for _ in range(4):  # rank, pid, status, step, step p50
@@ -47,7 +47,7 @@ def test_the_ranks_screen_names_and_highlights_the_straggler_and_shows_a_dead_ra
             assert "step p50 ▼" in screen_text(app)
             await pilot.press("1")
             await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
-            await wait_for(pilot, lambda: "rank 1 is a straggler (compute)" in screen_text(app), timeout=4)
+            await wait_for(pilot, lambda: "rank 1 is a straggler (compute)" in screen_text(app))
             text = screen_text(app)
             assert "job samples/s" in text and "straggler rank 1" in text and "ranks 3, 1 gone" in text
 

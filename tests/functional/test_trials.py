@@ -154,7 +154,7 @@ def test_quit_asks_and_yes_interrupts_the_tuner_which_keeps_its_journal(tmp_path
             await pilot.press("q")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             await pilot.press("y")
-            await wait_for(pilot, lambda: app.return_value is not None, timeout=8)
+            await wait_for(pilot, lambda: app.return_value is not None)
         assert app.return_value == "stopped" and app.returncode == 130
         assert fake.proc.wait(5) == 130
         goodbye = app.goodbye()
@@ -247,7 +247,7 @@ def test_a_real_tune_fills_the_table_trial_by_trial(tmp_path: Path) -> None:
                 written = journal_trials()
                 if written > len(seen):
                     # Each line the real tuner writes shows up as a row.
-                    await wait_for(pilot, lambda: len(app.rows) >= written, timeout=5)
+                    await wait_for(pilot, lambda: len(app.rows) >= written)
                     seen.append(written)
                 await pilot.pause(0.05)
             assert app.finished_at is not None, child.log_path.read_text()

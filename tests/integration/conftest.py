@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,8 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    """An environment with records and sockets inside the test's own directory."""
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """An environment with records and sockets inside the test's own directory (sockets: removed after it)."""
     runtime = Path(f"/tmp/pst-{os.getpid()}-{tmp_path.name[-12:]}")  # short: socket paths max 107 bytes
     runtime.mkdir(mode=0o700, exist_ok=True)
     e = dict(os.environ)
@@ -32,14 +33,14 @@ def env(tmp_path: Path) -> dict[str, str]:
     )
     e.pop("PITSTOP_SESSION", None)
     e.pop("PITSTOP_OWNER_PID", None)
-    return e
+    yield e
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
-def pitstop(args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pitstop.cli", *args],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-    )
+def pitstop(args: list[str], env: dict[str, str], cwd: Path | None = None,
+            timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
+    """`pitstop ARGS` to its end (see run_pitstop)."""
+    return run_pitstop(args, env, cwd, timeout)
 
 
 def events_of(path: Path) -> list[Event]:
@@ -62,20 +63,43 @@ def wait_for(
 
 
 def run_pitstop(
-    args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240.0
+    args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 240.0
 ) -> subprocess.CompletedProcess[str]:
-    """`pitstop ARGS` in its own process group, killed whatever happens (DataLoader workers, ranks)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pitstop.cli", *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
+    """`pitstop ARGS` to its end, in its own process group (see run_group)."""
+    return run_group([sys.executable, "-m", "pitstop.cli", *args], env, cwd, timeout)
+
+
+def run_group(
+    command: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 240.0
+) -> subprocess.CompletedProcess[str]:
+    """`command` in its own process group, killed whatever happens (DataLoader workers, ranks).
+
+    subprocess.run killed only `pitstop` itself on a timeout: the training it ran
+    went on, orphaned, for the rest of the suite (issue 13). Past `timeout` the
+    group is killed and the test fails with the end of what the command printed.
+    """
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"`{' '.join(command)}` still running after {timeout:.0f} s; "
+                             f"its output ended:\n{out[-2000:]}\n{err[-3000:]}") from None
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.returncode is None:
-            proc.communicate()
+        kill_group(proc)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group `proc` leads (started with start_new_session=True) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.returncode is None:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass  # the per-test sweep (tests/conftest.py) kills what is left

@@ -143,8 +143,9 @@ def test_a_run_serves_raw_counters_on_loopback_only_without_analysis(tmp_path: P
         unsized = _value(m, "pitstop_unsized_steps", "pitstop_unsized_steps_total")
         assert count is not None and count > 0 and unsized is not None
         assert _value(m, "pitstop_samples", "pitstop_samples_total") == 16 * (count - unsized)
-        # The script sleeps 10 ms a step: the histogram's mean is at least that
-        assert 0.01 <= (_value(m, "pitstop_step_seconds", "pitstop_step_seconds_sum") or 0.0) / count < 1.0
+        # The script sleeps 10 ms a step: the histogram's mean is at least that, in seconds (milliseconds
+        # would read >= 10; the bound is loose, a busy machine stretches steps: issue 13)
+        assert 0.01 <= (_value(m, "pitstop_step_seconds", "pitstop_step_seconds_sum") or 0.0) / count < 5.0
         assert (_value(m, "pitstop_host_rss_bytes") or 0.0) > 10 * 2**20
         assert _value(m, "pitstop_data_wait_seconds", "pitstop_data_wait_seconds_total") is not None
         # CPU only: unavailable figures are absent, never 0

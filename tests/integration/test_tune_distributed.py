@@ -5,7 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import SCRIPTS, pitstop
+
+pytestmark = pytest.mark.xdist_group("tune")  # one tuner at a time under pytest-xdist (see test_tune.py)
 
 
 def test_tune_a_two_rank_job(tmp_path: Path, env: dict[str, str]) -> None:

@@ -17,7 +17,7 @@ from pitstop.config import load_config
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tune")]  # one tuner at a time (see test_tune.py)
 
 
 def project(root: Path) -> dict[str, tuple[bytes, int]]:

@@ -33,7 +33,7 @@ class Sink:
 
     def wait_windows(self, n: int) -> None:
         with self.cv:
-            assert self.cv.wait_for(lambda: len(self.windows) >= n, timeout=30), self.notes
+            assert self.cv.wait_for(lambda: len(self.windows) >= n, timeout=120), self.notes
 
 
 def _train(windows: ProfilerWindows, steps: int, on_step_hook: Any = None) -> None:

@@ -15,6 +15,9 @@ from pitstop.profiling.transport import AgentServer, ask, request
 from pitstop.streams import Answer, StreamBatch
 
 OFF = "profiler windows are off in this run"
+# How long a silent process is waited for: the live one, a thread of this process, must answer within
+# it even on a busy machine (0.5 s is too close at load 9-13 on 2 cores, issue 13); each test waits it out once.
+SILENT_S = 3.0
 
 
 def hello(rank: int | None, pid: int) -> Hello:
@@ -80,7 +83,7 @@ class Viewer:
 
     def wait_for(self, what: str, predicate: Callable[[list[StreamBatch]], bool]) -> None:
         with self._cond:
-            assert self._cond.wait_for(lambda: predicate(self.got), timeout=20), f"no {what} in {self.got}"
+            assert self._cond.wait_for(lambda: predicate(self.got), timeout=60), f"no {what} in {self.got}"
 
     def hellos(self, n: int) -> None:
         self.wait_for(f"{n} hellos", lambda got: sum(isinstance(e, Hello) for b in got for e in b.events) >= n)
@@ -98,14 +101,14 @@ def test_each_rank_answers_for_itself_and_a_silent_one_is_named(rundir: Path) ->
     viewer = Viewer(source)
     try:
         viewer.hellos(2)
-        replies = source.command("profile", timeout=0.5)
+        replies = source.command("profile", timeout=SILENT_S)
     finally:
         viewer.close()
         server.close()
         silent.close()
     # In rank order, whatever order the sockets were given in; the agent's own words, not "sent".
-    assert replies.answers == (Answer("rank 0", OFF), Answer("rank 1", "no answer in 0.5 s", answered=False))
-    assert replies.text() == f"rank 0: {OFF}\nrank 1: no answer in 0.5 s"
+    assert replies.answers == (Answer("rank 0", OFF), Answer("rank 1", f"no answer in {SILENT_S:g} s", answered=False))
+    assert replies.text() == f"rank 0: {OFF}\nrank 1: no answer in {SILENT_S:g} s"
     assert not replies.complete
     assert b'"cmd":"profile"' in b"".join(silent.commands)  # it was asked
     # Replies are not events: nothing but the hello and the step reached the viewer.
@@ -121,7 +124,7 @@ def test_a_process_whose_stream_ended_says_so(rundir: Path) -> None:
         viewer.hellos(1)
         server.close()  # the process exits
         viewer.wait_for("end of stream", lambda got: any(b.closed for b in got))
-        replies = source.command("profile", timeout=0.5)
+        replies = source.command("profile", timeout=SILENT_S)
     finally:
         viewer.close()
     assert replies.answers == (Answer(f"pid {os.getpid()}", "its stream ended before it answered", answered=False),)
@@ -132,8 +135,8 @@ def test_pitstop_profile_asks_every_process_on_its_own_connection(rundir: Path) 
     silent = SilentAgent(rundir / "silent.sock", hello(1, 99999))
     try:
         assert request(server.path, "profile") == f"profile: {OFF}"
-        replies = ask([("rank 0", server.path), ("rank 1", silent.path)], "profile", timeout=0.5)
+        replies = ask([("rank 0", server.path), ("rank 1", silent.path)], "profile", timeout=SILENT_S)
     finally:
         server.close()
         silent.close()
-    assert [str(a) for a in replies.answers] == [f"rank 0: profile: {OFF}", "rank 1: no answer in 0.5 s"]
+    assert [str(a) for a in replies.answers] == [f"rank 0: profile: {OFF}", f"rank 1: no answer in {SILENT_S:g} s"]

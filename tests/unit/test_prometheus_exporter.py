@@ -161,7 +161,7 @@ def test_the_endpoint_listens_on_loopback_unless_a_host_is_given(host: str | Non
         assert agent.notes == [("info", "prometheus", f"serving metrics on http://{bound}:0/metrics")]
         for tap in agent.taps:  # what the agent's writer thread does with each batch
             tap([Step(t=1.0, step=i, wall=0.05, data_wait=0.01, samples=4) for i in range(7)])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as resp:
             m = _families(resp.read().decode())
         assert _one(m, "pitstop_steps", "pitstop_steps_total") == 7
         assert _one(m, "pitstop_samples", "pitstop_samples_total") == 28

@@ -8,6 +8,7 @@ import select
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +28,13 @@ def test_a_stalled_client_never_blocks_publish_and_is_dropped(rundir: Path, monk
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         stalled.connect(str(server.path))  # connects, then never reads
         line = '{"kind":"step","t":0,"step":0,"wall":0.1,"data_wait":0.0,"pad":"' + "x" * 1000 + '"}'
-        started = time.perf_counter()
-        for _ in range(200):
-            server.publish([line] * 50)  # ~10 MB in all
-        assert time.perf_counter() - started < 1.0  # publishing never waits for a reader
-        deadline = time.monotonic() + 10
+        # Publishing never waits for a reader: ~10 MB to a client that never reads, and publish returns.
+        # Waited on, not timed (issue 13: a wall-time bound fails on a busy machine, not on a blocking send).
+        publisher = threading.Thread(target=lambda: [server.publish([line] * 50) for _ in range(200)], daemon=True)
+        publisher.start()
+        publisher.join(60)
+        assert not publisher.is_alive(), "publish blocked on a viewer that never reads"
+        deadline = time.monotonic() + 60
         while server._clients and time.monotonic() < deadline:  # noqa: SLF001 - the drop is the behaviour
             time.sleep(0.05)
         assert not server._clients  # noqa: SLF001
@@ -80,7 +83,10 @@ def test_a_slow_viewer_still_gets_every_line_in_order(rundir: Path) -> None:
     server = AgentServer(lambda cmd: "ok", {"pid": os.getpid()})
     try:
         client = Client(server.path)
-        time.sleep(0.2)  # accepted; from now on it reads nothing while ~3 MB are published
+        deadline = time.monotonic() + 60
+        while not server._clients and time.monotonic() < deadline:  # noqa: SLF001 - accepted: it gets what follows
+            time.sleep(0.01)
+        assert server._clients  # noqa: SLF001 - from now on it reads nothing while ~3 MB are published
         for i in range(0, 3000, 100):
             server.publish([_step(j, pad=1000) for j in range(i, i + 100)])
         steps = [json.loads(x)["step"] for x in _read_until(client, 3000)]
@@ -197,7 +203,7 @@ def test_a_stranger_that_sends_no_token_is_closed_after_the_auth_timeout(
     monkeypatch.setattr(_server, "AUTH_TIMEOUT_S", 0.2)
     server, port = _tcp_server("t0ken")
     try:
-        stranger = socket.create_connection(("127.0.0.1", port), timeout=10.0)
+        stranger = socket.create_connection(("127.0.0.1", port), timeout=60.0)
         assert stranger.recv(1) == b""  # closed by the server, without a word
         stranger.close()
     finally:
