@@ -34,15 +34,18 @@ class PhaseSplit:
     optimizer: float
     other: float
     clock: str  # "host" | "cuda" | "host+cuda": where the figures were timed (Step.phase_clock)
+    # A torch optimizer stepped: a loop that updates by hand (word_language_model's manual SGD) has
+    # no optimizer phase, and "optimizer 0.0 ms (0%)" would say it had one that cost nothing.
+    optimizer_seen: bool = True
 
     def seconds(self) -> tuple[tuple[str, float], ...]:
-        """(phase, median seconds) in step order."""
-        return (("forward", self.forward), ("backward", self.backward), ("optimizer", self.optimizer),
-                ("other", self.other))
+        """(phase, median seconds) in step order; the optimizer only where one stepped."""
+        opt = (("optimizer", self.optimizer),) if self.optimizer_seen else ()
+        return (("forward", self.forward), ("backward", self.backward), *opt, ("other", self.other))
 
     def shares(self) -> tuple[tuple[str, float], ...]:
         """(phase, share of the four medians' sum): how a median step's compute divides; empty when all are 0."""
-        total = self.forward + self.backward + self.optimizer + self.other
+        total = sum(value for _, value in self.seconds())
         if total <= 0:
             return ()
         return tuple((name, value / total) for name, value in self.seconds())
@@ -68,6 +71,7 @@ def phase_split_of(steps: Sequence[Step]) -> PhaseSplit | None:
         optimizer=percentile((s.optimizer_s for s in have), 50),  # type: ignore[misc]
         other=percentile((s.other_s for s in have), 50),  # type: ignore[misc]
         clock="+".join(clocks),
+        optimizer_seen=any(s.source == "optimizer" for s in have),
     )
 
 

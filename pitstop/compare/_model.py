@@ -203,7 +203,8 @@ def _phase_rows(a: PhaseSplit | None, b: PhaseSplit | None) -> list[Metric]:
     """A row per phase of every step (forward, backward, optimizer, other p50) when both runs carry them."""
     if a is None or b is None:
         return []
-    return [Metric(f"{name} p50", va, vb, "s", "lower") for (name, va), (_, vb) in zip(a.seconds(), b.seconds())]
+    sa, sb = dict(a.seconds()), dict(b.seconds())
+    return [Metric(f"{name} p50", sa[name], sb[name], "s", "lower") for name in sa if name in sb]
 
 
 def other_load(run: RunState) -> float | None:

@@ -39,6 +39,8 @@ def test_s_on_the_data_screen_shows_the_datasets_slow_line() -> None:
                 await wait_for(pilot, lambda: isinstance(app.screen, DataScreen), timeout=30)
                 await pilot.press("s")
                 await wait_for(pilot, lambda: isinstance(app.screen, StacksScreen), timeout=90)
+                # The modal is pushed, then composed and painted: wait for its text, not its arrival.
+                await wait_for(pilot, lambda: "samples over" in screen_text(app), timeout=60)
                 text = screen_text(app)
                 assert "main process (num_workers=0)" in text
                 assert "slow_getitem.py:18 in SlowDecode.decode" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pitstop.analysis import PhaseSplit, RunState, format_summary, phase_split, summarize
-from pitstop.analysis._anatomy import shares_text
+from pitstop.analysis._anatomy import phase_split_of, shares_text
 from pitstop.compare._model import build
 from pitstop.compare._text import comparison_text
 from pitstop.events import Hello, Step
@@ -87,3 +87,15 @@ def test_compare_has_a_row_per_phase_when_both_runs_have_them() -> None:
     assert any(line.split()[:3] == ["forward", "p50", "60.0"] and "-50%" in line for line in text.splitlines())
     without = build("a.jsonl", [a], "c.jsonl", [run_of([step(i, forward=None) for i in range(40)], session="c")])
     assert not any(m.name.endswith(" p50") and m.name.split()[0] in ("forward", "backward") for m in without.metrics)
+
+
+def test_a_loop_without_a_torch_optimizer_has_no_optimizer_phase() -> None:
+    def step(i: int, source: str) -> Step:
+        return Step(t=float(i), step=i, wall=0.1, data_wait=0.0, samples=8, source=source, forward_s=0.04,
+                    backward_s=0.05, optimizer_s=0.0, other_s=0.01, phase_clock="host")
+
+    manual = phase_split_of([step(i, "backward") for i in range(20)])
+    assert manual is not None and [name for name, _ in manual.seconds()] == ["forward", "backward", "other"]
+    assert abs(sum(f for _, f in manual.shares()) - 1.0) < 1e-9
+    stepped = phase_split_of([step(i, "optimizer") for i in range(20)])
+    assert stepped is not None and "optimizer" in dict(stepped.seconds())
