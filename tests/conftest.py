@@ -31,6 +31,12 @@ import pytest
 # hogs: 118 s (step p50 2.5 s) spinning, 27 s passive; under the neighbours' load alone 67 s once
 # (p95 9 s) against 7 s passive; quiet 5 s (issue 13). Tests measure pitstop, not the spin.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# A suite started in the background by a shell without job control (`(./dev.sh test &)`, nohup in a
+# script) inherits SIGINT ignored, and so would every `pitstop run` the tests start: the tests that
+# stop a run with SIGINT (as Ctrl-C does) then waited 30 s for a process that never heard it (6
+# failures in one such run). A handler here makes exec'd children start with SIGINT at its default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TEST_ID = "PITSTOP_TEST_ID"
 # Unique per pytest process: each pytest-xdist worker sweeps only what its own tests started.
