@@ -149,7 +149,7 @@ def sample(pids: Sequence[int], seconds: float = DEFAULT_SECONDS, rate: int = DE
         code, text, err = outputs[p]
         if text.strip():
             texts.append(text)
-        elif code != 0 or not text.strip():
+        else:
             notes.append(f"pid {p}: {_why(err, code)}")
     if not texts:
         raise StacksError(notes[0] if len(notes) == 1 else "; ".join(notes) or "py-spy recorded no samples")

@@ -20,6 +20,14 @@ from pitstop.tui.screens.stacks import StacksScreen
 SCRIPT = Path(__file__).parents[1] / "integration" / "scripts" / "slow_getitem.py"
 
 
+async def sample_on_the_data_screen(pilot: object, app: PitstopApp) -> None:
+    """Once the run's 120 steps are in, go to the Data screen and press `s`."""
+    await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119, timeout=60)
+    await pilot.press("3")  # type: ignore[attr-defined]
+    await wait_for(pilot, lambda: isinstance(app.screen, DataScreen), timeout=30)
+    await pilot.press("s")  # type: ignore[attr-defined]
+
+
 @pytest.mark.skipif(not Path(sys.executable).with_name("py-spy").exists(), reason="py-spy not installed")
 def test_s_on_the_data_screen_shows_the_datasets_slow_line() -> None:
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "0"], stdout=subprocess.PIPE, text=True,
@@ -34,10 +42,7 @@ def test_s_on_the_data_screen_shows_the_datasets_slow_line() -> None:
 
         async def scenario() -> None:
             async with app.run_test(size=(100, 30)) as pilot:
-                await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119, timeout=60)
-                await pilot.press("3")
-                await wait_for(pilot, lambda: isinstance(app.screen, DataScreen), timeout=30)
-                await pilot.press("s")
+                await sample_on_the_data_screen(pilot, app)
                 await wait_for(pilot, lambda: isinstance(app.screen, StacksScreen), timeout=90)
                 # The modal is pushed, then composed and painted: wait for its text, not its arrival.
                 await wait_for(pilot, lambda: "samples over" in screen_text(app), timeout=60)
@@ -61,10 +66,7 @@ def test_s_on_a_run_on_another_host_says_where_to_sample() -> None:
 
     async def scenario() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: (r := app.current_run()[1]) is not None and r.last_step == 119, timeout=60)
-            await pilot.press("3")
-            await wait_for(pilot, lambda: isinstance(app.screen, DataScreen), timeout=30)
-            await pilot.press("s")
+            await sample_on_the_data_screen(pilot, app)
             await wait_for(pilot, lambda: any("the run is on host: run `pitstop profile --data 4242` there"
                                               in n.message for n in app._notifications), timeout=30)
 
