@@ -43,6 +43,13 @@ class Hello:
     world_size: int | None = None
     script: str = ""  # what the user ran, for display ("train.py", "-m pkg.mod")
     record: str | None = None  # where this process records its events
+    # The command as the user typed it to `pitstop run` (SCRIPT ARGS, -m MODULE ARGS, -- COMMAND...),
+    # the directory it was typed in and the variables it needs (PYTHONPATH, CUDA_VISIBLE_DEVICES):
+    # fix lines print it to run as printed. None in records of older versions and of processes
+    # pitstop did not start.
+    command: list[str] | None = None
+    command_cwd: str | None = None
+    command_env: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,7 @@ class Model:
     ddp: bool = False  # DistributedDataParallel in use
     channels_last_params: int = 0  # 4-D parameters in channels_last
     cudnn_benchmark: bool | None = None  # torch.backends.cudnn.benchmark at first step
+    dtype: str | None = None  # most parameters of the model are of it: "float32", "float64", "bfloat16"...; None: unknown
 
 
 @dataclass(frozen=True)

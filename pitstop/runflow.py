@@ -15,6 +15,7 @@ Trials view, from `pitstop run` (the target it started) and from
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pitstop.profiling.launch import (
     launch,
     new_session_id,
     prepare_record,
+    typed_env,
 )
 from pitstop.recorded import load_runs
 
@@ -254,6 +256,9 @@ class Run:
             listen=request.listen,
             token_file=token_file,
             socket=live,
+            command=request.target.words(),
+            command_cwd=os.getcwd(),
+            command_env=typed_env(),
         )
         return self.settings
 

@@ -32,6 +32,7 @@ class Finding:
     fix: str = ""  # code a user can paste
     gain: str = ""  # expected gain, estimated from the evidence
     knob: str | None = None  # the `pitstop tune` knob that confirms it
+    tune: str = ""  # the `pitstop tune --knobs KNOB ...` line for this run's command, as typed (advise fills it)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,25 @@ class Context:
     def n(self) -> int:
         """Measured steps."""
         return len(self.steps)
+
+    # Shares and gains of step time are of the means (sums over the measured steps, divided by
+    # them): a share of sums is a share of the run's time, and the parts add up (mean wait + mean
+    # compute = mean step), which p50s do not (p50 wait 4.2 ms of a p50 9.2 ms step beside a
+    # 14% share of sums, in one finding).
+    @property
+    def wall_mean(self) -> float | None:
+        """Mean step time over the measured steps."""
+        return self.wall_sum / self.n if self.steps else None
+
+    @property
+    def wait_mean(self) -> float | None:
+        """Mean data wait per measured step."""
+        return self.wait_sum / self.n if self.steps else None
+
+    @property
+    def compute_mean(self) -> float | None:
+        """Mean step time outside the data wait: wall_mean - wait_mean."""
+        return (self.wall_sum - self.wait_sum) / self.n if self.steps else None
 
     @property
     def cuda(self) -> bool:

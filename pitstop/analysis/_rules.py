@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from pitstop.analysis import _rules_loop as loop
 from pitstop.analysis import _rules_model as model
 from pitstop.analysis import _rules_resources as resources
 from pitstop.analysis import _rules_share as share
 from pitstop.analysis import _rules_trends as trends
+from pitstop.analysis.command import tune_line
 from pitstop.analysis._context import SEVERITY_RANK, WARMUP, Advice, Context, Finding, RuleFailure, measure
 from pitstop.errors import reason_of
 from pitstop.analysis._state import RunState
@@ -29,6 +31,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("low-gpu-util", loop.low_gpu_util),
     ("host-sync", loop.host_syncs),
     ("data-parallel", model.data_parallel),
+    ("float64", model.float64),
     ("no-amp", model.no_amp),
     ("pageable-h2d", loop.pageable_copies),
     ("workers-oversubscribed", resources.workers_oversubscribed),
@@ -70,6 +73,8 @@ def advise(run: RunState, warmup: int = WARMUP) -> Advice:
             failed.append(RuleFailure(rule_id, reason_of(err)))
             continue
         if result is not None:
+            if result.knob and not result.tune:
+                result = replace(result, tune=tune_line(run.hello, [result.knob]))
             found.append((SEVERITY_RANK.get(result.severity, len(SEVERITY_RANK)), order, result))
     found.sort(key=lambda item: (item[0], item[1]))
     return Advice(tuple(f for _, _, f in found), tuple(failed))

@@ -41,12 +41,9 @@ def data_wait(ctx: Context) -> Finding | None:
     """The DataLoader cannot keep up: suggest workers, pinning, prefetching."""
     if ctx.n < MIN_STEPS or ctx.data_frac is None or ctx.data_frac <= DATA_WAIT_FRAC:
         return None
-    assert ctx.wall_p50 is not None and ctx.compute_p50 is not None and ctx.wait_p50 is not None
-    wall, compute, wait = ctx.wall_p50, ctx.compute_p50, ctx.wait_p50
-    evidence = [
-        f"data wait is {ctx.data_frac:.0%} of step time "
-        f"(p50 {fmt.duration(wait)} of {fmt.duration(wall)} over {ctx.n} steps)"
-    ]
+    assert ctx.wall_mean is not None and ctx.compute_mean is not None and ctx.wait_mean is not None
+    wall, compute, wait = ctx.wall_mean, ctx.compute_mean, ctx.wait_mean  # means: the share is of sums
+    evidence = [f"data wait: {fmt.share(wait, wall)} of the mean step, over {ctx.n} steps"]
     dl = ctx.loader()
     usable = ctx.usable_cpus()
     workers = dl.num_workers if dl is not None else None
@@ -100,16 +97,13 @@ def data_wait(ctx: Context) -> Finding | None:
             "\n# (decode/resize once offline, lighter transforms, GPU augmentation)"
         )
         gain = (
-            f"up to {wall / floor:.1f}x if each batch gets cheaper to load (step would fall from "
-            f"{fmt.duration(wall)} to ~{fmt.duration(compute)} of compute); more workers cannot help with "
-            f"{usable} usable core(s)"
+            f"up to {fmt.speedup(wall, floor)} in the mean step if each batch gets cheaper to load (down to "
+            f"its compute); more workers cannot help with {usable} usable core(s)"
         )
     else:
         new_wall = max(compute, load / suggested)
-        gain = (
-            f"up to {wall / new_wall:.1f}x if the loader keeps up (step would fall from "
-            f"{fmt.duration(wall)} to ~{fmt.duration(new_wall)}; compute alone is {fmt.duration(compute)})"
-        )
+        gain = (f"up to {fmt.speedup(wall, new_wall)} in the mean step if the loader keeps up "
+                f"(compute alone is {fmt.duration(compute)})")
         if cap is not None and need > cap:
             gain += f" (the loader would need ~{need} workers; {cap} core(s) are free for them)"
         busy = s.system_cpu_sum / s.system_cpu_n if s.system_cpu_n else None
@@ -210,11 +204,10 @@ def pageable_copies(ctx: Context) -> Finding | None:
     dl = ctx.loader()
     if dl is not None:
         evidence.append(f"DataLoader pin_memory={dl.pin_memory}")
-    frac = per_step_ms / 1e3 / ctx.wall_p50 if ctx.wall_p50 else None
-    gain = f"up to {per_step_ms:.2f} ms per step"
-    if frac is not None:
-        gain += f" ({frac:.0%} of the {fmt.duration(ctx.wall_p50)} p50 step)"
-    gain += " once the copy overlaps compute"
+    wall = ctx.wall_mean
+    frac = per_step_ms / 1e3 / wall if wall else None
+    saved = fmt.share(per_step_ms / 1e3, wall) + " of the mean step" if wall else f"{per_step_ms:.2f} ms per step"
+    gain = f"up to {saved} once the copy overlaps compute"
     return Finding(
         rule="pageable-h2d",
         title="Host-to-device copies from pageable memory",

@@ -43,7 +43,7 @@ def eval_share(ctx: Context) -> Finding | None:
         f"{run.eval_steps} evaluation passes took {run.eval_s:.1f} s, {share:.0%} of the run's {elapsed:.0f} s "
         f"({per_pass:.2f} s each)",
         f"one pass every ~{train_between:.0f} training steps"
-        + (f" ({train_between * ctx.wall_p50:.1f} s of training)" if ctx.wall_p50 else ""),
+        + (f" ({train_between * ctx.wall_mean:.1f} s of training at the mean step)" if ctx.wall_mean else ""),
     ]
     evals = [d for d in run.dataloaders.values() if run.loader_role(d.id) == "eval"]
     fix = ("if step % (2 * EVAL_EVERY) == 0:  # evaluate half as often\n"
@@ -72,12 +72,14 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
     frac = ctx.data_frac
     if frac < DATA_WAIT_MODERATE_FRAC or frac > DATA_WAIT_FRAC:
         return None  # above DATA_WAIT_FRAC the data-wait finding speaks
-    gain = 1.0 / (1.0 - frac)  # the step if the wait were hidden entirely
+    assert ctx.wall_mean is not None and ctx.wait_mean is not None and ctx.compute_mean is not None
+    # The mean step if the wait were hidden entirely: 1 / (1 - frac), as the figures quoted show.
+    hidden = fmt.speedup(ctx.wall_mean, ctx.compute_mean)
     dl = ctx.loader()
     usable = ctx.usable_cpus()
-    evidence = [f"data wait is {frac:.0%} of step time over {ctx.n} steps (p50 {fmt.duration(ctx.wait_p50)} of "
-                f"{fmt.duration(ctx.wall_p50)}): under the {DATA_WAIT_FRAC:.0%} of a data-bound run, still worth up to "
-                f"{gain:.2f}x"]
+    evidence = [f"data wait: {fmt.share(ctx.wait_mean, ctx.wall_mean)} of the mean step, over {ctx.n} steps: "
+                f"under the {DATA_WAIT_FRAC:.0%} of a data-bound run, still worth up to "
+                f"{fmt.ratio(ctx.wall_mean / ctx.compute_mean)}"]
     workers = dl.num_workers if dl is not None else 0
     if dl is not None:
         evidence.append(f"{describe_loader(dl)}: persistent_workers={dl.persistent_workers}, "
@@ -104,8 +106,7 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
         cause="the DataLoader is not always ready when the step asks: too few workers, or too little prefetch to "
               "absorb slow batches",
         fix="DataLoader(dataset, ..., " + ", ".join(args) + ")",
-        gain=(f"up to {gain:.2f}x if the wait is hidden "
-              f"(step from {fmt.duration(ctx.wall_p50)} to ~{fmt.duration(ctx.compute_p50)})"
+        gain=(f"up to {hidden} in the mean step if the wait is hidden"
               + ("; the CPUs are saturated, so expect less: let `pitstop tune` measure it" if saturated else "")),
         knob="num_workers",
     )

@@ -93,7 +93,8 @@ def memory_creep(ctx: Context) -> Finding | None:
     limit, limit_name = _limit(ctx, field)
     evidence = [
         f"{what} grew {fmt.size(growth)} over steps {steps[0].step}-{steps[-1].step} "
-        f"({fmt.size(slope * 1000)} per 1,000 steps; from ~{fmt.size(start)} to {fmt.size(last)}, {readings} readings)",
+        f"({fmt.size(slope * 1000)} per 1,000 steps, a fit over {readings} readings that ended at {fmt.size(last)}; "
+        f"the first read {fmt.size(start)})",
         "it kept growing to the last quarter of the window: not a warm-up that levels off",
     ]
     to_limit = None
@@ -186,7 +187,7 @@ def epoch_stall(ctx: Context) -> Finding | None:
             f"the first {EPOCH_HEAD_STEPS} steps of each epoch wait {fmt.duration(spike)} more for data than usual "
             f"(median over {len(starts)} epoch starts, steps {', '.join(str(b) for b in starts[:5])}"
             f"{', ...' if len(starts) > 5 else ''}; a step is {fmt.duration(ctx.wall_p50)})",
-            f"{sum(excess):.1f} s in all, {share:.1%} of the wall time of these steps",
+            f"{fmt.share(sum(excess), wall, fmt.seconds)} of the wall time of the steps measured",
             f"training DataLoader: num_workers={dl.num_workers}, persistent_workers=False, "
             f"{dl.dataset_len} samples / batch_size={dl.batch_size} = {length} steps per epoch",
         ],
@@ -194,6 +195,6 @@ def epoch_stall(ctx: Context) -> Finding | None:
                "each forks, copies the dataset object, runs worker_init_fn and refills its prefetch before "
                "the first batch arrives"),
         fix=f"DataLoader(dataset, ..., num_workers={dl.num_workers}, persistent_workers=True)",
-        gain=f"~{share:.1%} of the run's time ({fmt.duration(spike)} per epoch)",
+        gain=f"~{fmt.share(sum(excess), wall, fmt.seconds)} of the steps' wall time ({fmt.duration(spike)} per epoch)",
         knob="num_workers",
     )

@@ -10,6 +10,7 @@ Standard library only, as the rest of `pitstop.analysis`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 NA = "n/a"
 
@@ -62,6 +63,11 @@ def duration(seconds: float | None, reason: str | None = None) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+def seconds(value: float) -> str:
+    """A run-scale sum at one decimal, "12.3 s": time lost in all, where `span` would round to whole seconds."""
+    return f"{value:.1f} s"
+
+
 def us(micros: float | None) -> str:
     """Profiler microseconds as µs/ms/s with three significant digits ("950 µs", "45.0 ms", "26.8 s")."""
     if micros is None:
@@ -92,6 +98,30 @@ def pct(frac: float | None, reason: str | None = None, digits: int = 0) -> str:
 def percent(value: float | None, reason: str | None = None, digits: int = 0) -> str:
     """A reading already in percent (NVML utilisation, psutil's CPU of the machine): 62.0 -> "62%"."""
     return pct(value / 100 if value is not None else None, reason, digits)
+
+
+def share(part: float, whole: float, unit: Callable[[float], str] = duration) -> str:
+    """"14% (1.3 ms of 9.2 ms)": a share with the two figures it is the ratio of, so they cannot disagree.
+
+    Every share a finding quotes goes through here: "14% of step time (p50 4.2 ms
+    of 9.2 ms)" read 46% to anyone who divided, because the 14% came from sums.
+    """
+    return f"{pct(part / whole if whole else None)} ({unit(part)} of {unit(whole)})"
+
+
+def ratio(value: float) -> str:
+    """A speed-up factor: "1.17x", "12.3x"."""
+    return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
+def speedup(before: float, after: float, unit: Callable[[float], str] = duration) -> str:
+    """"1.17x (9.2 ms to ~7.9 ms)": a gain with the two figures it is the ratio of (before / after)."""
+    return f"{ratio(before / after) if after > 0 else NA} ({unit(before)} to ~{unit(after)})"
+
+
+def speedup_range(before: float, best: float, worst: float, unit: Callable[[float], str] = duration) -> str:
+    """"1.30x (9.2 ms to ~7.1 ms) to 1.80x (9.2 ms to ~5.1 ms)": each end of a range with its own figures."""
+    return f"{speedup(before, worst, unit)} to {speedup(before, best, unit)}"
 
 
 def change(frac: float) -> str:

@@ -156,6 +156,9 @@ class Agent:
             world_size=_env_int("WORLD_SIZE"),
             script=script,
             record=str(self.record_path),
+            command=settings.command,
+            command_cwd=settings.command_cwd,
+            command_env=settings.command_env,
         )
         self._writer.write(self.hello)
         if settings.socket:

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -37,6 +38,11 @@ CONFIG_SCOPES = {
 }
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+# What a command needs to run again as it ran: where its imports come from (minGPT's
+# projects/adder/adder.py fails "No module named 'mingpt'" without PYTHONPATH=.) and which GPUs
+# it trains on. Not the thread counts or tokens: a rerun in the same shell has them, and a
+# printed line must never carry a secret.
+COMMAND_ENV = ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,14 @@ class Target:
     def describe(self) -> str:
         """The command as a person would type it (for reports and provenance)."""
         return " ".join(self.command("python"))
+
+    def words(self) -> list[str]:
+        """The target as `pitstop run` and `pitstop tune` take it: `SCRIPT ARGS`, `-m MODULE ARGS`, `-- COMMAND...`."""
+        if self.script:
+            return [self.script, *self.args]
+        if self.module:
+            return ["-m", self.module, *self.args]
+        return ["--", *self.launcher, *self.args]
 
     def check(self, cwd: Path | None = None) -> None:
         """Fail early, with one line, when the target cannot start at all."""
@@ -130,6 +144,11 @@ class SessionSettings:
     listen: str | None = None  # "HOST:PORT" for TCP viewers (port + LOCAL_RANK), token required
     token_file: str | None = None  # where the TCP token lives (0600)
     started: float = field(default_factory=time.time)
+    # The command as the user typed it (Target.words), where, and the environment it needs
+    # (typed_env): every fix line and suggestion prints it so that it runs as printed.
+    command: list[str] | None = None
+    command_cwd: str | None = None
+    command_env: dict[str, str] | None = None
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
@@ -144,6 +163,23 @@ class SessionSettings:
 def new_session_id(stem: str) -> str:
     """Sortable, unique, readable: 20261122-101502-train-3f9a."""
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}-{secrets.token_hex(2)}"
+
+
+def typed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of COMMAND_ENV the user's command runs with, as the user set them.
+
+    PYTHONPATH loses pitstop's bootstrap directory (child_env prepends it; a
+    `pitstop run` inside a `pitstop run` would otherwise print it back).
+    """
+    env = os.environ if environ is None else environ
+    out = {name: env[name] for name in COMMAND_ENV if env.get(name)}
+    if "PYTHONPATH" in out:
+        parts = [p for p in out["PYTHONPATH"].split(os.pathsep) if p != str(BOOTSTRAP_DIR)]
+        if any(parts):
+            out["PYTHONPATH"] = os.pathsep.join(parts)
+        else:
+            del out["PYTHONPATH"]
+    return out
 
 
 def child_env(settings: SessionSettings, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pitstop.analysis import RULE_IDS, Finding, RunState, advise, findings
@@ -11,6 +13,7 @@ from pitstop.events import (
     Copies,
     DataLoaderInfo,
     Gpu,
+    Hello,
     Loss,
     Model,
     Proc,
@@ -52,6 +55,14 @@ def add_gpu_samples(run: RunState, n: int, util: float | None, t0: float, used: 
                        alloc_retries=retries))
 
 
+def hello(command: list[str] | None, cwd: str | None = None, env: dict[str, str] | None = None,
+          script: str = "adder.py") -> Hello:
+    """A Hello as `pitstop run` sends it: `command` is what the user typed (None: a record of an older pitstop)."""
+    return Hello(schema=1, pitstop_version="0", session="s", pid=10, ppid=1, host="h", argv=["python", script],
+                 cwd=cwd or "/", started=0.0, python="3.11", script=script, command=command, command_cwd=cwd,
+                 command_env=env)
+
+
 def cuda_run(*events: object, **rt: object) -> RunState:
     run = RunState()
     run.add(runtime(**rt))  # type: ignore[arg-type]
@@ -73,11 +84,11 @@ def test_data_wait_fires_and_sizes_workers_from_the_evidence() -> None:
     add_steps(run, 30, wall=0.03, wait=0.02)
     f = rule(run, "data-wait")
     assert f is not None and f.severity == "high" and f.knob == "num_workers"
-    assert f.evidence[0] == "data wait is 67% of step time (p50 20.0 ms of 30.0 ms over 27 steps)"
+    assert f.evidence[0] == "data wait: 67% (20.0 ms of 30.0 ms) of the mean step, over 27 steps"
     assert "training DataLoader (batch_size=32, num_workers=0): pin_memory=False" in f.evidence[1]
     # One batch takes 20 ms to load and 10 ms to consume: 2 workers keep up.
     assert "num_workers=2" in f.fix and "batch_size=32" in f.fix and "pin_memory" not in f.fix
-    assert f.gain.startswith("up to 3.0x") and "to ~10.0 ms" in f.gain
+    assert f.gain.startswith("up to 3.00x (30.0 ms to ~10.0 ms) in the mean step")
 
 
 def test_data_wait_caps_workers_at_usable_cores() -> None:
@@ -87,7 +98,7 @@ def test_data_wait_caps_workers_at_usable_cores() -> None:
     assert f is not None and f.severity == "high"
     # 2 workers deliver one batch per 30 ms: 60 ms each; 6 would keep up, 3 cores are free.
     assert "num_workers=3" in f.fix and "pin_memory=True" in f.fix and "non_blocking=True" in f.fix
-    assert f.gain.startswith("up to 1.5x") and "~6 workers" in f.gain
+    assert f.gain.startswith("up to 1.50x (30.0 ms to ~20.0 ms)") and "~6 workers" in f.gain
 
 
 def test_data_wait_with_every_core_busy_says_make_samples_cheaper() -> None:
@@ -97,7 +108,8 @@ def test_data_wait_with_every_core_busy_says_make_samples_cheaper() -> None:
     assert f is not None and f.severity == "medium"
     # 8 workers already exceed the 3 free cores: fewer workers, cheaper samples.
     assert "num_workers=3" in f.fix and "make each sample cheaper" in f.fix
-    assert f.gain.startswith("up to 1.5x if each batch gets cheaper") and "4 usable core(s)" in f.gain
+    assert f.gain.startswith("up to 1.50x (30.0 ms to ~20.0 ms) in the mean step if each batch gets cheaper")
+    assert "4 usable core(s)" in f.gain
 
 
 def test_data_wait_on_saturated_cpus_tempers_the_promise() -> None:
@@ -161,7 +173,7 @@ def test_pageable_copies_fire_with_per_step_cost() -> None:
     assert f is not None and f.knob == "pin_memory" and f.severity == "medium"
     assert "10 of 10 host-to-device copies in profiled steps 10-19" in f.evidence[0]
     assert "2.00 ms per step" in f.evidence[0] and "pin_memory=False" in f.evidence[1]
-    assert "(10% of the 20.0 ms p50 step)" in f.gain and "non_blocking=True" in f.fix
+    assert "up to 10% (2.0 ms of 20.0 ms) of the mean step" in f.gain and "non_blocking=True" in f.fix
 
 
 @pytest.mark.parametrize("copies", [None, Copies(h2d_count=10, h2d_us=100.0, h2d_pageable=0)])
@@ -222,7 +234,7 @@ def test_no_amp_fires_with_bf16_on_ampere_and_estimates_the_step() -> None:
     f = rule(run, "no-amp")
     assert f is not None and f.knob == "amp" and f.severity == "medium"
     assert "torch.bfloat16" in f.fix and "GradScaler" not in f.fix
-    assert "could fall to ~10.0 ms-20.0 ms" in f.gain
+    assert "1.50x (30.0 ms to ~20.0 ms) to 3.00x (30.0 ms to ~10.0 ms) in the mean step" in f.gain
 
 
 def test_no_amp_uses_fp16_with_a_scaler_on_volta() -> None:
@@ -266,12 +278,18 @@ def cpu_bf16_run(bf16: bool | None, *events: object, wait: float = 0.0) -> RunSt
     return run
 
 
-def test_no_amp_on_a_cpu_with_native_bf16_suggests_measuring_it_with_tune_never_promising() -> None:
-    f = rule(cpu_bf16_run(True), "no-amp")
+def test_no_amp_on_a_cpu_with_native_bf16_suggests_measuring_it_with_tune_never_promising(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    typed = hello(["projects/adder/adder.py", "--trainer.max_iters=50"], str(tmp_path), {"PYTHONPATH": "."})
+    f = rule(cpu_bf16_run(True, typed), "no-amp")
     assert f is not None and f.knob == "amp" and f.severity == "low"
     assert f.title == "Training in float32 on a CPU with native bfloat16"
     assert f.evidence[0].startswith("this CPU has native bfloat16 (avx512_bf16 or amx_bf16")
-    assert f.fix.splitlines()[0].startswith("pitstop tune --knobs amp train.py")
+    # The command as typed, its PYTHONPATH too: `pitstop tune --knobs amp adder.py` found no script.
+    assert f.fix.splitlines()[0].startswith(
+        "PYTHONPATH=. pitstop tune --knobs amp projects/adder/adder.py --trainer.max_iters=50   # measures")
+    assert f.tune == "PYTHONPATH=. pitstop tune --knobs amp projects/adder/adder.py --trainer.max_iters=50"
     assert 'torch.autocast("cpu", dtype=torch.bfloat16)' in f.fix
     assert f.gain.startswith("unknown until measured")  # something to try, never a promise
 
@@ -364,7 +382,7 @@ def test_cudnn_benchmark_shapes_fires_on_compute_spikes() -> None:
     assert f is not None and f.severity == "medium"
     assert f.evidence[0] == "4 of 40 steps (10%) spent over 3x the p50 compute 10.0 ms (up to 100.0 ms)"
     assert "benchmark = False" in f.fix and "drop_last=True" in f.fix
-    assert "0.4 s over 40 steps" in f.gain
+    assert "~47% (0.4 s of 0.8 s) of the 40 measured steps' time" in f.gain
 
 
 @pytest.mark.parametrize("bench,spike_wait", [(True, 0.09), (False, 0.0)])
@@ -537,4 +555,4 @@ def test_data_wait_without_a_dataloader_or_core_count_still_sizes_workers() -> N
     add_steps(run, 30, wall=0.03, wait=0.02)
     f = rule(run, "data-wait")
     assert f is not None and f.evidence[1] == "no torch DataLoader seen: the wait is in another iterator"
-    assert "num_workers=2" in f.fix and "batch_size" not in f.fix and f.gain.startswith("up to 3.0x")
+    assert "num_workers=2" in f.fix and "batch_size" not in f.fix and f.gain.startswith("up to 3.00x")

@@ -211,8 +211,9 @@ def waiting_run(frac: float, workers: int = 0) -> RunState:
 def test_data_wait_moderate_grades_a_wait_under_the_threshold() -> None:
     f = rule(waiting_run(0.19), "data-wait-moderate")
     assert f is not None and f.severity == "low"
-    assert "19% of step time" in f.evidence[0] and "worth up to 1.23x" in f.evidence[0]
-    assert "num_workers=1" in f.fix and f.gain.startswith("up to 1.23x")
+    assert f.evidence[0].startswith("data wait: 19% (19.0 ms of 100.0 ms) of the mean step, over 37 steps")
+    assert "worth up to 1.23x" in f.evidence[0]
+    assert "num_workers=1" in f.fix and f.gain.startswith("up to 1.23x (100.0 ms to ~81.0 ms) in the mean step")
     assert "num_workers=3" in rule(waiting_run(0.12, workers=2), "data-wait-moderate").fix  # type: ignore[union-attr]
 
 
