@@ -346,6 +346,8 @@ def format_summary(
             fix_lines = f.fix.splitlines() or [""]
             lines.append(f"     fix:  {fix_lines[0]}")
             lines.extend(f"           {line}" for line in fix_lines[1:])
+            if f.tune:
+                lines.append(f"     tune: {f.tune}")
     lines.extend(f"  {failure.text}" for failure in failures)
     return "\n".join(lines)
 

@@ -21,6 +21,7 @@ from pitstop.analysis import (
     phase_split,
     summarize,
 )
+from pitstop.analysis.command import Command
 from pitstop.events import ProfileWindow
 
 # Ops listed: the union of each run's 10 costliest per profiled step; more is noise in a terminal.
@@ -289,7 +290,9 @@ def settings(run: RunState) -> dict[str, str]:
     out: dict[str, str] = {}
     hello, rt, model = run.hello, run.runtime, run.model
     if hello is not None:
-        out["command line"] = " ".join(hello.argv[1:]) if hello.argv else hello.script
+        # As typed to `pitstop run` (runs as shown); a record of an older pitstop has only the argv.
+        out["command line"] = (Command.of(hello).line("run") if hello.command else
+                               " ".join(hello.argv[1:]) if hello.argv else hello.script)
         out["python"] = hello.python
         out["pitstop"] = hello.pitstop_version
         out["host"] = hello.host
@@ -317,6 +320,8 @@ def settings(run: RunState) -> dict[str, str]:
         out["cudnn.benchmark"] = str(model.cudnn_benchmark) if model.cudnn_benchmark is not None else "n/a"
         out["channels_last"] = "yes" if model.channels_last_params else "no"
         out["DDP"] = "yes" if model.ddp else "no"
+        if model.dtype is not None:
+            out["parameters dtype"] = model.dtype
     if run.applied is not None:
         for knob, value in run.applied.applied.items():
             out[f"config applied {knob}"] = str(value)

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pitstop.analysis.command import Command
 from pitstop.analysis import (
     WARMUP,
     Finding,
@@ -175,7 +176,7 @@ def _environment(run: RunState) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     hello, rt = run.hello, run.runtime
     if hello is not None:
-        out.append(("command", " ".join(hello.argv) or hello.script))
+        out.append(("command", Command.of(hello).line("run") if hello.command else " ".join(hello.argv) or hello.script))
         out.append(("started", time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(hello.started))))
         out.append(("host", hello.host))
         out.append(("python", hello.python))

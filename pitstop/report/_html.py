@@ -45,8 +45,8 @@ def _finding(f: Finding) -> str:
         parts.append(f"<p><b>Gain:</b> {_e(f.gain)}</p>")
     if f.fix:
         parts.append(f"<p><b>Fix:</b></p><pre>{_e(f.fix)}</pre>")
-    if f.knob:
-        parts.append(f'<p class="muted">confirm with <code>pitstop tune --knobs {_e(f.knob)}</code></p>')
+    if f.tune:
+        parts.append(f'<p class="muted">confirm with <code>{_e(f.tune)}</code></p>')
     parts.append("</div>")
     return "".join(parts)
 

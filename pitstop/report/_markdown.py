@@ -75,6 +75,8 @@ def render_markdown(data: ReportData) -> str:
             lines.append(f"- gain: {f.gain}")
         if f.fix:
             lines += ["", "```python", f.fix, "```"]
+        if f.tune:
+            lines += ["", f"confirm with `{f.tune}`"]
         lines.append("")
     if data.loaders:
         lines += ["### DataLoaders", "", "| role | settings | workers' CPU (cores) |", "|---|---|---:|"]

@@ -37,6 +37,7 @@ from pitstop.analysis import (
     step_split,
     stream_label,
 )
+from pitstop.analysis.command import tune_line
 from pitstop.events import Note
 from pitstop.errors import PitstopError, reason_of
 from pitstop.streams import Replies
@@ -524,11 +525,11 @@ class PitstopApp(App[str]):
         script = hello.script if hello is not None and hello.script else "SCRIPT"
         if not self.live:
             # Trials re-run the script: a record holds its events, not a script known to still match.
-            self.notify(f"replay: a recording cannot be tuned; run: pitstop tune {script}",
+            self.notify(f"replay: a recording cannot be tuned; run: {tune_line(hello)}",
                         severity="warning", timeout=12)
             return
         if hello is None or not self.can_tune:
-            self.notify(f"run: pitstop tune {script}", title="tune this script", timeout=12)
+            self.notify(f"run: {tune_line(hello)}", title="tune this script", timeout=12)
             return
         request = TuneRequest(script, tuple(hello.argv), hello.cwd, len(self.job.runs))
 

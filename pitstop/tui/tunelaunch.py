@@ -73,11 +73,7 @@ def journal_path(options: Sequence[str], target: Target, cwd: Path) -> Path:
 
 def target_words(target: Target) -> list[str]:
     """The target as the CLI takes it: `SCRIPT ARGS`, `-m MODULE ARGS` or `-- COMMAND...`."""
-    if target.script:
-        return [target.script, *target.args]
-    if target.module:
-        return ["-m", target.module, *target.args]
-    return ["--", *target.launcher, *target.args]
+    return target.words()
 
 
 def target_from_argv(argv: Sequence[str], cwd: str) -> Target:

@@ -18,7 +18,8 @@ from typing import Any
 from pitstop._version import __version__
 from pitstop.config import load_config, save_config
 from pitstop.errors import ConfigError, TuneError, UsageError
-from pitstop.profiling.launch import Target
+from pitstop.analysis.command import Command
+from pitstop.profiling.launch import Target, typed_env
 from pitstop.tuning.guard import FileGuard
 from pitstop.tuning.journal import Journal, JournaledEvaluator, companion, default_journal
 from pitstop.tuning.journalformat import Record, Start, Totals, TrialProgress, TrialStart, TuneEnd
@@ -105,11 +106,12 @@ def parse_budget(text: str) -> Budget:
 
 def script_words(target: Target) -> str:
     """The target as `pitstop run` takes it (for the config's header and provenance)."""
-    if target.script:
-        return shlex.join([target.script, *target.args])
-    if target.module:
-        return shlex.join(["-m", target.module, *target.args])
-    return "-- " + shlex.join([*target.launcher, *target.args])
+    return shlex.join(target.words())
+
+
+def typed_command(target: Target) -> Command:
+    """The tuned command as the user typed it here, with the variables it needs (PYTHONPATH...)."""
+    return Command(tuple(target.words()), str(Path.cwd()), typed_env())
 
 
 class _Stop(Exception):
@@ -307,7 +309,7 @@ def wrote_line(written: str | None, confirmed: bool, target: Target) -> str:
     if not written:
         return ""
     how = "" if confirmed else " (not confirmed)"
-    return f"\n\nWrote {written}{how}. Train with it:  pitstop run --config {written} {script_words(target)}"
+    return f"\n\nWrote {written}{how}. Train with it:  {typed_command(target).line('run', '--config', written)}"
 
 
 def _ended(outcome: Outcome, code: int, written: str | None, confirming: bool, again: str, report: str,
@@ -341,12 +343,12 @@ def confirm_command(outcome: Outcome, args: argparse.Namespace, target: Target, 
     """The command that confirms an unconfirmed best: its config against the script's own settings."""
     if not written:
         return ""
-    words = ["pitstop", "tune", "--confirm", written, "--budget", str(max(outcome.confirm_trials, 2))]
+    words = ["tune", "--confirm", written, "--budget", str(max(outcome.confirm_trials, 2))]
     if args.steps != DEFAULT_STEPS:
         words += ["--steps", str(args.steps)]
     if args.warmup != DEFAULT_WARMUP:
         words += ["--warmup", str(args.warmup)]
-    return shlex.join(words) + " " + script_words(target)
+    return typed_command(target).line(*words)
 
 
 def provenance(outcome: Outcome, target: Target, args: argparse.Namespace, elapsed: float) -> dict[str, Any]:

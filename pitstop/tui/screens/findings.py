@@ -34,8 +34,8 @@ def finding_renderable(f: Finding) -> RenderableType:
     if f.fix:
         # The fix is code to paste: shown as code, every line of it.
         table.add_row("fix", Syntax(f.fix, "python", theme="ansi_dark", word_wrap=True, background_color="default"))
-    if f.knob:
-        table.add_row("tune", Text(f"pitstop tune --knobs {f.knob} measures it", style="dim"))
+    if f.tune:
+        table.add_row("tune", Text(f"{f.tune}   # measures it", style="dim"))
     return Group(heading, table, Text(""))
 
 

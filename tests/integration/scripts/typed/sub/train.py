@@ -1,0 +1,32 @@
+"""Trains a tiny model on helpers.data with required arguments; prints them, so a rerun shows what it got."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from helpers.data import SlowDecode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--tag", required=True)
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args()
+    print(f"train.py steps={args.steps} tag={args.tag}", flush=True)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    if args.dtype == "float64":
+        model = model.double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(SlowDecode(16 * args.steps), batch_size=16)
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x.to(next(model.parameters()).dtype)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Lines printed for the user to run, run as printed; findings are true for the model in front of them.
+
+A finding printed `pitstop tune --knobs amp adder.py` for a script started as
+`PYTHONPATH=. pitstop run projects/adder/adder.py --trainer.max_iters=50`: run as
+printed, "no such script". Here a real `pitstop run --headless` of a script with
+required arguments, in a subdirectory, importing a package found through
+PYTHONPATH, prints its tune line, and the test executes that line through
+`bash -c` with the tuner swapped for `pitstop run --headless` (the same target
+words, a run of seconds instead of a tune of minutes) in an environment
+without PYTHONPATH: the line itself must carry it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pitstop.events import Model
+
+from .conftest import SCRIPTS, events_of, pitstop, run_group
+
+TUNE = "pitstop tune --knobs num_workers "
+
+
+def _project(tmp_path: Path) -> Path:
+    """A fresh copy of the typed/ project: sub/train.py imports helpers/ through PYTHONPATH=."""
+    proj = tmp_path / "my proj"  # a space: the cd must be quoted
+    shutil.copytree(SCRIPTS / "typed", proj)
+    return proj
+
+
+def _env(env: dict[str, str], pythonpath: str | None) -> dict[str, str]:
+    out = dict(env, PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")  # `pitstop` as a user has it
+    out.pop("PYTHONPATH", None)
+    if pythonpath is not None:
+        out["PYTHONPATH"] = pythonpath
+    return out
+
+
+def _tune_line(result: subprocess.CompletedProcess[str]) -> str:
+    text = result.stdout + result.stderr
+    lines = [line.strip().removeprefix("tune: ") for line in text.splitlines() if line.strip().startswith("tune: ")]
+    assert lines, f"no tune line in:\n{text[-3000:]}"
+    return lines[0]
+
+
+def _run_as_printed(line: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The printed line through bash, the tuner swapped for a headless run of the same target."""
+    assert TUNE in line, line
+    return run_group(["bash", "-c", line.replace(TUNE, "pitstop run --headless ", 1)], env, cwd, timeout=180)
+
+
+def test_a_tune_line_runs_as_printed_with_its_arguments_and_pythonpath_here_and_elsewhere(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    proj = _project(tmp_path)
+    record = tmp_path / "r.jsonl"
+    result = pitstop(["run", "--headless", "--record", str(record), "sub/train.py", "--steps", "20", "--tag", "two words"],
+                     _env(env, "."), cwd=proj)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = _tune_line(result)
+    assert line == "PYTHONPATH=. pitstop tune --knobs num_workers sub/train.py --steps 20 --tag 'two words'"
+    again = _run_as_printed(line, _env(env, None), proj)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "train.py steps=20 tag=two words" in again.stdout
+
+    # `pitstop view` of the record from another directory: the line goes there first.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    viewed = pitstop(["view", str(record), "--summary"], _env(env, None), cwd=elsewhere)
+    line = _tune_line(viewed)
+    assert line.startswith(f"cd {shlex.quote(str(proj))} && PYTHONPATH=. {TUNE}sub/train.py"), line
+    again = _run_as_printed(line, _env(env, None), elsewhere)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "train.py steps=20 tag=two words" in again.stdout
+
+
+def test_under_a_wrapper_the_tune_line_names_the_wrapper_and_what_it_wraps(tmp_path: Path, env: dict[str, str]) -> None:
+    proj = _project(tmp_path)
+    result = pitstop(["run", "--headless", "sub/steptime.py", "sub/train.py", "--steps", "20", "--tag", "w"],
+                     _env(env, "."), cwd=proj)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = _tune_line(result)
+    assert line == "PYTHONPATH=. pitstop tune --knobs num_workers sub/steptime.py sub/train.py --steps 20 --tag w"
+    again = _run_as_printed(line, _env(env, None), proj)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "steptime.py wraps sub/train.py" in again.stdout and "train.py steps=20 tag=w" in again.stdout
+
+
+def test_a_float64_model_is_told_so_and_never_that_it_trains_in_float32(tmp_path: Path, env: dict[str, str]) -> None:
+    proj = _project(tmp_path)
+    record = tmp_path / "r.jsonl"
+    result = pitstop(["run", "--headless", "--record", str(record), "sub/train.py", "--steps", "20", "--tag", "d",
+                      "--dtype", "float64"], _env(env, "."), cwd=proj)
+    assert result.returncode == 0, result.stderr[-3000:]
+    findings = result.stderr[result.stderr.index("findings ("):]
+    assert "Training in float64 on a CPU (float64)" in findings
+    assert "float32 on" not in findings and "bfloat16" not in findings
+    assert [e.dtype for e in events_of(record) if isinstance(e, Model)][0] == "float64"
