@@ -85,10 +85,12 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
         evidence.append(f"{describe_loader(dl)}: persistent_workers={dl.persistent_workers}, "
                         f"prefetch_factor={dl.prefetch_factor}")
     cap = max(1, usable - 1) if usable is not None else None
-    more = workers + 1 if workers else 1
+    # One worker more, never more than the free cores: minGPT's adder (4 workers, 2 cores) was told
+    # num_workers=4 here beside workers-oversubscribed's "3 fewer worker processes".
+    more = max(workers + 1, 1)
     if cap is not None:
         more = min(more, cap)
-    args = [f"num_workers={more}"] if more > workers else [f"num_workers={workers}"]
+    args = [f"num_workers={more}"]
     args += ["persistent_workers=True", f"prefetch_factor={max(4, (dl.prefetch_factor or 2) if dl else 2)}"]
     if ctx.cuda:
         args.append("pin_memory=True")

@@ -215,6 +215,9 @@ def test_data_wait_moderate_grades_a_wait_under_the_threshold() -> None:
     assert "worth up to 1.23x" in f.evidence[0]
     assert "num_workers=1" in f.fix and f.gain.startswith("up to 1.23x (100.0 ms to ~81.0 ms) in the mean step")
     assert "num_workers=3" in rule(waiting_run(0.12, workers=2), "data-wait-moderate").fix  # type: ignore[union-attr]
+    # More workers than free cores (minGPT's adder: 4 on 2 cores): never keep them, as workers-oversubscribed says.
+    crowded = rule(waiting_run(0.12, workers=6), "data-wait-moderate")
+    assert crowded is not None and "num_workers=3," in crowded.fix
 
 
 def test_data_wait_moderate_never_beside_data_wait_and_quiet_below_ten_percent() -> None:
