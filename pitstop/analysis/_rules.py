@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from pitstop.analysis import _rules_loop as loop
 from pitstop.analysis import _rules_model as model
+from pitstop.analysis import _rules_precision as precision
 from pitstop.analysis import _rules_resources as resources
 from pitstop.analysis import _rules_share as share
 from pitstop.analysis import _rules_trends as trends
@@ -31,8 +32,8 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("low-gpu-util", loop.low_gpu_util),
     ("host-sync", loop.host_syncs),
     ("data-parallel", model.data_parallel),
-    ("float64", model.float64),
-    ("no-amp", model.no_amp),
+    ("float64", precision.float64),
+    ("no-amp", precision.no_amp),
     ("pageable-h2d", loop.pageable_copies),
     ("workers-oversubscribed", resources.workers_oversubscribed),
     ("cpu-oversubscribed", share.cpu_oversubscribed),

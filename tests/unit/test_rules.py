@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pitstop.analysis import RULE_IDS, Finding, RunState, advise, findings
-from pitstop.analysis._rules_model import gpu_precision
+from pitstop.analysis._rules_precision import gpu_precision
 from pitstop.events import (
     Applied,
     Copies,
