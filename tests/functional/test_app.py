@@ -86,7 +86,7 @@ def test_data_wait_finding_appears_when_the_wait_rises() -> None:
             later = steps(200, start=40, t0=FIXED + 10, wait_frac=0.7)
             source.push(later)
             await wait_for(pilot, lambda: "The DataLoader cannot keep up" in screen_text(app))
-            assert "data wait is" in screen_text(app)  # the evidence is shown with the finding
+            assert "data wait: " in screen_text(app)  # the evidence is shown with the finding
 
     run(scenario())
 
