@@ -136,6 +136,11 @@ class Outcome:
     # a confirmation needs (the command names them), else 0.
     confirm_trials: int = 0
     confirm_seconds: float = 0.0
+    # The machine during the confirmation: other processes' cores (lowest, highest) over its
+    # runs, the usable CPUs, and the rounds discarded because that load moved within one.
+    load: tuple[float, float] | None = None
+    cpus: int | None = None
+    discarded: int = 0
 
     @property
     def improves(self) -> bool:
