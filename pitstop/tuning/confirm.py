@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from pitstop.analysis import median_and_spread
@@ -41,16 +42,20 @@ class Judgement:
         self.ratios = {c.candidate: paired_ratios(c, base_c) for c in self.alive}
         spreads = [s for r in self.ratios.values() if (s := ratio_spread(r)) is not None]
         self.measured_noise = bool(spreads)
-        self.noise = (max([search.noise_floor, load_noise(runs, search._cpus), *spreads]) if spreads
-                      else search.noise(*runs))
+        # The load term stands for one pair's disturbance; n rounds average n/2 of the two-round design's pairs.
+        rounds = min((len(c.runs) for c in contests.values() if c.runs), default=1)
+        load = load_noise(runs, search._cpus) / math.sqrt(max(1.0, rounds / 2))
+        self.noise = max([search.noise_floor, load, *spreads]) if spreads else search.noise(*runs)
         self.score = {c: median_and_spread(r)[0] or 0.0 for c, r in self.ratios.items() if r}
         # A pick beats the baseline by more than the noise, and no round measured it slower.
         self.beaters = [c for c in self.alive if self.score.get(c.candidate, 0.0) > 1.0 + self.noise
                         and min(self.ratios[c.candidate]) > 1.0]
-        # Open: an effect worth having (beyond the floor) that the noise hides, or a median
-        # win that a round contradicts. Below the floor more rounds cannot tell anything apart.
+        # Open: an effect worth having (beyond the floor) that the noise hides; below the floor
+        # more rounds cannot tell anything apart.
+        # A contestant a round measured slower is decided: it is never picked, however many rounds follow.
         self.open = not self.beaters and any(
-            self.score.get(c.candidate, 0.0) > 1.0 + search.noise_floor for c in self.alive)
+            self.score.get(c.candidate, 0.0) > 1.0 + search.noise_floor and min(self.ratios[c.candidate]) > 1.0
+            for c in self.alive)
 
 
 class Confirming:
@@ -202,9 +207,11 @@ class Confirming:
             self.notes.append(f"undecided after {rounds} confirmation round(s): the noise (±{noise:.1%}) is "
                               f"larger than the effect (budget {left} left){more}")
         elif self.budget.allows(MIN_CONFIRM_TRIALS, MIN_CONFIRM_TRIALS * self._slice()[1]):
+            floor = 1.0 + self.noise_floor
             which = ("a win beyond the noise" if judged.beaters
-                     else "no effect beyond the noise floor" if not any(v > 1.0 for v in judged.score.values())
-                     else "no effect beyond the noise")
+                     else f"no effect beyond the {self.noise_floor:.0%} floor"
+                     if all(v <= floor for v in judged.score.values())
+                     else "slower than the script's own settings in a round")
             self.notes.append(f"stopped with budget {left} left: decided after {rounds} confirmation round(s) "
                               f"({which})")
         score, ratios = judged.score, judged.ratios

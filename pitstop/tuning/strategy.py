@@ -129,6 +129,8 @@ class Search(Confirming):
             # The reserve keeps a confirmation possible for a challenger: before there is
             # one, exploring is the only way to find something worth confirming.
             trials, seconds = self._reserve() if reserve and self.challengers() else (0, 0.0)
+            if not self.budget.allows(trials, seconds):
+                trials, seconds = 0, 0.0  # too late for a confirmation: a reserve would only go unused
             cost = self._long_cost() if steps == self.long else self._base_duration
             if not self.budget.allows(1 + trials, START_SHARE * cost + seconds):
                 self._kept = bool(trials or seconds)
