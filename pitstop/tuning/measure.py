@@ -20,6 +20,8 @@ from pitstop.tuning.results import Facts
 # a neighbour's burst) moves neither the median nor the IQR much; with three it
 # doubled the spread on our shared 2-core CI machine.
 WINDOWS = 5
+# The sampler reads the machine every 0.5-1 s.
+SAMPLE_PERIOD_S = 1.0
 
 
 @dataclass
@@ -97,7 +99,10 @@ def measure(events: Iterable[Event], warmup: int, windows: int = WINDOWS) -> Mea
         _throughput(m, measured, windows, max(1, workers), max(4, 2 * workers))
         t0 = measured[0].t - measured[0].wall
         m.alloc_retries = _retries_since(samples, t0)
-        m.other_cpu = _other_cpu([s for s in samples if s.t > t0], runtime)
+        # From one sampler period before the measured steps: a trial that measured 0.6 s (2 workers
+        # at a quarter of the baseline's step time) held no reading of its own, and its jitter
+        # on a machine 1.8 cores busy was then blamed on the configuration.
+        m.other_cpu = _other_cpu([s for s in samples if s.t > t0 - SAMPLE_PERIOD_S], runtime)
     m.peak_mem, m.mem_kind = _peak_memory(steps, samples)
     m.facts = _facts(hello, runtime, loaders, model, samples)
     threads = m.applied.get("threads")

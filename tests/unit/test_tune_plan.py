@@ -145,3 +145,25 @@ def test_threads_are_searched_only_where_the_cpus_are_contended() -> None:
     many = build_space(Facts(usable_cpus=2, cpu_count=2, torch_threads=2, has_dataloader=True,
                              loader={**OWN, "num_workers": 2}), load=0.0)
     assert many.compute["threads"] == [1]
+
+
+def test_an_unstable_trial_shorter_than_min_time_is_measured_again_long_enough() -> None:
+    # Two workers at 4x the baseline's pace measured 0.57 s of steps at ±70%: the scheduler's noise.
+    class Short(Trials):
+        def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
+            r = super().__call__(candidate, steps, stage)
+            fast = candidate.get("num_workers") == 2
+            seconds = steps * (0.01 if fast else 0.05)
+            if fast and seconds < 1.0:
+                return r.replace(status="unstable", reason="window throughputs spread ±70% (limit 25%)",
+                                 measured_seconds=seconds)
+            return r.replace(measured_seconds=seconds)
+
+    trials = Short(lambda cfg: 100.0 * (3.7 if cfg["num_workers"] == 2 else 1.0), evidence={"num_workers": 2})
+    outcome = Search(trials, lambda base: Space(own=dict(OWN), workers=[0, 1, 2]), Budget(trials=8), steps=30,
+                     min_seconds=1.0).run()
+    assert trials.calls[1][0] == trials.calls[2][0] == Candidate.of({"num_workers": 2})
+    assert trials.calls[2][1] == 100  # 30 steps over 0.30 s, scaled to 1 s
+    assert outcome.winner == Candidate.of({"num_workers": 2})
+    assert any("unstable over 0.30 s of steps, under --min-time: measured again over 100 steps" in n
+               for n in outcome.notes)
