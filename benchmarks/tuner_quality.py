@@ -1,18 +1,20 @@
-"""Provides the tuner-quality benchmark: `pitstop tune` against the full grid of the same space, on a known landscape.
+"""Provides the tuner-quality benchmark: `pitstop tune` against the full grid of the same space, under 0, 1 and 2 CPU hogs.
 
-    python benchmarks/tuner_quality.py [--budget 16] [--knobs LIST] [--skip-busy] [--skip-demo] [--demo-budget 2m]
+    python benchmarks/tuner_quality.py [--hogs 0,1,2] [--repeats 3] [--budget 8] [--knobs LIST] [--skip-demo]
 
-Runs the tuner twice, on a quiet machine and on a busy one (the benchmark keeps
-one core busy with a CPU hog it starts before and kills after that run), then
-every configuration of the same space once, quietly. Prints, per run, best
-found / grid best throughput (target >= 0.95; the grid's own measurement of
-each configuration is used for both, so the tuner's luck in its own runs cannot
-flatter it), the same against the grid's top 3 and the picks re-measured 3
-times each in alternating order (the best of 42 single runs is the luckiest
-of many on a flat top: ~720-784 samples/s for 14 configurations at workers=2),
-and whether the tuner picked a configuration that its own confirmation
-measured slower than the baseline in a round (target: never); then tuner wall
-time / grid wall time, and the demo's tuned speedup.
+For each load (N processes spinning on the CPU, started before and killed
+after that load's runs: on the 2-core VM two hogs leave no core free), the
+tuner runs `--repeats` times on the same script, then every configuration of
+the tuner's space (as the first tune built it, the threads knob included where
+the load made it searched) runs once, under the same load. Prints per load:
+best found / grid best throughput for each repeat (the grid's own measurement
+of each configuration is used for both, so the tuner's luck in its own runs
+cannot flatter it; target >= 0.95), the picks their own confirmation measured
+slower than the baseline in a round (target: none), whether the repeats picked
+the same configuration (or "no difference" in all; target: yes), and tuner
+wall time / grid wall time. `--remeasure` adds the grid's top 3 and the picks
+re-measured 3 times each in alternating order (the best of many single runs is
+the luckiest of many on a flat top).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ SCRIPT = ROOT / "tests" / "integration" / "scripts" / "tune_train.py"
 # 2-core VM made workers=2 slower than the baseline (168.7 vs 261.0 samples/s),
 # so the busy run's best was another configuration than the quiet grid's.
 WORKLOAD = ["--work", "4000", "--io-ms", "2", "--hidden", "512", "--n", "100000"]
-KNOBS = "workers,batch_size,amp"
+KNOBS = "workers,amp,threads"
 STEPS, WARMUP, MIN_TIME = "20", "3", "1.0"
 
 
@@ -74,7 +76,8 @@ def grid(cwd: Path, data: dict[str, Any], knobs: str = KNOBS
     from pitstop.tuning.results import Facts
 
     facts = Facts.from_dict(first["facts"])
-    space = build_space(facts, parse_knobs(knobs), tune_batch=True)
+    space = build_space(facts, parse_knobs(knobs), tune_batch=bool(data["batch_size_tuned"]),
+                        load=first.get("other_cpu"), evidence=first.get("evidence") or {})
     long = max(t["steps"] for t in data["trials"])
     axes: list[list[tuple[str, Any]]] = [[("num_workers", w) for w in space.workers],
                                          [("batch_size", None), *(("batch_size", b) for b in space.batch)]]
@@ -123,16 +126,22 @@ def remeasure(again: Callable[[Candidate], float | None], cands: list[Candidate]
     return {c: sorted(v)[len(v) // 2] for c, v in runs.items() if v}
 
 
-class CpuHog:
-    """One core kept busy by a process of our own, started and killed around the busy run."""
+class CpuHogs:
+    """`n` cores kept busy by processes of our own, started and killed around one load's runs."""
 
-    def __enter__(self) -> CpuHog:
-        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> CpuHogs:
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+                      for _ in range(self.n)]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.proc.kill()
-        self.proc.wait()
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
 
 
 def slower_picks(data: dict[str, Any]) -> int:
@@ -154,70 +163,79 @@ def describe(name: str, data: dict[str, Any], wall: float) -> str:
             f"noise ±{data['noise']:.1%}  ({len(data['trials'])} trials, {wall:.0f} s)")
 
 
+def same_pick(picks: list[dict[str, Any]]) -> str:
+    """"yes" when every repeat picked the same configuration ("no difference" counts as one), else the picks."""
+    labels = [Candidate.of(p["winner"] or {}).label() for p in picks]
+    if len(set(labels)) == 1:
+        return f"yes ({'no difference' if labels[0] == 'baseline' else labels[0]} x{len(labels)})"
+    return "no: " + ", ".join(labels)
+
+
+def one_load(root: Path, hogs: int, options: list[str], repeats: int, knobs: str,
+             remeasure_picks: bool) -> None:
+    """The tuner `repeats` times and the grid, all under `hogs` CPU hogs; prints this load's figures."""
+    name = f"{hogs} hog(s)"
+    runs: list[tuple[dict[str, Any], float]] = []
+    with CpuHogs(hogs):
+        for i in range(repeats):
+            data, wall, _ = run_tune(root / f"hogs{hogs}-{i}", options, [str(SCRIPT), *WORKLOAD])
+            runs.append((data, wall))
+            print(describe(f"{name} repeat {i + 1}", data, wall), flush=True)
+            for note in data["notes"]:
+                print(f"    note: {note}", flush=True)
+        results, grid_wall, again = grid(root / f"grid{hogs}", runs[0][0], knobs)
+        ok = {c: v for c, v in results.items() if v}
+        careful: dict[Candidate, float] = {}
+        if remeasure_picks and ok:
+            top = sorted(ok, key=lambda c: -ok[c])[:3]
+            careful = remeasure(again, list(dict.fromkeys([*top, *(Candidate.of(d["winner"] or {}) for d, _ in runs)])))
+    if not ok:
+        print(f"{name}: the grid measured nothing")
+        return
+    best_c = max(ok, key=lambda c: ok[c])
+    print(f"{name}: grid best {best_c.label()}  {ok[best_c]:.1f} samples/s ({len(results)} configurations, "
+          f"{grid_wall:.0f} s)")
+    for i, (data, wall) in enumerate(runs, 1):
+        winner = Candidate.of(data["winner"] or {})
+        found = ok.get(winner) or 0.0
+        print(f"{name} repeat {i}: best found / grid best {found / ok[best_c]:.3f}  (target >= 0.95; the grid "
+              f"measured the pick {winner.label()} at {found:.1f}); slower rounds of the pick: "
+              f"{slower_picks(data)} (target 0); tuner wall / grid wall {wall / grid_wall:.2f} "
+              f"({wall:.0f} s, {len(data['trials'])} trials)")
+    print(f"{name}: same pick in {len(runs)} repeats: {same_pick([d for d, _ in runs])}")
+    if careful:
+        best_again = max(careful, key=lambda c: careful[c])
+        for i, (data, _) in enumerate(runs, 1):
+            winner = Candidate.of(data["winner"] or {})
+            print(f"{name} repeat {i}: best found / best, re-measured {careful.get(winner, 0.0) / careful[best_again]:.3f}"
+                  f" ({winner.label()} {careful.get(winner, 0.0):.1f}; best {best_again.label()})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", default="16", help="the tuner's budget (default 16 trials)")
+    parser.add_argument("--budget", default="8", help="the tuner's budget (default %(default)s trials)")
+    parser.add_argument("--hogs", default="0,1,2", help="CPU hogs per load (default %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="tunes per load (default %(default)s)")
+    parser.add_argument("--remeasure", action="store_true", help="re-measure the grid's top 3 and the picks")
     parser.add_argument("--skip-demo", action="store_true")
-    parser.add_argument("--skip-busy", action="store_true", help="no busy-machine run")
     parser.add_argument("--demo-budget", default="2m")
-    parser.add_argument("--save", metavar="DIR", help="keep each run's JSON report here")
     parser.add_argument("--knobs", default=KNOBS,
-                        help="the landscape's knobs (default %(default)s: a 42-configuration grid on 2 cores, "
-                             "~5 min on the 2-core VM; add persistent_workers for 84)")
+                        help="the landscape's knobs (default %(default)s; add batch_size for a 42-configuration "
+                             "grid, ~5 min per load on the 2-core VM)")
     args = parser.parse_args()
-    # SIGTERM unwinds like Ctrl+C: the CPU hog and a running tuner are ended on the way out.
+    # SIGTERM unwinds like Ctrl+C: the CPU hogs and a running tuner are ended on the way out.
     signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
     with tempfile.TemporaryDirectory(prefix="pitstop-bench-") as tmp:
         root = Path(tmp)
-        options = ["--knobs", args.knobs, "--batch-size", "--budget", args.budget, "--steps", STEPS,
+        options = ["--knobs", args.knobs, "--budget", args.budget, "--steps", STEPS,
                    "--warmup", WARMUP, "--min-time", MIN_TIME]
-        runs: dict[str, tuple[dict[str, Any], float]] = {}
-        data, wall, _ = run_tune(root / "quiet", options, [str(SCRIPT), *WORKLOAD])
-        runs["quiet"] = (data, wall)
-        print(describe("quiet", data, wall), flush=True)
-        if not args.skip_busy:
-            with CpuHog():
-                data, wall, _ = run_tune(root / "busy", options, [str(SCRIPT), *WORKLOAD])
-            runs["busy"] = (data, wall)
-            print(describe("busy (one core kept busy by a CPU hog)", data, wall), flush=True)
-        results, grid_wall, again = grid(root, runs["quiet"][0], args.knobs)
-        ok = {c: v for c, v in results.items() if v}
-        best_c = max(ok, key=lambda c: ok[c])
-        print(f"\ngrid best: {best_c.label()}  {ok[best_c]:.1f} samples/s")
-        for name, (data, wall) in runs.items():
-            if args.save:
-                Path(args.save).mkdir(parents=True, exist_ok=True)
-                (Path(args.save) / f"{name}.json").write_text(json.dumps(data, indent=1))
-            winner = Candidate.of(data["winner"])
-            found = ok.get(winner)
-            quality = (found or 0.0) / ok[best_c]
-            print(f"best found / grid best throughput ({name}): {quality:.3f}  (target >= 0.95; the grid measured "
-                  f"the pick {winner.label()} at {found or 0:.1f})")
-        # The grid's top 3 and every pick, measured 3 more times each, alternating: a fair best.
-        picks = [Candidate.of(d["winner"]) for d, _ in runs.values()]
-        top = sorted(ok, key=lambda c: -ok[c])[:3]
-        careful = remeasure(again, list(dict.fromkeys([*top, *picks])))
-        if careful:
-            best_again = max(careful, key=lambda c: careful[c])
-            print(f"re-measured (median of 3 alternating runs): best {best_again.label()} "
-                  f"{careful[best_again]:.1f} samples/s")
-            for name, (data, _) in runs.items():
-                winner = Candidate.of(data["winner"])
-                print(f"best found / best, re-measured ({name}): "
-                      f"{careful.get(winner, 0.0) / careful[best_again]:.3f}  (target >= 0.95; "
-                      f"{winner.label()} {careful.get(winner, 0.0):.1f})")
-        print("picks their own confirmation measured slower than the baseline: "
-              + ", ".join(f"{name} {slower_picks(data)}" for name, (data, _) in runs.items()) + "  (target 0)")
-        tune_wall = runs["quiet"][1]
-        print(f"tuner wall / grid wall (quiet):    {tune_wall / grid_wall:.3f}  ({tune_wall:.0f} s / "
-              f"{grid_wall:.0f} s)")
-        counts = ", ".join(f"{n} {len(d['trials'])}" for n, (d, _) in runs.items())
-        print(f"trials: tuner {counts}, grid {len(results)}")
+        if "batch_size" in args.knobs:
+            options.append("--batch-size")
+        for hogs in (int(h) for h in args.hogs.split(",") if h.strip()):
+            start = time.monotonic()
+            one_load(root, hogs, options, args.repeats, args.knobs, args.remeasure)
+            print(f"{hogs} hog(s): {time.monotonic() - start:.0f} s in all\n", flush=True)
         if args.skip_demo:
-            return 0
-        demo = ROOT / "pitstop" / "demo" / "train.py"
-        if not demo.exists():
-            print("demo: skipped (pitstop/demo/train.py does not exist yet)")
             return 0
         data, wall, _ = run_tune(root / "demo", ["--budget", args.demo_budget, "--out", "demo.toml"],
                                  ["-m", "pitstop.demo.train", "--steps", "100000"])

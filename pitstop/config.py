@@ -48,6 +48,7 @@ class ComputeSettings:
     amp: str | None = None  # "bf16" | "fp16" | "off"
     cudnn_benchmark: bool | None = None
     channels_last: bool | None = None
+    threads: int | None = None  # torch.set_num_threads and OMP_NUM_THREADS
 
 
 # One line of documentation per key, written above it in a saved file.
@@ -70,6 +71,7 @@ _DOCS: dict[str, dict[str, str]] = {
         "amp": 'autocast dtype: "bf16", "fp16" (only with a GradScaler) or "off"',
         "cudnn_benchmark": "torch.backends.cudnn.benchmark: pick the fastest conv algorithms",
         "channels_last": "channels-last memory format for Conv2d models and their 4-D inputs",
+        "threads": "CPU threads: torch.set_num_threads(N), and OMP_NUM_THREADS=N for child processes",
     },
 }
 
@@ -93,6 +95,7 @@ _TYPES: dict[str, dict[str, tuple[type, str]]] = {
         "amp": (str, 'a string ("bf16", "fp16" or "off")'),
         "cudnn_benchmark": (bool, "true or false"),
         "channels_last": (bool, "true or false"),
+        "threads": (int, "an integer"),
     },
 }
 _FREE_SECTIONS = ("provenance", "guidance")  # free-form tables written by the tuner
@@ -205,7 +208,7 @@ def _type_word(value: Any) -> str:
 def _check_range(path: str, key: str, value: Any) -> None:
     if key == "num_workers" and value < 0:
         raise _Invalid(path, f"{path!r} must be >= 0, got {value}")
-    if key in ("prefetch_factor", "batch_size") and value < 1:
+    if key in ("prefetch_factor", "batch_size", "threads") and value < 1:
         raise _Invalid(path, f"{path!r} must be >= 1, got {value}")
     if key == "amp" and value not in AMP_MODES:
         raise _Invalid(path, f"{path!r} must be one of {', '.join(AMP_MODES)}, got {value!r}")

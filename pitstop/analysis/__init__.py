@@ -12,7 +12,8 @@ from __future__ import annotations
 from pitstop.analysis import format
 from pitstop.analysis._compare import StepComparison, compare_steps, slower_beyond
 from pitstop.analysis._context import MIN_STEPS, WARMUP, Advice, Finding, RuleFailure
-from pitstop.analysis._cpu import CpuFigures, LoaderCpu, cpu_mean, cpu_now, cpu_text, loader_label
+from pitstop.analysis._cpu import (Contention, CpuFigures, LoaderCpu, contention, cpu_mean, cpu_now, cpu_text,
+                                   loader_label, other_cores)
 from pitstop.analysis._figures import (
     PHASE_LABELS,
     PHASES,
@@ -65,6 +66,7 @@ __all__ = [
     "STRAGGLER_THRESHOLD",
     "WARMUP",
     "Advice",
+    "Contention",
     "CpuFigures",
     "DataVerdict",
     "Finding",
@@ -85,6 +87,7 @@ __all__ = [
     "Summary",
     "advise",
     "compare_steps",
+    "contention",
     "cpu_mean",
     "cpu_now",
     "cpu_text",
@@ -103,6 +106,7 @@ __all__ = [
     "median_and_spread",
     "note_text",
     "op_phase",
+    "other_cores",
     "op_step_share",
     "op_time_us",
     "percentile",

@@ -8,10 +8,12 @@ machine). Workers of different loaders are never summed into one figure.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from pitstop.analysis._state import RunState
-from pitstop.events import Sample
+from pitstop.analysis._stats import median_and_spread, percentile
+from pitstop.events import Sample, Step
 
 # The latest reading within the last 5 samples (2-5 s at 1-2 Hz): older is stale for a live line.
 STATUS_SAMPLES = 5
@@ -154,3 +156,73 @@ def cpu_text(cpu: CpuFigures, short: bool = False) -> str:
     elif cpu.machine_pct is not None:
         parts.append(f"machine {cpu.machine_pct:.0f}% (CPU count not reported)")
     return ", ".join(parts) + (" (cores)" if short else "")
+
+
+def other_cores(sample: Sample, cpus: int | None) -> float | None:
+    """Cores other processes kept busy in one reading: the machine's busy cores minus the run's process tree.
+
+    None when the machine's figure, its CPU count or any of the run's own processes is unread.
+    """
+    if sample.system_cpu is None or not cpus or any(p.cpu is None for p in sample.procs):
+        return None
+    mine = sum(p.cpu or 0.0 for p in sample.procs) / 100.0
+    return max(0.0, sample.system_cpu / 100.0 * cpus - mine)
+
+
+@dataclass(frozen=True)
+class Contention:
+    """What wants the machine's cores while training steps ran: torch's threads, the workers, other processes."""
+
+    threads: int  # torch's intra-op threads (torch.get_num_threads())
+    workers: int  # DataLoader worker processes of the training loader
+    worker_cores: float  # cores those workers were measured to use
+    other: float  # cores other processes kept busy (median of the readings while steps ran)
+    cores: int  # the machine's logical CPUs
+    usable: int  # the CPUs this process may run on
+    p50: float  # median step wall time, seconds
+    p95: float
+    follows: bool  # steps were slower while the other processes were busier
+
+    @property
+    def demand(self) -> float:
+        """Cores wanted at once: every intra-op thread, the workers' measured use, everyone else's."""
+        return self.threads + self.worker_cores + self.other
+
+    @property
+    def swing(self) -> float:
+        return self.p95 / self.p50 if self.p50 > 0 else 1.0
+
+    def free_threads(self) -> int:
+        """Threads that fit the cores the workers and the other processes leave (at least one)."""
+        left = min(self.usable, self.cores - self.other) - self.worker_cores
+        return max(1, int(left + 0.5))
+
+
+def contention(run: RunState, steps: list[Step], workers: int, worker_cores: float) -> Contention | None:
+    """The CPU demand over `steps` (the measured ones), from the sampler's readings while they ran.
+
+    None without torch's thread count (older records), the machine's CPU count or a reading.
+    """
+    rt = run.runtime
+    if rt is None or not rt.torch_threads or not rt.cpu_count or not steps:
+        return None
+    start = steps[0].t - steps[0].wall
+    readings = [(s.t, o) for s in run.samples if s.t >= start
+                and (o := other_cores(s, rt.cpu_count)) is not None]
+    if not readings:
+        return None
+    others = [o for _, o in readings]
+    other = median_and_spread(others)[0]
+    walls = [s.wall for s in steps]
+    # Steps slower while the others were above their median: each step takes the first reading after its end.
+    times = [t for t, _ in readings]
+    busy_walls: list[float] = []
+    quiet_walls: list[float] = []
+    for step in steps:
+        _, near = readings[min(len(readings) - 1, bisect.bisect_left(times, step.t))]
+        (busy_walls if near > other else quiet_walls).append(step.wall)
+    follows = bool(busy_walls and quiet_walls) and (
+        median_and_spread(busy_walls)[0] > median_and_spread(quiet_walls)[0] * 1.2)
+    return Contention(threads=rt.torch_threads, workers=workers, worker_cores=worker_cores, other=other,
+                      cores=rt.cpu_count, usable=rt.usable_cpus or rt.cpu_count,
+                      p50=median_and_spread(walls)[0], p95=percentile(walls, 95), follows=follows)

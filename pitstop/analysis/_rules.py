@@ -37,6 +37,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("pageable-h2d", loop.pageable_copies),
     ("workers-oversubscribed", resources.workers_oversubscribed),
     ("cpu-oversubscribed", share.cpu_oversubscribed),
+    ("cpu-contended", resources.cpu_contended),
     ("data-wait-moderate", share.data_wait_moderate),
     ("cudnn-benchmark-shapes", model.cudnn_benchmark_shapes),
     ("channels-last", model.channels_last),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pitstop.analysis import format as fmt
-from pitstop.analysis._context import MIN_GPU_SAMPLES, Context, Finding
+from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding
+from pitstop.analysis._cpu import contention
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
+from pitstop.analysis._rules_share import OVERSUBSCRIBED_EXCESS, cpu_oversubscribed
 
 # Under 40% of GPU memory used at peak, the batch could at least double and
 # still leave the allocator room for fragmentation.
@@ -21,6 +23,10 @@ GPU_MEM_TARGET_FRAC = 0.80
 # batches with a few workers. Under 256 MiB it is almost certain to fail.
 SHM_MIN_BYTES = 1 << 30
 SHM_TINY_BYTES = 256 << 20
+# Other processes' load counts once it holds a quarter of a core (the tuner's busy-machine mark);
+# steps "swing" when their p95 is 1.5x their p50 (a quiet CPU loop keeps it under ~1.2x).
+CONTENDED_OTHER_CORES = 0.25
+CONTENDED_SWING = 1.5
 
 
 def _gpu_mem(ctx: Context) -> tuple[int | None, int | None, int]:
@@ -196,4 +202,46 @@ def shm_small(ctx: Context) -> Finding | None:
         ),
         gain="avoids worker crashes and the stalls of a nearly full /dev/shm",
         knob=None,
+    )
+
+
+def cpu_contended(ctx: Context) -> Finding | None:
+    """torch's threads, the workers and other processes want more cores than the machine has, and steps swing.
+
+    Never beside cpu-oversubscribed, which fires when the script's own threads
+    and workers alone exceed the cores: this one is about the machine it shares.
+    """
+    if ctx.n < MIN_STEPS or cpu_oversubscribed(ctx) is not None:
+        return None
+    dl = ctx.loader()
+    cpu = ctx.loader_worker_cpu(dl) if dl is not None and dl.num_workers else None
+    found = contention(ctx.run, ctx.steps, cpu[0] if cpu else 0, cpu[1] / 100.0 if cpu else 0.0)
+    if found is None or found.other < CONTENDED_OTHER_CORES:
+        return None
+    if found.demand - found.cores < OVERSUBSCRIBED_EXCESS or found.swing < CONTENDED_SWING:
+        return None
+    n = found.free_threads()
+    if n >= found.threads:
+        return None  # fewer threads would not leave a core free: nothing to change here
+    workers = (f"the DataLoader workers {found.worker_cores:.2f} cores ({found.workers})" if found.workers
+               else "no DataLoader workers")
+    evidence = [
+        f"torch runs {found.threads} intra-op threads, {workers}, and other processes kept "
+        f"{found.other:.2f} cores busy: {found.demand:.1f} cores wanted, {found.cores} on the machine",
+        f"step time p95 {fmt.duration(found.p95)} is {found.swing:.1f}x the p50 {fmt.duration(found.p50)}"
+        + ("; steps were slower while the other processes were busier" if found.follows else ""),
+    ]
+    return Finding(
+        rule="cpu-contended",
+        title="Training threads compete with other processes for the cores",
+        severity="medium",
+        evidence=evidence,
+        cause=("a parallel op ends with its slowest thread: threads that wait for a core another process holds "
+               "spin and stall the whole step (a 2-core machine with one core taken went from 34 ms to "
+               "0.9-1.4 s per step with 2 threads)"),
+        fix=(f"torch.set_num_threads({n})  # the cores the other processes and the workers leave\n"
+             f"# or, before Python starts: OMP_NUM_THREADS={n}\n"
+             f"# pitstop tune measures it: the threads knob ([compute] threads = {n} in pitstop.toml)"),
+        gain="steadier, shorter steps while the machine is shared: `pitstop tune` measures the threads knob",
+        knob="threads",
     )

@@ -69,6 +69,8 @@ def _change(m: Metric) -> str:
     tiny = m.unit in ("ms", "us") and max(abs(m.a or 0.0), abs(m.b or 0.0)) < (0.1 if m.unit == "ms" else 100.0)
     if ch is None or tiny:
         return ""
+    if _value(m, m.a) == _value(m, m.b):
+        return ""  # "0.01 cores 0.01 cores +74%": a change between figures shown alike is not shown
     if m.unit == "frac":
         return f"{ch * 100:+.0f} points"
     return fmt.change(ch)

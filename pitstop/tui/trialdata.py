@@ -155,6 +155,7 @@ def best_of(rows: tuple[TrialRow, ...]) -> TrialRow | None:
 
 
 def ratio(row: TrialRow, base: TrialRow | None) -> float | None:
-    if not row.ok or base is None or not base.throughput:
+    """The row's figure over the baseline's: for every row that measured one (an unstable one too)."""
+    if row.throughput is None or base is None or not base.throughput:
         return None
     return (row.throughput or 0.0) / base.throughput

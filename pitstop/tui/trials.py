@@ -340,7 +340,9 @@ class TrialsApp(App[str]):
         for r in rows:
             won = r.ok and r.label == highlight
             style = BEST_STYLE if won else ("" if r.ok else FAILED_STYLE)
-            thr = fmt.rate_value(r.throughput or 0.0) + (f" ±{r.spread:.0%}" if r.spread is not None else "") if r.ok else "-"
+            # An unstable trial still measured a figure, and the verdict may quote it: it is shown.
+            thr = (fmt.rate_value(r.throughput) + (f" ±{r.spread:.0%}" if r.spread is not None else "")
+                   if r.throughput is not None else "-")
             x = ratio(r, base)
             mem = fmt.size(r.peak_mem) + (" host" if r.peak_mem is not None and r.mem_kind == "host" else "")
             status = "ok" if r.ok else f"{r.status}: {fmt.shorten(r.reason, 60)}" if r.reason else r.status

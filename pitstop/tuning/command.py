@@ -237,7 +237,7 @@ def run(args: argparse.Namespace, target: Target) -> int:
     def space_for(base: TrialResult) -> Space:
         if base.facts is None:
             raise TuneError("the baseline trial recorded no facts about the script")
-        return build_space(base.facts, knobs, bool(args.tune_batch))
+        return build_space(base.facts, knobs, bool(args.tune_batch), load=base.other_cpu, evidence=base.evidence)
 
     where = "in an empty scratch directory" if args.scratch else f"in {cwd}, your files guarded"
     print(f"pitstop tune: {target.describe()} (budget {args.budget}, {args.steps} steps/trial"

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pitstop.analysis import is_measured, median_and_spread, rates
+from pitstop.analysis import is_measured, median_and_spread, other_cores, rates
 from pitstop.events import Applied, DataLoaderInfo, End, Event, Hello, Loss, Model, Runtime, Sample, Step
 from pitstop.tuning.results import Facts
 
@@ -20,6 +20,8 @@ from pitstop.tuning.results import Facts
 # a neighbour's burst) moves neither the median nor the IQR much; with three it
 # doubled the spread on our shared 2-core CI machine.
 WINDOWS = 5
+# The sampler reads the machine every 0.5-1 s.
+SAMPLE_PERIOD_S = 1.0
 
 
 @dataclass
@@ -97,9 +99,18 @@ def measure(events: Iterable[Event], warmup: int, windows: int = WINDOWS) -> Mea
         _throughput(m, measured, windows, max(1, workers), max(4, 2 * workers))
         t0 = measured[0].t - measured[0].wall
         m.alloc_retries = _retries_since(samples, t0)
-        m.other_cpu = _other_cpu([s for s in samples if s.t > t0], runtime)
+        # From one sampler period before the measured steps: a trial that measured 0.6 s (2 workers
+        # at a quarter of the baseline's step time) held no reading of its own, and its jitter
+        # on a machine 1.8 cores busy was then blamed on the configuration.
+        m.other_cpu = _other_cpu([s for s in samples if s.t > t0 - SAMPLE_PERIOD_S], runtime)
     m.peak_mem, m.mem_kind = _peak_memory(steps, samples)
     m.facts = _facts(hello, runtime, loaders, model, samples)
+    threads = m.applied.get("threads")
+    if threads and runtime is not None and runtime.torch_threads not in (None, threads):
+        # The latest runtime event holds the count at the first step: the script set its own after import.
+        m.applied.pop("threads")
+        m.skipped["threads"] = (f"the script sets its own thread count (torch.set_num_threads("
+                                f"{runtime.torch_threads})) after pitstop applied {threads}")
     return m
 
 
@@ -132,13 +143,8 @@ def _throughput(m: Measurement, measured: list[Step], windows: int, burst: int, 
 
 def _other_cpu(samples: list[Sample], runtime: Runtime | None) -> float | None:
     """Cores used by other processes while the trial measured: a busy machine widens every spread."""
-    cpus = (runtime.cpu_count if runtime else None) or 0
-    busy = []
-    for s in samples:
-        if s.system_cpu is None or not cpus or any(p.cpu is None for p in s.procs):
-            continue
-        mine = sum(p.cpu or 0.0 for p in s.procs) / 100.0
-        busy.append(max(0.0, s.system_cpu / 100.0 * cpus - mine))
+    cpus = runtime.cpu_count if runtime else None
+    busy = [o for s in samples if (o := other_cores(s, cpus)) is not None]
     return median_and_spread(busy)[0] if busy else None
 
 
@@ -195,6 +201,8 @@ def _facts(hello: Hello | None, runtime: Runtime | None, loaders: list[DataLoade
         script_autocast=bool(model and model.autocast),
         memory_limit=gpu_total if device_type == "cuda" else _host_memory(),
         world_size=hello.world_size if hello else None,
+        torch_threads=runtime.torch_threads if runtime else None,
+        cpu_count=runtime.cpu_count if runtime else None,
     )
 
 

@@ -15,7 +15,8 @@ def _size(n: int | None) -> str:
 
 
 def _ratio(result: TrialResult, base: TrialResult | None) -> str:
-    if not (result.ok and base is not None and base.ok and base.throughput):
+    """x over the baseline, for every trial that measured a figure (an unstable one too: the verdict quotes it)."""
+    if not (result.throughput is not None and base is not None and base.ok and base.throughput):
         return "-"
     return f"x{(result.throughput or 0.0) / base.throughput:.2f}"
 
@@ -74,7 +75,7 @@ def format_report(outcome: Outcome, title: str = "", confirm_command: str = "") 
     header = ("#", "stage", "configuration", "steps", "throughput", "x base", "peak mem", "status")
     rows: list[tuple[str, ...]] = []
     for i, r in enumerate(outcome.results, 1):
-        thr = f"{fmt.rate_value(r.throughput or 0.0)} {r.unit}" if r.ok else "-"
+        thr = f"{fmt.rate_value(r.throughput)} {r.unit}" if r.throughput is not None else "-"
         mem = _size(r.peak_mem) + (" (host)" if r.peak_mem and r.mem_kind == "host" else "")
         status = r.status if r.ok else f"{r.status}: {r.reason}"
         rows.append((str(i), r.stage, r.candidate.label(), steps_text(r), thr, _ratio(r, base), mem, status))
@@ -112,7 +113,31 @@ def format_report(outcome: Outcome, title: str = "", confirm_command: str = "") 
     return "\n".join(lines)
 
 
+def machine_line(outcome: Outcome) -> str:
+    """How busy the machine was while the verdict was measured (the confirmation's runs, else every trial)."""
+    load = outcome.load
+    where = "during the confirmation"
+    if load is None:
+        busy = [r.other_cpu for r in outcome.results if r.other_cpu is not None]
+        load, where = ((min(busy), max(busy)), "during the trials") if busy else (None, "")
+    if load is None:
+        return ""
+    lo, hi = load
+    of = f" of {outcome.cpus}" if outcome.cpus else ""
+    span = f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}"
+    text = f"  machine: other processes kept {span}{of} cores busy {where}"
+    if outcome.discarded:
+        text += f"; {outcome.discarded} round(s) discarded and run again as that load moved within them"
+    return text
+
+
 def winner_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:
+    out = _verdict_lines(outcome, confirm_command)
+    machine = machine_line(outcome)
+    return out + [machine] if machine and outcome.winner is not None else out
+
+
+def _verdict_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:
     if outcome.winner is None:
         return [f"No configuration: {outcome.message}"]
     unit = outcome.baseline.unit if outcome.baseline else "samples/s"
@@ -168,6 +193,8 @@ def to_json(outcome: Outcome, config_path: str | None) -> dict[str, Any]:
         "contests": [{"config": c.candidate.as_dict(), "throughputs": c.throughputs,
                       "median": c.median, "failure": c.failure} for c in outcome.contests],
         "confirm_trials": outcome.confirm_trials,
+        "load": list(outcome.load) if outcome.load else None,
+        "discarded_rounds": outcome.discarded,
         "stopped": outcome.stopped,
         "message": outcome.message,
         "skipped": dict(space.skipped) if space else {},

@@ -18,9 +18,10 @@ KNOBS = (
     "amp",
     "cudnn_benchmark",
     "channels_last",
+    "threads",
 )
 DATA_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
-COMPUTE_KNOBS = ("amp", "cudnn_benchmark", "channels_last")
+COMPUTE_KNOBS = ("amp", "cudnn_benchmark", "channels_last", "threads")
 
 # Names a person may type in --knobs, and the short names progress lines use.
 ALIASES = {
@@ -31,6 +32,7 @@ ALIASES = {
     "batch": "batch_size",
     "cudnn": "cudnn_benchmark",
     "autocast": "amp",
+    "omp_num_threads": "threads",
     **{k: k for k in KNOBS},
 }
 SHORT = {
@@ -42,6 +44,7 @@ SHORT = {
     "amp": "amp",
     "cudnn_benchmark": "cudnn",
     "channels_last": "channels_last",
+    "threads": "threads",
 }
 
 # AMP: the median loss of the measured steps may differ from the baseline's
@@ -146,6 +149,8 @@ class Facts:
     memory_limit: int | None = None  # bytes of the device the batch lives on (GPU or host)
     world_size: int | None = None
     local_ranks: int = 1
+    torch_threads: int | None = None  # intra-op threads the script trains with (at its first step)
+    cpu_count: int | None = None  # the machine's logical CPUs
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -190,6 +195,9 @@ class TrialResult:
     # script's own settings so far: whether its losses repeat is not known yet), "unjudged"
     # (the script's own runs disagree with each other: AMP cannot be judged by losses).
     loss_check: str = ""
+    # Knobs the run's own findings name, with the value their fix suggests (the baseline's):
+    # the tuner measures these first.
+    evidence: dict[str, Any] = field(default_factory=dict)
     from_journal: bool = False
 
     @property

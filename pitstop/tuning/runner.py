@@ -19,6 +19,7 @@ from typing import Any
 from pitstop.errors import LaunchError, PitstopError
 from pitstop.profiling.launch import SessionSettings, Target, child_env, launch, new_session_id
 from pitstop.profiling.record import ReadResult, iter_record
+from pitstop.tuning.evidence import evidence_of
 from pitstop.tuning.guard import FileGuard, Restored
 from pitstop.tuning.measure import Measurement, measure
 from pitstop.tuning.results import Candidate, TrialResult, judge_losses
@@ -229,6 +230,8 @@ class TrialRunner:
             candidate, steps, stage, code, bool(ended), timeout, record, _tail(log_path),
             drop, self.references,
         )
+        if stage == "baseline" and result.throughput is not None:
+            result = result.replace(evidence=evidence_of(record, spec.warmup))
         return result.replace(duration=duration, record=str(record))
 
     def kill(self) -> None:

@@ -16,6 +16,8 @@ SHM_SMALL_WORKERS = 2
 # Batch sizes are tried up to 64x the script's own (6 doublings): past that the
 # learning-rate guidance no longer holds and the trials get long.
 MAX_BATCH_FACTOR = 64
+# Other processes' cores from which the machine counts as contended (the runner's busy-machine mark).
+BUSY_CORES = 0.25
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,41 @@ def worker_values(max_workers: int, own: int) -> list[int]:
     return sorted(v for v in values if v <= max(max_workers, own))
 
 
+def thread_values(facts: Facts, load: float | None, evidence: dict[str, Any]) -> tuple[list[int], str]:
+    """Thread counts to try below the script's own, and why (or why not) the knob applies.
+
+    Tried only where the CPUs are contended: other processes' load, the script's threads plus
+    its workers beyond the cores, or a finding that names the knob. On a quiet machine torch's
+    default (one thread per core) is what a CPU loop wants, and the trials would be wasted.
+    """
+    threads, cores = facts.torch_threads, facts.cpu_count or facts.usable_cpus
+    if not threads or not cores:
+        return [], "the baseline did not report torch's thread count"
+    workers = int(facts.loader.get("num_workers") or 0)
+    why = ""
+    if "threads" in evidence:
+        why = "the run's findings name it"
+    elif load is not None and load >= BUSY_CORES:
+        why = f"other processes kept {load:.1f} cores busy during the baseline"
+    elif threads + workers > cores:
+        why = f"{threads} torch threads + {workers} DataLoader workers > {cores} cores"
+    if not why:
+        return [], "the CPUs were not contended during the baseline (no other load, threads + workers <= cores)"
+    free = max(1, int(cores - (load or 0.0) - workers + 0.5))
+    wanted = {v for v in (evidence.get("threads"), free, cores // 2, 1) if v}
+    values = sorted((v for v in wanted if v < threads), reverse=True)
+    if not values:
+        return [], f"the script already runs {threads} thread(s)"
+    return values, why
+
+
 def build_space(facts: Facts, knobs: set[str] | None = None, tune_batch: bool = False,
-                ranks: int | None = None) -> Space:
-    """The space for this script and machine; every knob left out gets a reason."""
+                ranks: int | None = None, load: float | None = None,
+                evidence: dict[str, Any] | None = None) -> Space:
+    """The space for this script and machine; every knob left out gets a reason.
+
+    `load`: cores other processes kept busy during the baseline; `evidence`: the knobs its findings name.
+    """
     skipped: dict[str, str] = {}
     notes: list[str] = []
     own = dict(facts.loader)
@@ -110,6 +144,13 @@ def build_space(facts: Facts, knobs: set[str] | None = None, tune_batch: bool = 
     else:
         compute["cudnn_benchmark"] = [True]
         compute["channels_last"] = [True]
+
+    threads, why = thread_values(facts, load, evidence or {})
+    if threads:
+        compute["threads"] = threads
+        notes.append(f"threads tried ({', '.join(map(str, threads))}, from {facts.torch_threads}): {why}")
+    else:
+        skipped["threads"] = why
 
     batch: list[int] = []
     workers: list[int] = []

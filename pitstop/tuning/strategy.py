@@ -6,20 +6,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from pitstop.analysis import median_and_spread
-from pitstop.errors import UsageError
-from pitstop.tuning.results import Candidate, TrialResult, judge_losses
+from pitstop.tuning.confirm import MIN_CONFIRM_TRIALS, Confirming
+from pitstop.tuning.results import SHORT, Candidate, TrialResult
 from pitstop.tuning.space import Space, usable_cpus
-from pitstop.tuning.verdict import (
-    NOISE_FLOOR,
-    Budget,
-    Contest,
-    Outcome,
-    load_noise,
-    paired_ratios,
-    pooled_spread,
-    ratio_spread,
-)
+from pitstop.tuning.verdict import NOISE_FLOOR, Budget, Outcome, load_noise, pooled_spread
 
 __all__ = ["Budget", "Outcome", "Search", "NOISE_FLOOR"]
 
@@ -30,15 +20,22 @@ Progress = Callable[[TrialResult, int, "int | None"], None]
 # most 85% of the device: allocator fragmentation and a longer sequence in
 # production take the rest.
 BATCH_MEMORY_MARGIN = 0.85
-# Confirmation rounds: each contestant runs this many times, in alternating order.
+# Confirmation rounds: each contestant runs this many times, in alternating order (more while undecided).
 CONFIRM_ROUNDS = 2
-# The smallest confirmation: one round of the challenger and the baseline.
-MIN_CONFIRM_TRIALS = 2
+# With a budget in seconds, a trial starts while at least this share of its expected time is
+# left: nanoGPT with --budget 2m ran one 67 s trial and stopped with 53 s unused, its answer open.
+# A tune may so end up to half a trial past --budget, never a whole trial short of it.
+START_SHARE = 0.5
 # How long a rung-1 trial costs relative to the baseline trial (start-up dominates short trials).
 LONG_TRIAL_COST = 1.6
 # Share of step time the baseline spends waiting for data above which the loader
 # is the bottleneck (the same 20% the data-wait finding uses).
 LOADER_BOUND_SHARE = 0.20
+
+
+# The stage a knob's first trial is counted in (progress lines and the Trials view).
+_STAGE = {"num_workers": "workers", "batch_size": "batch", "pin_memory": "data", "persistent_workers": "data",
+          "prefetch_factor": "data"}
 
 
 class _OutOfBudget(Exception):
@@ -57,7 +54,7 @@ def _data_wait_share(result: TrialResult) -> float | None:
     return max(0.0, 1.0 - result.throughput / result.compute_throughput)
 
 
-class Search:
+class Search(Confirming):
     """The staged search over one evaluator (real trials, or a simulated landscape in tests)."""
 
     def __init__(self, evaluate: Evaluator, space_for: Callable[[TrialResult], Space],
@@ -83,6 +80,7 @@ class Search:
         self.notes: list[str] = []
         self.excluded: set[Candidate] = set()  # ran ok, but must not win (the OOM margin)
         self._base_duration = 0.0
+        self._kept = False  # the confirmation's reserve held budget back when exploration stopped
         self._cpus: int | None = usable_cpus()  # the baseline's own count replaces it
 
     # -- noise -----------------------------------------------------------------
@@ -130,9 +128,12 @@ class Search:
         if explore:
             # The reserve keeps a confirmation possible for a challenger: before there is
             # one, exploring is the only way to find something worth confirming.
-            trials, seconds = self._reserve() if reserve and self.best_measured() else (0, 0.0)
+            trials, seconds = self._reserve() if reserve and self.challengers() else (0, 0.0)
+            if not self.budget.allows(trials, seconds):
+                trials, seconds = 0, 0.0  # too late for a confirmation: a reserve would only go unused
             cost = self._long_cost() if steps == self.long else self._base_duration
-            if not self.budget.allows(1 + trials, cost + seconds):
+            if not self.budget.allows(1 + trials, START_SHARE * cost + seconds):
+                self._kept = bool(trials or seconds)
                 raise _OutOfBudget
         result = self.evaluate(candidate, self._steps_for(candidate, steps), stage)
         self.budget.charge(result)
@@ -140,11 +141,29 @@ class Search:
         self._limit_steps(result)
         if explore:
             self.cache[key] = result
+        longer = self._too_short(result, steps)
+        if explore and longer:
+            # Unstable over less than --min-time: the windows measured the scheduler, not the
+            # configuration (workers=2 at x3.66 over 0.57 s, ±70%, was dropped and the tune kept
+            # the baseline with 2 trials unused). Measured again, long enough; it stands for both.
+            self.notes.append(f"{candidate.label()}: unstable over {result.measured_seconds:.2f} s of steps, "
+                              f"under --min-time: measured again over {longer} steps")
+            result = self._run(candidate, longer, stage, explore, reserve)
+            self.cache[key] = result
+            return result
         if self.planned is not None:
             self.planned = max(self.planned, len(self.results))
         if self.on_result:
             self.on_result(result, len(self.results), self.planned)
         return result
+
+    def _too_short(self, result: TrialResult, steps: int) -> int:
+        """The step count that measures --min-time, for an unstable trial that measured less; else 0."""
+        if not (result.status == "unstable" and self.min_seconds and result.measured_seconds
+                and result.measured_seconds < self.min_seconds and result.throughput is not None):
+            return 0
+        longer = min(self.max_steps, math.ceil(steps * self.min_seconds / result.measured_seconds))
+        return longer if longer > steps else 0
 
     @staticmethod
     def _figure(r: TrialResult, metric: str) -> float:
@@ -227,11 +246,8 @@ class Search:
             # Compute-side stages rank by compute throughput (step time minus data
             # wait): the data stage that follows makes the loader keep up, so a
             # loader-bound baseline must not hide a faster model or batch.
-            wait = _data_wait_share(base)
-            bound = wait is not None and wait > LOADER_BOUND_SHARE and bool(self.space.workers)
+            bound = self._evidence(base) == "num_workers"
             if bound:
-                assert wait is not None
-                self._evidence(wait)
                 self._ladder("num_workers", self.space.workers, "workers")
             before = dict(self.inc.as_dict())
             self._greedy(self.space.compute, "compute", "compute")
@@ -244,26 +260,54 @@ class Search:
             self._greedy(data, "data")
         except _OutOfBudget:
             stopped = "budget"
-            self.notes.append("exploration stopped by --budget before every stage finished")
+            self.notes.append("exploration stopped by --budget before every stage finished"
+                              + (": the rest is kept for the A/B confirmation" if self._kept else ""))
         return self._confirm(base, stopped)
 
-    def _evidence(self, wait: float) -> None:
-        """The knob the baseline points to, at the value it suggests, measured before anything else.
+    def _values(self, knob: str) -> list[Any]:
+        """The space's values of one knob (empty when it is not searched)."""
+        s = self.space
+        return {"num_workers": s.workers, "batch_size": s.batch}.get(knob) or s.compute.get(knob) or s.data.get(knob) or []
 
-        With the loader waiting `wait` of each step, k workers keep up when
-        k >= wait / (1 - wait) (loading takes that many compute steps' time);
-        this trial comes before the confirmation's reserve, so a budget of 4 still
-        measures workers=2 on a 95%-waiting 2-core run instead of only workers=1.
+    def _evidence(self, base: TrialResult) -> str:
+        """The knob the baseline's evidence names, at the value it suggests, measured first (trial 2).
+
+        The evidence is the run's own findings (the rules `pitstop run` shows, with the
+        value their fix line suggests); without one naming a searched knob, a baseline
+        waiting for data over 20% of the step (1 - throughput / compute-only throughput)
+        names the workers: k workers keep up when k >= wait / (1 - wait). This trial comes
+        before the confirmation's reserve, so a budget of 4 measures the knob and still
+        confirms it. Returns the knob tried, or "".
         """
-        own = int(self.space.own.get("num_workers") or 0)
-        above = [v for v in self.space.workers if v > own]
-        if not above:
-            return
+        own = self.space.own
+        for knob, value in base.evidence.items():
+            values = self._values(knob)
+            if not values:
+                continue
+            if knob in ("num_workers", "batch_size"):
+                above = [v for v in values if v > int(own.get(knob) or 0)]
+                if not above or value <= int(own.get(knob) or 0):
+                    continue
+                value = next((v for v in above if v >= value), above[-1])
+            elif value not in values:
+                continue
+            cand = self.inc.with_(knob, value, own)
+            if cand == self.inc:
+                continue
+            self.notes.append(f"the run's findings name {SHORT.get(knob, knob)}: tried first, at {value}")
+            self._run(cand, self.steps, _STAGE.get(knob, "compute"), reserve=False)
+            return knob
+        wait = _data_wait_share(base)
+        own_workers = int(own.get("num_workers") or 0)
+        above = [v for v in self.space.workers if v > own_workers]
+        if wait is None or wait <= LOADER_BOUND_SHARE or not above:
+            return ""
         need = math.ceil(wait / max(1e-6, 1.0 - wait))
         value = next((v for v in above if v >= need), above[-1])
         self.notes.append(f"the baseline waits for data {wait:.0%} of the time: DataLoader workers tried "
                           f"first, at {value} (the loader needs ~{need}x its speed)")
-        self._run(self.inc.with_("num_workers", value, self.space.own), self.steps, "workers", reserve=False)
+        self._run(self.inc.with_("num_workers", value, own), self.steps, "workers", reserve=False)
+        return "num_workers"
 
     def _limit_steps(self, result: TrialResult) -> None:
         """A script that ended by itself sets how many steps a trial can measure: never plan more.
@@ -419,180 +463,13 @@ class Search:
                           f"(margin: {BATCH_MEMORY_MARGIN:.0%})")
 
     # -- confirmation --------------------------------------------------------
+    def challengers(self) -> list[TrialResult]:
+        """Trials worth confirming: ok, not the baseline, allowed to win, measured faster than it."""
+        return [r for r in self.results if r.ok and r.candidate != Candidate()
+                and r.candidate not in self.excluded and (self.ratio(r) or 0.0) > 1.0]
+
     def best_measured(self) -> TrialResult | None:
         """The successful trial with the highest ratio to the baseline, among those that may win."""
         ok = [r for r in self.results if r.ok and r.candidate != Candidate()
               and r.candidate not in self.excluded and self.ratio(r) is not None]
         return max(ok, key=lambda r: self.ratio(r) or 0.0) if ok else None
-
-    def _confirm(self, base: TrialResult, stopped: str) -> Outcome:
-        out = Outcome(baseline=base, results=self.results, space=self.space, stopped=stopped,
-                      notes=self.notes)
-        # The incumbent and the best other measured configuration (the two best measured when
-        # exploration adopted nothing): the fullest contest the budget allows uses its reserve.
-        ranked: list[Candidate] = []
-        for r in sorted((r for r in self.results if r.ok and r.candidate not in (Candidate(), self.inc)
-                         and r.candidate not in self.excluded and (self.ratio(r) or 0.0) > 1.0),
-                        key=lambda r: -(self.ratio(r) or 0.0)):
-            if r.candidate not in ranked:
-                ranked.append(r.candidate)
-        contestants = ([self.inc] if self.inc != Candidate() else []) + ranked
-        contestants = contestants[:2]
-        if not contestants:
-            others = [r for r in self.results if r.candidate != Candidate()]
-            why = ("only the script's own settings were measured" + (" before --budget ran out" if stopped else "")
-                   if not others else "every other configuration failed" if not any(r.ok for r in others)
-                   else "")
-            return self._no_gain(out, why)
-        contestants.append(Candidate())
-        return self.contest(out, contestants)
-
-    def confirm_only(self, candidate: Candidate) -> Outcome:
-        """`--confirm`: the candidate against the script's own settings, alternating fresh runs, nothing else."""
-        if not self.budget.allows(MIN_CONFIRM_TRIALS, 0.0):
-            raise UsageError(f"--budget allows no confirmation round: it needs at least {MIN_CONFIRM_TRIALS} trials")
-        self.planned = MIN_CONFIRM_TRIALS * self.confirm_rounds
-        out = self.contest(Outcome(baseline=None, results=self.results, notes=self.notes),
-                           [candidate, Candidate()])
-        out.baseline = next((r for r in self.results if r.ok and r.candidate == Candidate()), None)
-        return out
-
-    def contest(self, out: Outcome, contestants: list[Candidate]) -> Outcome:
-        """Alternating fresh runs of `contestants` (the baseline last), as many as the budget allows."""
-        cost = self._long_cost() or LONG_TRIAL_COST * self._base_duration
-        pair = [contestants[0], Candidate()]
-        shape: tuple[list[Candidate], int] | None = None
-        # The fullest contest the budget allows: all contestants in every round,
-        # then the first against the baseline alone, then a single round.
-        for names, n in ((contestants, self.confirm_rounds), (pair, self.confirm_rounds), (pair, 1)):
-            if self.budget.allows(n * len(names), n * len(names) * cost):
-                shape = (names, n)
-                break
-        if shape is None:
-            return self._unconfirmed(out, MIN_CONFIRM_TRIALS * self.confirm_rounds, cost)
-        names, rounds = shape
-        contests = {c: Contest(c) for c in names}
-        for i in range(rounds):
-            # A B C, then C B A: a drift of the machine during the contest hits everyone alike.
-            for cand in names if i % 2 == 0 else list(reversed(names)):
-                contest = contests[cand]
-                if contest.failure:
-                    continue
-                res = self._run(cand, self.long, "confirm", explore=False)
-                if res.ok or (res.status == "unstable" and res.throughput is not None):
-                    # An unstable confirmation run (a neighbour's burst) counts with its
-                    # figure: the rounds' own disagreement then widens the noise.
-                    contest.runs.append(res)
-                    if not res.ok:
-                        self.notes.append(f"{cand.label()}: unstable in one confirmation run ({res.reason}); "
-                                          "counted, and the rounds' spread widens the noise")
-                else:
-                    contest.failure = f"{res.status} in confirmation: {res.reason}"
-        out.contests = list(contests.values())
-        out.confirmed, out.rounds = True, rounds
-        self._judge_amp(out.contests)
-        return self._decide(out, contests, rounds)
-
-    def _judge_amp(self, contests: list[Contest]) -> None:
-        """AMP's losses, now that the script's own settings ran more than once (the confirmation's rounds)."""
-        refs = [r.losses for r in self.results if r.ok and r.candidate == Candidate() and r.losses]
-        for c in contests:
-            if c.failure or c.candidate.get("amp") in (None, "off") or c.candidate.get("batch_size"):
-                continue
-            for run in c.runs:
-                verdict, why = judge_losses(run.losses, refs)
-                if verdict == "diverged":
-                    c.failure = f"diverged in confirmation: {why}"
-                    break
-                if verdict == "unjudged" and why not in self.notes:
-                    self.notes.append(f"{c.candidate.label()}: {why}")
-
-    def _decide(self, out: Outcome, contests: dict[Candidate, Contest], rounds: int) -> Outcome:
-        """The verdict of the rounds, on paired ratios: each contestant over the baseline of the same round.
-
-        A machine whose load drifts between rounds moves both sides of a pair
-        alike; the pairs' disagreement is the noise (and the load, and the floor).
-        """
-        base_c = contests[Candidate()]
-        alive = [c for c in contests.values() if not c.failure and c.runs and c is not base_c]
-        runs = [r for c in contests.values() for r in c.runs]
-        ratios = {c.candidate: paired_ratios(c, base_c) for c in alive}
-        spreads = [s for r in ratios.values() if (s := ratio_spread(r)) is not None]
-        if spreads:
-            noise = max([self.noise_floor, load_noise(runs, self._cpus), *spreads])
-        else:
-            noise = self.noise(*runs)
-            if rounds < 2:
-                self.notes.append("one confirmation round: the noise is the exploration trials' "
-                                  f"(±{noise:.1%}), not measured by repeated rounds")
-        out.noise = out.spread = noise
-        if base_c.failure or not base_c.runs:
-            out.message = (f"the script's own settings failed in confirmation ({base_c.failure}): "
-                           "nothing can be compared with them; keeping them")
-            out.winner = Candidate()
-            return out
-        out.baseline_throughput = base_c.median
-        # A pick beats the baseline by more than the noise, and no round measured it slower.
-        score = {c: median_and_spread(r)[0] or 0.0 for c, r in ratios.items() if r}
-        beaters = [c for c in alive if score.get(c.candidate, 0.0) > 1.0 + noise
-                   and min(ratios[c.candidate]) > 1.0]
-        if not beaters:
-            out.winner, out.throughput, out.speedup = Candidate(), base_c.median, 1.0
-            shown = ", ".join(f"{c.candidate.label()} x{score[c.candidate]:.2f}" for c in alive if c.candidate in score)
-            out.message = ("nothing beat the script's own settings by more than the noise "
-                           f"(±{noise:.1%})" + (f": {shown} in the rounds" if shown else ""))
-            if rounds < 2 and any(v > 1.0 for v in score.values()):
-                out.message += ("; one round cannot separate that from the noise: a larger --budget "
-                                "runs two rounds")
-            return out
-        top = max(beaters, key=lambda c: score[c.candidate])
-        close = [c for c in beaters if score[c.candidate] * (1.0 + noise) >= score[top.candidate]]
-        win = min(close, key=lambda c: c.candidate.cost())
-        mine = ratios[win.candidate]
-        out.winner = win.candidate
-        out.throughput = win.median
-        out.interval = (min(mine), max(mine))
-        out.speedup = min(mine)  # the conservative figure: every round measured at least this
-        if top is not win:
-            out.message = (f"{win.candidate.label()} chosen over {top.candidate.label()}: "
-                           f"within the noise (±{noise:.1%}) and simpler")
-        return out
-
-    def _no_gain(self, out: Outcome, why: str) -> Outcome:
-        base = self._baseline_at(self.steps) or out.baseline
-        out.winner = Candidate()
-        out.throughput = out.baseline_throughput = base.throughput if base else None
-        out.speedup = 1.0
-        out.noise = out.spread = self.noise()
-        out.message = why or "nothing beat the script's own settings by more than the noise"
-        return out
-
-    def _unconfirmed(self, out: Outcome, trials: int, cost: float) -> Outcome:
-        """No budget for a confirmation: keep a clear measured win, marked unconfirmed, with what confirming costs."""
-        noise = self.noise()
-        pick: TrialResult | None = None
-        if self.inc != Candidate():
-            same = [r for r in self.results if r.ok and r.candidate == self.inc]
-            pick = max(same, key=lambda r: r.steps) if same else None
-        best = self.best_measured()
-        if pick is None and best is not None and (self.ratio(best) or 0.0) > (1.0 + noise) ** 2:
-            pick = best  # a clear win: beyond twice the noise
-        if pick is not None and pick.loss_check == "pending":
-            self.notes.append(f"{pick.candidate.label()} not chosen: its losses differ from the one run of the "
-                              "script's own settings, and no budget was left to tell whether they repeat")
-            pick = None
-        if pick is None:
-            return self._no_gain(out, "")
-        ratio = self.ratio(pick) or 1.0
-        base = self._baseline_at(pick.steps)
-        out.winner = pick.candidate
-        out.throughput = pick.throughput
-        out.baseline_throughput = base.throughput if base else None
-        out.speedup = ratio
-        out.interval = (ratio / (1.0 + noise), ratio * (1.0 + noise))
-        out.noise = out.spread = noise
-        out.confirm_trials = trials
-        out.confirm_seconds = trials * cost
-        out.message = ("not confirmed: the budget ran out before the alternating A/B rounds; the figure is "
-                       "from the exploration runs")
-        return out

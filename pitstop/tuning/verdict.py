@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from pitstop.analysis import median_and_spread
@@ -106,10 +107,19 @@ def paired_ratios(a: Contest, b: Contest) -> list[float]:
 
 
 def ratio_spread(ratios: list[float]) -> float | None:
-    if len(ratios) < 2:
+    """The standard error of the rounds' mean ratio, relative to their median (None with one round).
+
+    With two rounds this is half their relative range, the figure the verdict always used;
+    with more it shrinks as 1/sqrt(rounds), so rounds spent on an open answer can decide it
+    (half the range only grows with more rounds).
+    """
+    n = len(ratios)
+    if n < 2:
         return None
     mid = median_and_spread(ratios)[0] or 1.0
-    return (max(ratios) - min(ratios)) / (2 * mid)
+    mean = sum(ratios) / n
+    sd = math.sqrt(sum((r - mean) ** 2 for r in ratios) / (n - 1))
+    return sd / math.sqrt(n) / mid
 
 
 @dataclass
@@ -136,6 +146,11 @@ class Outcome:
     # a confirmation needs (the command names them), else 0.
     confirm_trials: int = 0
     confirm_seconds: float = 0.0
+    # The machine during the confirmation: other processes' cores (lowest, highest) over its
+    # runs, the usable CPUs, and the rounds discarded because that load moved within one.
+    load: tuple[float, float] | None = None
+    cpus: int | None = None
+    discarded: int = 0
 
     @property
     def improves(self) -> bool:

@@ -1,0 +1,284 @@
+"""Provides the tuner's confirmation: alternating A/B rounds in fresh processes, more while the answer is open."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from pitstop.analysis import median_and_spread
+from pitstop.errors import UsageError
+from pitstop.tuning.results import Candidate, TrialResult, judge_losses
+from pitstop.tuning.verdict import Contest, Outcome, load_noise, paired_ratios, ratio_spread
+
+if TYPE_CHECKING:
+    from pitstop.tuning.strategy import Search
+
+# The smallest confirmation: one round of the challenger and the baseline.
+MIN_CONFIRM_TRIALS = 2
+# While the answer is open (the noise is larger than the effect), rounds go on up to this many.
+MAX_ROUNDS = 8
+# A round whose contestants ran with other processes' load differing by more than half a core
+# is not a pair: on the 2-core box one neighbour's core moved a plain loop from 34 ms to 0.9-1.4 s
+# per step, so such a round measures the neighbour. It is discarded and run again.
+LOAD_CHANGE_CORES = 0.5
+# Other processes' cores from which confirmation runs shorter trials, in more rounds: drift then
+# falls within a round instead of between its two halves.
+BUSY_SLICE_CORES = 0.25
+
+
+def _counts(r: TrialResult) -> bool:
+    """A confirmation run with a figure (an unstable one counts: the rounds' spread widens the noise)."""
+    return r.ok or (r.status == "unstable" and r.throughput is not None)
+
+
+class Judgement:
+    """What the rounds so far say: the noise, each contestant's paired ratios, and whether it is decided."""
+
+    def __init__(self, search: Search, contests: dict[Candidate, Contest]) -> None:
+        base_c = contests[Candidate()]
+        self.base = base_c
+        self.alive = [c for c in contests.values() if not c.failure and c.runs and c is not base_c]
+        runs = [r for c in contests.values() for r in c.runs]
+        self.ratios = {c.candidate: paired_ratios(c, base_c) for c in self.alive}
+        spreads = [s for r in self.ratios.values() if (s := ratio_spread(r)) is not None]
+        self.measured_noise = bool(spreads)
+        # The load term stands for one pair's disturbance; n rounds average n/2 of the two-round design's pairs.
+        rounds = min((len(c.runs) for c in contests.values() if c.runs), default=1)
+        load = load_noise(runs, search._cpus) / math.sqrt(max(1.0, rounds / 2))
+        self.noise = max([search.noise_floor, load, *spreads]) if spreads else search.noise(*runs)
+        self.score = {c: median_and_spread(r)[0] or 0.0 for c, r in self.ratios.items() if r}
+        # A pick beats the baseline by more than the noise, and no round measured it slower.
+        self.beaters = [c for c in self.alive if self.score.get(c.candidate, 0.0) > 1.0 + self.noise
+                        and min(self.ratios[c.candidate]) > 1.0]
+        # Open: an effect worth having (beyond the floor) that the noise hides; below the floor
+        # more rounds cannot tell anything apart.
+        # A contestant a round measured slower is decided: it is never picked, however many rounds follow.
+        self.open = not self.beaters and any(
+            self.score.get(c.candidate, 0.0) > 1.0 + search.noise_floor and min(self.ratios[c.candidate]) > 1.0
+            for c in self.alive)
+
+
+class Confirming:
+    """The confirmation half of the search (mixed into Search, whose state it reads)."""
+
+    def _confirm(self: Search, base: TrialResult, stopped: str) -> Outcome:
+        out = Outcome(baseline=base, results=self.results, space=self.space, stopped=stopped,
+                      notes=self.notes)
+        # The incumbent and the best other measured configuration (the two best measured when
+        # exploration adopted nothing): the fullest contest the budget allows uses its reserve.
+        ranked: list[Candidate] = []
+        for r in sorted(self.challengers(), key=lambda r: -(self.ratio(r) or 0.0)):
+            if r.candidate not in ranked and r.candidate != self.inc:
+                ranked.append(r.candidate)
+        contestants = ([self.inc] if self.inc != Candidate() else []) + ranked
+        contestants = contestants[:2]
+        if not contestants:
+            others = [r for r in self.results if r.candidate != Candidate()]
+            why = ("only the script's own settings were measured" + (" before --budget ran out" if stopped else "")
+                   if not others else "every other configuration failed" if not any(r.ok for r in others)
+                   else "")
+            return self._no_gain(out, why)
+        contestants.append(Candidate())
+        return self.contest(out, contestants)
+
+    def confirm_only(self: Search, candidate: Candidate) -> Outcome:
+        """`--confirm`: the candidate against the script's own settings, alternating fresh runs, nothing else."""
+        if not self.budget.allows(MIN_CONFIRM_TRIALS, 0.0):
+            raise UsageError(f"--budget allows no confirmation round: it needs at least {MIN_CONFIRM_TRIALS} trials")
+        self.planned = MIN_CONFIRM_TRIALS * self.confirm_rounds
+        out = self.contest(Outcome(baseline=None, results=self.results, notes=self.notes),
+                           [candidate, Candidate()])
+        out.baseline = next((r for r in self.results if r.ok and r.candidate == Candidate()), None)
+        return out
+
+    def _slice(self: Search) -> tuple[int, float]:
+        """Steps and expected seconds of one confirmation run: shorter on a busy machine, in more rounds."""
+        busy = [r.other_cpu for r in self.results if r.other_cpu is not None]
+        if busy and max(busy) >= BUSY_SLICE_CORES and self.steps < self.long:
+            return self.steps, self._base_duration or self._long_cost()
+        return self.long, self._long_cost()
+
+    def contest(self: Search, out: Outcome, contestants: list[Candidate]) -> Outcome:
+        """Alternating fresh runs of `contestants` (the baseline last), as many rounds as the budget allows
+        while the answer is open."""
+        steps, cost = self._slice()
+        pair = [contestants[0], Candidate()]
+        shape: tuple[list[Candidate], int] | None = None
+        # The fullest contest the budget allows: all contestants in every round,
+        # then the first against the baseline alone, then a single round.
+        for names, n in ((contestants, self.confirm_rounds), (pair, self.confirm_rounds), (pair, 1)):
+            if self.budget.allows(n * len(names), n * len(names) * cost):
+                shape = (names, n)
+                break
+        if shape is None:
+            return self._unconfirmed(out, MIN_CONFIRM_TRIALS * self.confirm_rounds, cost)
+        names, rounds = shape
+        contests = {c: Contest(c) for c in names}
+        done = discarded = 0
+        loads: list[float] = []
+        i = 0
+        while True:
+            if done >= rounds:
+                judged = Judgement(self, contests)
+                if not judged.open or done >= MAX_ROUNDS:
+                    break
+                live = [c for c in names if not contests[c].failure]
+                if len(live) < 2 or not self.budget.allows(len(live), len(live) * cost):
+                    break
+                names = live
+            order = names if i % 2 == 0 else list(reversed(names))
+            i += 1
+            ran = self._round(contests, order, steps)
+            change = _load_change([r for _, r in ran])
+            loads += [r.other_cpu for _, r in ran if r.other_cpu is not None]
+            if change is not None and change > LOAD_CHANGE_CORES:
+                # Its runs measured different machines: drop the round, run another in its place.
+                for cand, r in ran:
+                    contests[cand].runs.remove(r)
+                discarded += 1
+                self.notes.append(f"confirmation round {i} discarded: other processes' load changed by "
+                                  f"{change:.1f} cores between its runs")
+                if discarded > MAX_ROUNDS or not self.budget.allows(len(names), len(names) * cost):
+                    break
+                continue
+            done += 1
+        out.contests = list(contests.values())
+        out.confirmed, out.rounds = True, done
+        out.load = (min(loads), max(loads)) if loads else None
+        out.cpus = self._cpus
+        out.discarded = discarded
+        self._judge_amp(out.contests)
+        return self._decide(out, contests, done)
+
+    def _round(self: Search, contests: dict[Candidate, Contest], order: list[Candidate], steps: int
+               ) -> list[tuple[Candidate, TrialResult]]:
+        """One run of each live contestant in `order`; its counted runs, in order."""
+        ran: list[tuple[Candidate, TrialResult]] = []
+        for cand in order:
+            contest = contests[cand]
+            if contest.failure:
+                continue
+            res = self._run(cand, steps, "confirm", explore=False)
+            if _counts(res):
+                contest.runs.append(res)
+                ran.append((cand, res))
+                if not res.ok:
+                    self.notes.append(f"{cand.label()}: unstable in one confirmation run ({res.reason}); "
+                                      "counted, and the rounds' spread widens the noise")
+            else:
+                contest.failure = f"{res.status} in confirmation: {res.reason}"
+        return ran
+
+    def _judge_amp(self: Search, contests: list[Contest]) -> None:
+        """AMP's losses, now that the script's own settings ran more than once (the confirmation's rounds)."""
+        refs = [r.losses for r in self.results if r.ok and r.candidate == Candidate() and r.losses]
+        for c in contests:
+            if c.failure or c.candidate.get("amp") in (None, "off") or c.candidate.get("batch_size"):
+                continue
+            for run in c.runs:
+                verdict, why = judge_losses(run.losses, refs)
+                if verdict == "diverged":
+                    c.failure = f"diverged in confirmation: {why}"
+                    break
+                if verdict == "unjudged" and why not in self.notes:
+                    self.notes.append(f"{c.candidate.label()}: {why}")
+
+    def _decide(self: Search, out: Outcome, contests: dict[Candidate, Contest], rounds: int) -> Outcome:
+        """The verdict of the rounds, on paired ratios: each contestant over the baseline of the same round.
+
+        A machine whose load drifts between rounds moves both sides of a pair
+        alike; the pairs' disagreement is the noise (and the load, and the floor).
+        """
+        judged = Judgement(self, contests)
+        noise, base_c = judged.noise, judged.base
+        if not judged.measured_noise and rounds < 2:
+            self.notes.append("one confirmation round: the noise is the exploration trials' "
+                              f"(±{noise:.1%}), not measured by repeated rounds")
+        out.noise = out.spread = noise
+        if base_c.failure or not base_c.runs:
+            out.message = (f"the script's own settings failed in confirmation ({base_c.failure}): "
+                           "nothing can be compared with them; keeping them")
+            out.winner = Candidate()
+            return out
+        out.baseline_throughput = base_c.median
+        left = self.budget.left()
+        if judged.open:
+            more = "" if rounds >= MAX_ROUNDS else "; a larger --budget runs more rounds"
+            self.notes.append(f"undecided after {rounds} confirmation round(s): the noise (±{noise:.1%}) is "
+                              f"larger than the effect (budget {left} left){more}")
+        elif self.budget.allows(MIN_CONFIRM_TRIALS, MIN_CONFIRM_TRIALS * self._slice()[1]):
+            floor = 1.0 + self.noise_floor
+            which = ("a win beyond the noise" if judged.beaters
+                     else f"no effect beyond the {self.noise_floor:.0%} floor"
+                     if all(v <= floor for v in judged.score.values())
+                     else "slower than the script's own settings in a round")
+            self.notes.append(f"stopped with budget {left} left: decided after {rounds} confirmation round(s) "
+                              f"({which})")
+        score, ratios = judged.score, judged.ratios
+        if not judged.beaters:
+            out.winner, out.throughput, out.speedup = Candidate(), base_c.median, 1.0
+            shown = ", ".join(f"{c.candidate.label()} x{score[c.candidate]:.2f}" for c in judged.alive
+                              if c.candidate in score)
+            out.message = ("nothing beat the script's own settings by more than the noise "
+                           f"(±{noise:.1%})" + (f": {shown} in the rounds" if shown else ""))
+            if rounds < 2 and any(v > 1.0 for v in score.values()):
+                out.message += ("; one round cannot separate that from the noise: a larger --budget "
+                                "runs two rounds")
+            return out
+        top = max(judged.beaters, key=lambda c: score[c.candidate])
+        close = [c for c in judged.beaters if score[c.candidate] * (1.0 + noise) >= score[top.candidate]]
+        win = min(close, key=lambda c: c.candidate.cost())
+        mine = ratios[win.candidate]
+        out.winner = win.candidate
+        out.throughput = win.median
+        out.interval = (min(mine), max(mine))
+        out.speedup = min(mine)  # the conservative figure: every round measured at least this
+        if top is not win:
+            out.message = (f"{win.candidate.label()} chosen over {top.candidate.label()}: "
+                           f"within the noise (±{noise:.1%}) and simpler")
+        return out
+
+    def _no_gain(self: Search, out: Outcome, why: str) -> Outcome:
+        base = self._baseline_at(self.steps) or out.baseline
+        out.winner = Candidate()
+        out.throughput = out.baseline_throughput = base.throughput if base else None
+        out.speedup = 1.0
+        out.noise = out.spread = self.noise()
+        out.message = why or "nothing beat the script's own settings by more than the noise"
+        return out
+
+    def _unconfirmed(self: Search, out: Outcome, trials: int, cost: float) -> Outcome:
+        """No budget for a confirmation: keep a clear measured win, marked unconfirmed, with what confirming costs."""
+        noise = self.noise()
+        pick: TrialResult | None = None
+        if self.inc != Candidate():
+            same = [r for r in self.results if r.ok and r.candidate == self.inc]
+            pick = max(same, key=lambda r: r.steps) if same else None
+        best = self.best_measured()
+        if pick is None and best is not None and (self.ratio(best) or 0.0) > (1.0 + noise) ** 2:
+            pick = best  # a clear win: beyond twice the noise
+        if pick is not None and pick.loss_check == "pending":
+            self.notes.append(f"{pick.candidate.label()} not chosen: its losses differ from the one run of the "
+                              "script's own settings, and no budget was left to tell whether they repeat")
+            pick = None
+        if pick is None:
+            return self._no_gain(out, "")
+        ratio = self.ratio(pick) or 1.0
+        base = self._baseline_at(pick.steps)
+        out.winner = pick.candidate
+        out.throughput = pick.throughput
+        out.baseline_throughput = base.throughput if base else None
+        out.speedup = ratio
+        out.interval = (ratio / (1.0 + noise), ratio * (1.0 + noise))
+        out.noise = out.spread = noise
+        out.confirm_trials = trials
+        out.confirm_seconds = trials * cost
+        out.message = ("not confirmed: the budget ran out before the alternating A/B rounds; the figure is "
+                       "from the exploration runs")
+        return out
+
+
+def _load_change(ran: list[TrialResult]) -> float | None:
+    """How far other processes' load moved between one round's runs, in cores (None: not read)."""
+    loads = [r.other_cpu for r in ran if r.other_cpu is not None]
+    return max(loads) - min(loads) if len(loads) > 1 else None

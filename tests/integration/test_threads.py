@@ -1,0 +1,90 @@
+"""Tests CPU threads end to end: the threads knob applied by --config, and cpu-contended on a loop beside real CPU hogs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from pitstop.analysis import RunState, advise
+from pitstop.events import Applied, Runtime
+
+from .conftest import SCRIPTS, events_of, kill_group, pitstop
+
+_THREADS = """\
+import os, torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def said(worker_id):
+    print("worker OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"), flush=True)
+
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8,
+                    num_workers=1, worker_init_fn=said)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = (model(x) - y).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+print("main threads", torch.get_num_threads(), "OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"), flush=True)
+"""
+
+
+def test_the_threads_knob_is_applied_by_config_and_recorded(tmp_path: Path, env: dict[str, str]) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(_THREADS)
+    config = tmp_path / "pitstop.toml"
+    config.write_text("[compute]\nthreads = 1\n")
+    record = tmp_path / "run.jsonl"
+    env = {**env, "OMP_NUM_THREADS": "2"}  # the config wins over what the shell set
+    result = pitstop(["run", "--headless", "--profile", "off", "--config", str(config), "--record", str(record),
+                      str(script)], env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "main threads 1 OMP_NUM_THREADS 1" in result.stdout
+    assert "worker OMP_NUM_THREADS 1" in result.stdout  # the DataLoader worker inherits it
+    assert "threads=1" in result.stderr.splitlines()[0]  # said at start, as every applied knob
+    events = events_of(record)
+    applied = [e for e in events if isinstance(e, Applied)]
+    assert applied and applied[0].applied.get("threads") == 1
+    runtimes = [e for e in events if isinstance(e, Runtime)]
+    assert runtimes[-1].torch_threads == 1
+
+
+@contextmanager
+def cpu_hogs(n: int) -> Iterator[None]:
+    """`n` processes spinning on the CPU, killed on the way out."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+                              start_new_session=True, text=True) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            kill_group(proc)
+
+
+@pytest.mark.slow
+def test_cpu_contended_fires_on_a_loop_beside_cpu_hogs(tmp_path: Path, env: dict[str, str]) -> None:
+    # One hog per core (at most 4): torch's default threads (one per core) plus the hogs
+    # exceed the cores, and steps swing as the threads wait for cores the hogs hold.
+    cores = min(4, len(os.sched_getaffinity(0)))
+    env = {k: v for k, v in env.items() if k != "OMP_NUM_THREADS"}
+    record = tmp_path / "hogged.jsonl"
+    with cpu_hogs(cores):
+        result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record),
+                          str(SCRIPTS / "finding_cpu_contended.py"), "300"], env, tmp_path, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = RunState()
+    for event in events_of(record):
+        run.add(event)
+    found = {f.rule: f for f in advise(run).findings}
+    assert "cpu-contended" in found, (list(found), result.stderr[-2000:])
+    f = found["cpu-contended"]
+    assert f.knob == "threads"
+    assert f"torch runs {cores} intra-op threads" in f.evidence[0] and "other processes kept" in f.evidence[0]
+    assert "step time p95" in f.evidence[1]
+    assert "torch.set_num_threads(" in f.fix and "OMP_NUM_THREADS=" in f.fix
+    assert "(cpu-contended)" in result.stderr  # named in the summary at the end of the run
