@@ -15,6 +15,7 @@ import pytest
 
 from pitstop.analysis import RULE_IDS, Finding, RunState, advise
 from pitstop.events import Gpu, Model, Sample, Step
+from tests.unit.test_cpu_contended import hogged_run
 from tests.unit.test_rules import _kitchen_sink, _spiky, add_gpu_samples, add_steps, cuda_run, loader, runtime
 from tests.unit.test_rules_trends import creeping_run, epoch_run, eval_run, threads_run
 
@@ -128,6 +129,7 @@ def _runs() -> Iterator[tuple[str, RunState]]:
     yield "epoch stall", epoch_run()
     yield "evaluation share", eval_run(passes=4, eval_s=1.0)
     yield "CPU threads oversubscribed", threads_run(threads=4, worker_cpu=60.0)
+    yield "CPU contended by other processes", hogged_run(other_pct=100.0, swing=True)
 
 
 RUNS = dict(_runs())
