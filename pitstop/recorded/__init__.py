@@ -29,6 +29,7 @@ def index_file(path: Path) -> StreamIndex:
     index = StreamIndex(stream)
     loaded = _sidecar.load(index, path)
     covered = index.checkpoints[-1].fed
+    stream.cover(index.checkpoints[-1].pos)
     index.index()
     if not loaded or index.total > covered:
         _sidecar.save(index, path, stream.stop)

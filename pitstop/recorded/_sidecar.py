@@ -10,7 +10,8 @@ The record is the truth, never the index: an index is used only when the
 record still starts with the bytes it was built from and holds, unchanged, the
 bytes where it stopped (CRC-32 of both ends of what it covers); any mismatch,
 a torn or foreign file, or an index of another pitstop version is set aside
-and the record indexed again. A gzip-compressed JSON document, written to a
+and the record indexed again (the 256 bytes before each checkpoint are checked
+too). A gzip-compressed JSON document, written to a
 temporary file and renamed over the old one, so a reader never sees half an index.
 """
 
@@ -53,14 +54,28 @@ def _fingerprint(record: Path, stop: int) -> tuple[int, int] | None:
     return zlib.crc32(head), zlib.crc32(tail)
 
 
+def _probes(record: Path, positions: list[int]) -> list[int] | None:
+    """CRC-32 of the 256 bytes before each position (each checkpoint's): a record changed between them shows."""
+    out = []
+    try:
+        with open(record, "rb") as handle:
+            for pos in positions:
+                handle.seek(max(0, pos - 256))
+                out.append(zlib.crc32(handle.read(pos - max(0, pos - 256))))
+    except OSError:
+        return None
+    return out
+
+
 def save(index: StreamIndex, record: Path, stop: int) -> bool:
     """Write `index` of `record` (covering bytes [0, stop)) beside it; False when it cannot (read-only dir)."""
     fingerprint = _fingerprint(record, stop)
-    if fingerprint is None or index.total == 0:
+    probes = _probes(record, [ck.pos for ck in index.checkpoints[1:]])
+    if fingerprint is None or probes is None or index.total == 0:
         return False
     try:
         doc: dict[str, Any] = {
-            "format": FORMAT, "pitstop": __version__, "stop": stop, "crc": list(fingerprint),
+            "format": FORMAT, "pitstop": __version__, "stop": stop, "crc": list(fingerprint), "probes": probes,
             "series": list(SERIES), "strides": list(index.strides), "every": index.every,
             "first_t": index.first_t, "total": index.total,
             "offsets": [_pack(a) for a in index.offsets], "profile_times": _pack(index.profile_times),
@@ -121,6 +136,8 @@ def load(index: StreamIndex, record: Path) -> bool:
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
     if not checkpoints or checkpoints[-1].pos != stop or len(offsets) != len(SERIES):
+        return False
+    if _probes(record, [ck.pos for ck in checkpoints]) != doc.get("probes"):
         return False
     index.strides = tuple(int(s) for s in doc["strides"])
     index.first_t = doc["first_t"]

@@ -44,7 +44,7 @@ class FileStream:
         self._reader = RecordReader(path, stop=0)
 
     def scan(self, start: int = 0) -> Iterator[tuple[int, int, Event]]:
-        self._reader.stop = start
+        self._reader.stop = start  # what a saved index covered; the lines after it are checked here
         for start, end, event in scan_record(self.path, self.read, start):
             self._reader.stop = end  # a torn tail (or lines appended later) stays out of every re-read
             yield start, end, event
@@ -53,6 +53,10 @@ class FileStream:
     def stop(self) -> int:
         """The end of the last whole line scanned: what an index of this file covers."""
         return self._reader.stop
+
+    def cover(self, stop: int) -> None:
+        """Read again up to `stop`: lines a saved index checked, before `scan` reads on from there."""
+        self._reader.stop = stop
 
     def events_from(self, start: int, kind: str | None = None) -> Iterator[tuple[int, int, Event]]:
         return self._reader.events_from(start, kind)
