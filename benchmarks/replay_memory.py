@@ -16,7 +16,12 @@ Then, each in a fresh process (peak RSS: `resource.getrusage`'s ru_maxrss):
   timeline's seek, then the screen's figures and widgets);
 - summary: `pitstop view --summary`'s path (load_runs, summary_text).
 
-Targets: viewer RSS < 300 MiB, any seek < 1 s. Each seek also prints its CPU
+Each is measured twice: the first reader indexes the record and saves its
+index beside it (`rank0.jsonl.index`), the second opens from that index. Then
+the same for a copy of the record cut mid-line at 95% (a run killed with
+SIGKILL): read whole, then from its own index.
+
+Targets: viewer RSS < 300 MiB, any seek < 1 s; from the index: first screen < 3 s, summary < 2 s. Each seek also prints its CPU
 time, and the load average is printed: on a shared machine the wall time of a
 seek is its CPU time stretched by the other processes.
 
@@ -258,27 +263,48 @@ def main() -> None:
         print(f"load average at start: {_load()}")
         lines, took = generate(path, args.hours)
         size = os.path.getsize(path)
-        print(f"record: {args.hours:g} h synthetic, {lines:,} lines, {size / (1 << 20):,.0f} MiB, "
-              f"written in {took:.0f} s")
-        viewer = _measure("--viewer", path, args.seeks)
-        print(f"viewer: opened (one indexing pass over {viewer['events']:,} events) in {viewer['open_s']:.1f} s")
-        worst = 0.0
-        for s in viewer["seeks"]:  # type: ignore[union-attr]
-            worst = max(worst, s["total_s"])
-            print(f"  seek to {s['to']:<8} (+{s['at_s']:>9.1f} s, step {s['step']}): "
-                  f"{s['total_s'] * 1000:6.0f} ms (timeline {s['seek_s'] * 1000:.0f} ms, figures and screen "
-                  f"{(s['total_s'] - s['seek_s']) * 1000:.0f} ms; CPU {s['cpu_s'] * 1000:.0f} ms)")
-        rss = float(viewer["peak_rss_mib"])  # type: ignore[arg-type]
-        print(f"viewer peak RSS: {rss:.0f} MiB (after opening: {viewer['rss_open_mib']:.0f} MiB); "
-              f"target < {TARGET_RSS_MIB:.0f} MiB: {_verdict(rss < TARGET_RSS_MIB)}")
-        print(f"slowest seek: {worst * 1000:.0f} ms; target < {TARGET_SEEK_S * 1000:.0f} ms: "
-              f"{_verdict(worst < TARGET_SEEK_S)}")
-        summary = _measure("--summary", path, args.seeks)
-        print(f"view --summary: {summary['seconds']:.1f} s, peak RSS {summary['peak_rss_mib']:.0f} MiB")
+        print(f"record: {args.hours:g} h synthetic, {lines:,} lines, {size / (1 << 20):,.0f} MiB "
+              f"({size / args.hours / (1 << 20):,.0f} MiB per process-hour), written in {took:.0f} s")
+        _report(path, args.seeks, "no index yet", fresh=True)
+        index = path.with_name(path.name + ".index")
+        print(f"index: {os.path.getsize(index) / (1 << 20):.1f} MiB beside the record")
+        _report(path, args.seeks, "from its index")
+        killed = directory / "killed" / "rank0.jsonl"
+        killed.parent.mkdir()
+        with open(path, "rb") as src, open(killed, "wb") as dst:
+            dst.write(src.read(int(size * 0.95)))  # cut mid-line, as SIGKILL leaves it
+        for how in ("cut by SIGKILL, no index", "cut by SIGKILL, from its index"):
+            summary = _measure("--summary", killed, args.seeks)
+            print(f"[{how}] view --summary: {summary['seconds']:.1f} s, peak RSS {summary['peak_rss_mib']:.0f} MiB")
         print(f"load average at end: {_load()} ({os.cpu_count()} CPUs)")
     finally:
         if args.keep is None:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _report(path: Path, seeks: int, how: str, fresh: bool = False) -> None:
+    """The viewer's and the summary's figures for one reading of the record (`fresh`: each without an index)."""
+    index = path.with_name(path.name + ".index")
+    if fresh:
+        index.unlink(missing_ok=True)
+    viewer = _measure("--viewer", path, seeks)
+    print(f"[{how}]")
+    print(f"viewer: opened (over {viewer['events']:,} events) in {viewer['open_s']:.1f} s")
+    worst = 0.0
+    for s in viewer["seeks"]:  # type: ignore[union-attr]
+        worst = max(worst, s["total_s"])
+        print(f"  seek to {s['to']:<8} (+{s['at_s']:>9.1f} s, step {s['step']}): "
+              f"{s['total_s'] * 1000:6.0f} ms (timeline {s['seek_s'] * 1000:.0f} ms, figures and screen "
+              f"{(s['total_s'] - s['seek_s']) * 1000:.0f} ms; CPU {s['cpu_s'] * 1000:.0f} ms)")
+    rss = float(viewer["peak_rss_mib"])  # type: ignore[arg-type]
+    print(f"viewer peak RSS: {rss:.0f} MiB (after opening: {viewer['rss_open_mib']:.0f} MiB); "
+          f"target < {TARGET_RSS_MIB:.0f} MiB: {_verdict(rss < TARGET_RSS_MIB)}")
+    print(f"slowest seek: {worst * 1000:.0f} ms; target < {TARGET_SEEK_S * 1000:.0f} ms: "
+          f"{_verdict(worst < TARGET_SEEK_S)}")
+    if fresh:
+        index.unlink(missing_ok=True)
+    summary = _measure("--summary", path, seeks)
+    print(f"view --summary: {summary['seconds']:.1f} s, peak RSS {summary['peak_rss_mib']:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pitstop._version import __version__
 from pitstop.errors import PitstopError, TransportError, UsageError
@@ -212,14 +214,32 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return run_viewer(source, detach_hint=hint, tune=TuneLaunch())
 
 
+def _plot_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plot", action="store_true",
+                        help="also draw step time, throughput and memory as text charts (plotext)")
+    parser.add_argument("--no-color", action="store_true", help="charts in plain ASCII, without colour")
+
+
+def _plot(args: argparse.Namespace, runs: list[Any]) -> None:
+    from pitstop.charts import job_plot
+
+    print(job_plot(runs, shutil.get_terminal_size().columns, _color(args)))
+
+
+def _color(args: argparse.Namespace) -> bool:
+    return sys.stdout.isatty() and not args.no_color
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     from pitstop.headless import summary_text
     from pitstop.recorded import load_runs, sessions
 
     target = Path(args.record)
-    if args.summary or not sys.stdout.isatty():
+    if args.summary or args.plot or not sys.stdout.isatty():
         runs, notes = load_runs(target)
         print(summary_text(runs, notes))
+        if args.plot:
+            _plot(args, runs)
         return 0
     from pitstop.profiling.sources import RecordSource
     from pitstop.tui import run_viewer
@@ -283,6 +303,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(to_json(result, args.fail_if_slower, code))
     else:
         print(comparison_text(result, ascii_only=(sys.stdout.encoding or "").lower().replace("-", "") != "utf8"))
+        if args.plot:
+            from pitstop.charts import render, run_charts
+            from pitstop.compare import load_job
+            from pitstop.compare._model import primary
+
+            pairs = [(name, primary(load_job(Path(path), name))) for name, path in (("A", args.a), ("B", args.b))]
+            print(render(run_charts(pairs), shutil.get_terminal_size().columns, _color(args)))
     if args.fail_if_slower is not None:
         print(gate_text(result, args.fail_if_slower, code), file=sys.stderr)
     return code
@@ -346,6 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     view = sub.add_parser("view", help="replay a recorded run")
     view.add_argument("record", help="a record file (.jsonl) or a session directory")
     view.add_argument("--summary", action="store_true", help="print the summary instead of opening the viewer")
+    _plot_flags(view)
 
     profile = sub.add_parser("profile", help="capture a profiler window in a live run now (every rank of the job of PID; prints each one's answer)")
     profile.add_argument("pid", type=int)
@@ -371,6 +399,7 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--fail-if-slower", type=float, metavar="PCT",
                          help="exit 1 when B is slower than A by more than PCT%% beyond the noise (for CI)")
     compare.add_argument("--force", action="store_true", help="compare runs of different scripts")
+    _plot_flags(compare)
 
     report = sub.add_parser("report", help="write a shareable report of a recorded run (.html or .md)")
     report.add_argument("record", help="a record file (.jsonl) or a session directory")

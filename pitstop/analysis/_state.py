@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import OrderedDict, deque
+from typing import Any
 
 from pitstop.events import (
     Applied,
@@ -20,6 +21,8 @@ from pitstop.events import (
     Runtime,
     Sample,
     Step,
+    decode,
+    encode,
 )
 from pitstop.streams import StreamBatch  # defined beside the sources' other types; re-exported by pitstop.analysis
 
@@ -278,6 +281,56 @@ class RunState:
         copy.marked = dict(self.marked)
         return copy
 
+    def to_checkpoint(self) -> dict[str, Any]:
+        """The totals as plain JSON values (what `without_series` keeps): a record index saves these.
+
+        Raises TypeError for a field of a type it does not know, so that a field added
+        later is never saved wrong: the index is then not written and the record is read whole.
+        """
+        out: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            if name in _SERIES_FIELDS:
+                out[name] = {"maxlen": value.maxlen} if isinstance(value, deque) else {}
+            elif name in _EVENT_FIELDS:
+                out[name] = None if value is None else encode(value)
+            elif name == "head":
+                out[name] = [encode(s) for s in value]
+            elif name == "dataloaders":
+                out[name] = [encode(d) for d in value.values()]
+            elif name == "_nonfinite_seen":
+                out[name] = sorted(value)
+            elif value is None or type(value) in (int, float, str, bool) or _plain(value):
+                out[name] = value
+            else:
+                raise TypeError(f"RunState.{name}: cannot save a {type(value).__name__} in an index")
+        return out
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict[str, Any]) -> RunState:
+        """The RunState `to_checkpoint` saved, its series empty. Raises ValueError when `saved` is not one."""
+        run = cls()
+        if set(saved) != set(run.__dict__):
+            raise ValueError("an index of another pitstop version (RunState's fields differ)")
+        for name, value in saved.items():
+            if name in _SERIES_FIELDS:
+                current = getattr(run, name)
+                if isinstance(current, deque):
+                    value = deque(maxlen=value.get("maxlen"))
+                else:
+                    value = type(current)()
+            elif name in _EVENT_FIELDS:
+                value = None if value is None else _decoded(value)
+            elif name == "head":
+                value = [_decoded(line) for line in value]
+            elif name == "dataloaders":
+                value = {d.id: d for d in (_decoded(line) for line in value)}
+            elif name == "_nonfinite_seen":
+                value = set(value)
+            elif name == "marked":
+                value = dict(value)
+            setattr(run, name, value)
+        return run
+
     def series_limits(self) -> dict[str, int]:
         """How many events of each kind the series keep (`SERIES`); losses count distinct steps."""
         return {"step": self.steps.maxlen or 0, "sample": self.samples.maxlen or 0,
@@ -344,6 +397,26 @@ class RunState:
     def pid(self) -> int | None:
         """The training process id, once Hello arrived."""
         return self.hello.pid if self.hello is not None else None
+
+
+_SERIES_FIELDS = frozenset({"steps", "samples", "losses", "profiles", "notes"})
+_EVENT_FIELDS = frozenset({"hello", "runtime", "model", "end", "applied"})
+
+
+def _plain(value: object) -> bool:
+    """A list of numbers or a dict of str to numbers: saved as it is."""
+    if type(value) is list:
+        return all(type(v) in (int, float) for v in value)  # type: ignore[attr-defined]
+    if type(value) is dict:
+        return all(type(k) is str and type(v) in (int, float) for k, v in value.items())  # type: ignore[attr-defined]
+    return False
+
+
+def _decoded(line: str) -> Any:
+    event = decode(line)
+    if event is None:
+        raise ValueError("an index holds an event of a kind this version does not know")
+    return event
 
 
 def _max(current: int | None, value: int | None) -> int | None:

@@ -94,11 +94,13 @@ def iter_record(path: Path, result: ReadResult | None = None) -> Iterator[Event]
         yield event
 
 
-def scan_record(path: Path, result: ReadResult | None = None) -> Iterator[tuple[int, int, Event]]:
+def scan_record(path: Path, result: ReadResult | None = None, start: int = 0) -> Iterator[tuple[int, int, Event]]:
     """Events of one record file with the byte range of each one's line: (start, end, event).
 
     The offsets let a replay come back to any line later (`RecordReader`) instead of
-    holding the events: a 24-hour run at 10 ms steps is ~8.6 M lines (issue 13).
+    holding the events: a 24-hour run at 10 ms steps is ~8.6 M lines. `start` (the
+    start of a line, from an index) reads on from there: what a record appended
+    since its index was written needs, without the lines before it.
     """
     result = result if result is not None else ReadResult()
     try:
@@ -111,8 +113,10 @@ def scan_record(path: Path, result: ReadResult | None = None) -> Iterator[tuple[
         raise RecordError(f"cannot read record {path}: {err.strerror}") from err
     with handle:
         lineno = 0
-        offset = 0
-        first = True
+        offset = start
+        resumed = start > 0
+        first = not resumed
+        handle.seek(start)
         for raw in handle:
             lineno += 1
             start, offset = offset, offset + len(raw)
@@ -127,7 +131,8 @@ def scan_record(path: Path, result: ReadResult | None = None) -> Iterator[tuple[
                     return
                 if "newer pitstop" in str(err):
                     raise SchemaError(f"{path}: {err}") from err
-                raise RecordError(f"{path}:{lineno}: corrupt record line ({err})") from err
+                where = f"byte {start}" if resumed else f"{lineno}"  # a line number needs the lines before
+                raise RecordError(f"{path}:{where}: corrupt record line ({err})") from err
             if event is None:
                 result.skipped += 1
                 continue
@@ -135,7 +140,7 @@ def scan_record(path: Path, result: ReadResult | None = None) -> Iterator[tuple[
                 raise RecordError(f"{path}: not a pitstop record (first event is not 'hello')")
             first = False
             yield start, offset, event
-        if first:
+        if first and not resumed:
             raise RecordError(f"{path}: empty record (the run wrote nothing)")
 
 

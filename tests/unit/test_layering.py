@@ -58,6 +58,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "docs": HEAVY,  # `pitstop docs` prints shipped files (stdlib only)
     "streams": HEAVY,  # StreamBatch: what every source yields, below analysis and profiling
     "jsonshape": HEAVY,  # the type checks of decoding
+    "charts": HEAVY,  # text charts with plotext (no rich, no textual)
 }
 # The agent's parts that a viewer also imports (launch, sources, record) or that
 # import torch only once the user's script has (agent, stepclock, _patch).

@@ -1,4 +1,4 @@
-"""Provides the streams a replay Timeline reads: record files by byte offset, or events in memory.
+"""Provides the streams a record index reads: record files by byte offset, or events in memory.
 
 A position is where an event's line starts (a byte offset in a file, an index
 in memory); `events_from` and `events_at` come back to positions noted in the
@@ -19,8 +19,8 @@ class ReplayStream(Protocol):
     name: str  # the stream id a JobState keys its RunState by
     closed: bool  # the stream was seen to end (every record file does)
 
-    def scan(self) -> Iterator[tuple[int, int, Event]]:
-        """(start, end, event) of every event, checked: the first pass."""
+    def scan(self, start: int = 0) -> Iterator[tuple[int, int, Event]]:
+        """(start, end, event) of every event from position `start` (0: the beginning), checked: the indexing pass."""
         ...
 
     def events_from(self, start: int, kind: str | None = None) -> Iterator[tuple[int, int, Event]]:
@@ -43,10 +43,20 @@ class FileStream:
         self.read = ReadResult()
         self._reader = RecordReader(path, stop=0)
 
-    def scan(self) -> Iterator[tuple[int, int, Event]]:
-        for start, end, event in scan_record(self.path, self.read):
+    def scan(self, start: int = 0) -> Iterator[tuple[int, int, Event]]:
+        self._reader.stop = start  # what a saved index covered; the lines after it are checked here
+        for start, end, event in scan_record(self.path, self.read, start):
             self._reader.stop = end  # a torn tail (or lines appended later) stays out of every re-read
             yield start, end, event
+
+    @property
+    def stop(self) -> int:
+        """The end of the last whole line scanned: what an index of this file covers."""
+        return self._reader.stop
+
+    def cover(self, stop: int) -> None:
+        """Read again up to `stop`: lines a saved index checked, before `scan` reads on from there."""
+        self._reader.stop = stop
 
     def events_from(self, start: int, kind: str | None = None) -> Iterator[tuple[int, int, Event]]:
         return self._reader.events_from(start, kind)
@@ -63,8 +73,8 @@ class MemoryStream:
         self.closed = closed
         self._events = events
 
-    def scan(self) -> Iterator[tuple[int, int, Event]]:
-        return self.events_from(0)
+    def scan(self, start: int = 0) -> Iterator[tuple[int, int, Event]]:
+        return self.events_from(start)
 
     def events_from(self, start: int, kind: str | None = None) -> Iterator[tuple[int, int, Event]]:
         for i in range(start, len(self._events)):
