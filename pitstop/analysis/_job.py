@@ -82,8 +82,8 @@ class Straggler:
     extra_compute_s: float  # the rest
     steps: int  # measured steps the medians cover (this rank)
     windows: int  # profiler windows used (0 on a step basis)
-    # Where the extra time is, from the step anatomy: the phase that holds at least half of it
-    # ("optimizer", "data wait", ...), None when no compared phase does (forward/backward, or no anatomy).
+    # Where the extra time is, from the step anatomy: the compared phase with the most extra time when it
+    # counts ("optimizer", "data wait", ...), None when none does (then backward, or no anatomy).
     phase: PhaseExcess | None = None
     anatomy: bool = False  # the ranks' steps carried phases (Step.forward_s ...)
 
@@ -109,11 +109,11 @@ class Straggler:
 
     @property
     def where(self) -> str:
-        """The phase the extra time is in: "optimizer", "data wait", or "forward/backward" when no compared
-        phase holds it; "" without a step anatomy on a compute straggler."""
+        """The phase the extra time is in: "optimizer", "data wait", or "backward" when no compared phase
+        shows it (backward is not compared: DDP's all-reduce waits in it); "" without a step anatomy."""
         if self.phase is not None:
             return self.phase.phase
-        return "data wait" if self.cause == "data wait" else ("forward/backward" if self.anatomy else "")
+        return "data wait" if self.cause == "data wait" else ("backward" if self.anatomy else "")
 
     @property
     def text(self) -> str:
@@ -368,7 +368,7 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
             found[i] = Straggler(
                 label=e.label, rank=e.run.rank, basis=basis, time_s=time_s, reference_s=ref, job_step_s=job_step,
                 extra_data_s=data_part, extra_compute_s=extra - data_part, steps=e.steps, windows=e.windows,
-                phase=main_phase(excesses[i], extra), anatomy=anatomy,
+                phase=main_phase(excesses[i], job_step, MIN_EXCESS_S), anatomy=anatomy,
             )
             break  # one entry per rank: the first basis that shows it
     # The mild ones: extra work in one phase, hidden in the totals (see _rankphases). Where profiler
@@ -442,7 +442,7 @@ def job_findings(job: JobState, warmup: int = WARMUP) -> list[Finding]:
             fix = ("# on that rank's machine: check the GPU's clocks and temperature (nvidia-smi -q -d CLOCK,TEMPERATURE),\n"
                    "# other processes on its GPU or CPUs, and work done only on that rank (logging, eval, checkpoints)")
             where = f" in its {s.where} phase" if s.where else ""
-            if s.where and s.where != "forward/backward":
+            if s.where and s.where != "backward":
                 fix = f"# look for work that only {s.label} does in its {s.where} phase, e.g. under `if rank == ...:`\n" + fix
             cause = (f"{s.label} computes longer per step than the other ranks{where}, and they wait for it in every "
                      "all-reduce.")
