@@ -3,7 +3,7 @@
 In DDP the wall times of the ranks come out equal (every rank waits for the
 slowest in the all-reduce), so a mild straggler hides in the totals: on the
 2-rank gloo job, rank 1's optimizer step doing extra matmuls took 10.0 ms per
-step against rank 0's 0.4 ms, a step of 40 ms instead of 31, and the wall and
+step against rank 0's 0.4 ms in 40-42 ms steps, and the wall and
 outside-collective bases said "straggler none". The step anatomy (Step.forward_s,
 backward_s, optimizer_s, other_s and data_wait) shows it: each rank's phase
 median against the median of the OTHER ranks' (leave-one-out: with 2 ranks a
@@ -34,7 +34,8 @@ PHASES = ("data wait", "optimizer", "other", "forward")
 # A phase's extra time names a straggler from this share of the job's step. On the
 # balanced 2-rank gloo job (2 cores shared with the launcher and other work) the
 # compared phase medians of the two ranks differed by at most 0.1 ms of a 44 ms step;
-# the mild straggler above was 9.6 ms of 41 ms (23%).
+# the mild straggler above was 9.6 ms of a 41 ms step (23%), and 6.3 ms of 58.8 ms (11%)
+# on a busier machine.
 PHASE_MIN_SHARE = 0.10
 # ...and when it is at least half again the others' time in that phase (a phase that
 # is most of the step anyway moves by more than 10% of the step with the machine's load).

@@ -62,9 +62,10 @@ def test_the_slow_rank_is_named_as_straggler_and_nobody_without_one(
 
 @pytest.mark.slow
 def test_a_mild_straggler_in_the_optimizer_is_named_with_its_phase(tmp_path: Path, env: dict[str, str]) -> None:
-    # Rank 1's optimizer step does 8 extra 256x256 matmuls: 10.0 ms against rank 0's 0.4 ms
-    # in a 40 ms step, which the wall and outside-collective bases called "straggler none".
-    env.update(SLOW_RANK="1", EXTRA_MATMULS="8", OMP_NUM_THREADS="1")
+    # With 8 extra 256x256 matmuls rank 1's optimizer took 10.0 ms against rank 0's 0.4 ms in a 40 ms
+    # step, which the wall and outside-collective bases called "straggler none"; under the machine's
+    # load that extra was 11% of the step once (the threshold is 10%): 16 keep the test off the edge.
+    env.update(SLOW_RANK="1", EXTRA_MATMULS="16", OMP_NUM_THREADS="1")
     result = pitstop(["run", "--headless", "--record", str(tmp_path / "job"), "--",
                       *_torchrun("ddp_slow_optimizer.py", "150")], env, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
