@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from pitstop.profiling.launch import (
     prepare_record,
     typed_env,
 )
+from pitstop.profiling.signals import Forwarder, forwarding, reaping, signal_names
 from pitstop.recorded import load_runs
 
 if TYPE_CHECKING:
@@ -118,9 +120,13 @@ def tune_in_view(options: Sequence[str], target: Target) -> int:
     from pitstop.tui.trials import run_trials_viewer
     from pitstop.tui.tunelaunch import start_tuner
 
-    child = start_tuner(list(options), target)
-    return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
-                             stale=child.stale, resume_command=child.resume_command)
+    # A signal to this viewer goes to the tuner's group: the tuner stops its trial, puts the
+    # user's files back and keeps its journal, as on `q`; the view shows it end.
+    with forwarding() as signals:
+        child = start_tuner(list(options), target)
+        signals.attach(child.proc)
+        return run_trials_viewer(child.proc, child.journal, child.log_path, child.out,
+                                 stale=child.stale, resume_command=child.resume_command)
 
 
 def target_of(request: TuneRequest) -> Target:
@@ -209,6 +215,8 @@ class Run:
         self._launch = launcher
         self._on_a_terminal = on_a_terminal
         self.tune = tune or TuneLaunch(request.target)  # the target is known: no rebuilding from argv
+        self._signals = Forwarder()  # installed by execute()
+        self._stopped = threading.Event()  # a stopping signal came: the viewer closes
 
     def prepare(self) -> SessionSettings:
         """The session's settings; the tuned config is announced here, before anything starts."""
@@ -269,8 +277,11 @@ class Run:
         return not self.request.headless and self._on_a_terminal()
 
     def execute(self) -> int:
-        settings = self.settings or self.prepare()
-        return self._live(settings) if self.uses_tui() else self._headless(settings)
+        # From here on a SIGTERM, SIGINT, SIGQUIT, SIGUSR1 or SIGUSR2 reaches the training (one
+        # that comes before it starts, once it does); pitstop waits for it and takes its exit code.
+        with forwarding(lambda signum: self._stopped.set()) as self._signals:
+            settings = self.settings or self.prepare()
+            return self._live(settings) if self.uses_tui() else self._headless(settings)
 
     def output_log(self) -> Path:
         """Where the command's output goes under the TUI: beside its record."""
@@ -293,10 +304,16 @@ class Run:
     def _headless(self, settings: SessionSettings) -> int:
         target = self.request.target
         print(f"pitstop: running {target.describe()} (record: {settings.record})", file=sys.stderr, flush=True)
-        proc = self._launch(target, settings)
-        status = self.fronts.status(settings.session, target.label, proc)
-        status.start()
-        code = exit_code_of(status.wait())
+        # Signals from here on reach the training (pitstop waits for it and takes its exit
+        # code), also those that come while it starts.
+        own: list[int] = []
+        with reaping(lambda: own):
+            proc = self._launch(target, settings)
+            own.append(proc.pid)
+            self._signals.attach(proc)
+            status = self.fronts.status(settings.session, target.label, proc)
+            status.start()
+            code = exit_code_of(status.wait())
         summary = self._summary(proc.pid, code)
         if summary is None:
             return code
@@ -310,18 +327,28 @@ class Run:
         target = self.request.target
         log_path = self.output_log()
         # Its own session, output to a file: closing the terminal or quitting the
-        # viewer leaves training running.
-        with open(log_path, "ab") as log:
-            proc = self._launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
-        source = self.fronts.source(f"{target.label} (pid {proc.pid})", settings.session,
-                                    lambda: proc.poll() is not None)
-        hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
-        self.fronts.viewer(source, log_path=log_path, detach_hint=hint, tune=self.tune)
-        source.close()
-        if self.tune.outcome is not None:
-            return self.tune.outcome  # the user chose to tune: the tune's outcome is this command's
-        if proc.poll() is None:
-            return 0
+        # viewer leaves training running. A SIGTERM, SIGINT or SIGQUIT sent to pitstop
+        # goes to the training's process group and closes the viewer (the terminal is
+        # restored); pitstop then waits for the training and ends with its exit code.
+        own: list[int] = []
+        with reaping(lambda: own):
+            with open(log_path, "ab") as log:
+                proc = self._launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
+            own.append(proc.pid)
+            self._signals.attach(proc)
+            source = self.fronts.source(f"{target.label} (pid {proc.pid})", settings.session,
+                                        lambda: proc.poll() is not None)
+            hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
+            self.fronts.viewer(source, log_path=log_path, detach_hint=hint, tune=self.tune, stop=self._stopped)
+            source.close()
+            if self.tune.outcome is not None:
+                return self.tune.outcome  # the user chose to tune: the tune's outcome is this command's
+            if self._stopped.is_set():
+                print(f"pitstop: {signal_names(self._signals.received)} passed on to {target.label} (pid {proc.pid}); "
+                      "waiting for it to end", file=sys.stderr, flush=True)
+                proc.wait()
+            if proc.poll() is None:
+                return 0
         assert proc.returncode is not None
         code = exit_code_of(proc.returncode)
         summary = self._summary(proc.pid, code)

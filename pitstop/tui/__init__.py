@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ def run_viewer(
     detach_hint: str | None = None,
     clock: Callable[[], float] = time.time,
     tune: Callable[[TuneRequest], int] | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     """Run the TUI on `source` until the user quits or detaches; 0 on a normal exit.
 
@@ -26,11 +28,13 @@ def run_viewer(
     stops training; after the screen is restored this prints how to come back
     (`detach_hint`) or how the run ended. With `tune`, `t` offers to tune the
     script: the app exits with "tune" and `tune(request)` runs (the Trials
-    view); its exit code is returned.
+    view); its exit code is returned. `stop` set (pitstop got a SIGTERM, passed on
+    to the training) closes the viewer, the terminal restored, with no goodbye.
     """
     from pitstop.tui.app import PitstopApp
 
-    app = PitstopApp(source, log_path=log_path, detach_hint=detach_hint, clock=clock, can_tune=tune is not None)
+    app = PitstopApp(source, log_path=log_path, detach_hint=detach_hint, clock=clock, can_tune=tune is not None,
+                     stop=stop)
     try:
         app.run()
     finally:

@@ -73,6 +73,8 @@ REFRESH_S = 0.25
 STACKS_S = 5.0
 # The elapsed clock and the throttled findings move even when no event arrives.
 TICK_S = 1.0
+# A SIGTERM to pitstop closes the viewer within this long (a flag read on a timer: a signal handler must not touch widgets).
+STOP_POLL_S = 0.25
 # A replay plays at real speed times this; + and - double and halve it.
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 SEEK_FRACTION = 0.10
@@ -146,8 +148,10 @@ class PitstopApp(App[str]):
         detach_hint: str | None = None,
         clock: Callable[[], float] = time.time,
         can_tune: bool = False,
+        stop: threading.Event | None = None,
     ) -> None:
         super().__init__()
+        self.stop = stop  # set from a signal handler: a thread-safe flag the app looks at, never a widget call
         self.can_tune = can_tune  # the caller can start a tune when the viewer exits with "tune"
         self.tune_request: TuneRequest | None = None
         self.source = source
@@ -196,6 +200,8 @@ class PitstopApp(App[str]):
         if self.log_path is not None:
             self.tail_log(self.log_path)
         self.set_interval(TICK_S, self.refresh_views)
+        if self.stop is not None:
+            self.set_interval(STOP_POLL_S, self._stop_when_asked)
 
     def _find_session_log(self) -> None:
         """After `attach` or `view` (no log given): the output.log `pitstop run` wrote beside the record."""
@@ -553,10 +559,15 @@ class PitstopApp(App[str]):
         self.exit_reason = "quit"
         self.exit("quit")
 
+    def _stop_when_asked(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            self.exit_reason = "stopped"
+            self.exit("stopped")
+
     def goodbye(self) -> str | None:
         """What to print after the viewer closed: how to come back, or how the run ended."""
-        if not self.live:
-            return None
+        if not self.live or self.exit_reason == "stopped":
+            return None  # stopped by a signal: pitstop says what it passed on and waits for the end
         _, run = self.current_run()
         if run is not None and run.end is not None:
             code = f" (exit code {run.end.exit_code})" if run.end.exit_code is not None else ""

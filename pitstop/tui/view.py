@@ -118,7 +118,8 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
         items.append(("job samples/s", fmt.rate_value(summary.samples_per_s) if summary.samples_per_s is not None
                       else fmt.na("batch size unknown")))
         if summary.stragglers:
-            items.append(("straggler", ", ".join(s.label for s in summary.stragglers)))
+            items.append(("straggler", ", ".join(f"{s.label} ({s.where})" if s.where else s.label
+                                                 for s in summary.stragglers)))
     items.append(("elapsed", fmt.elapsed(elapsed_s(run, frame.now))))
     items.append(("device", device_text(run)))
     return tuple(items)

@@ -114,8 +114,14 @@ def typed_command(target: Target) -> Command:
     return Command(tuple(target.words()), str(Path.cwd()), typed_env())
 
 
+# What stops a tune like Ctrl+C: an SSH drop, and what a launcher passes on. Left at their default,
+# SIGQUIT, SIGUSR1 and SIGUSR2 (Slurm's requeue warning) ended the tuner alone: its trial ran on in
+# its own session and the user's guarded files were not put back.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
 class _Stop(Exception):
-    """SIGTERM or SIGHUP (an SSH drop): stop like Ctrl+C, leaving the journal consistent."""
+    """SIGTERM, SIGHUP (an SSH drop), SIGQUIT, SIGUSR1/2: stop like Ctrl+C, leaving the journal consistent."""
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
@@ -247,7 +253,7 @@ def run(args: argparse.Namespace, target: Target) -> int:
                     on_result=lambda r, i, n: progress.on_result(r, i, n, runner), min_seconds=args.min_time)
     progress.search = search
     progress.note(Start(time.time(), args.budget, len(journal.entries), os.getpid(), progress.totals()))
-    old = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    old = {sig: signal.signal(sig, _raise_stop) for sig in STOP_SIGNALS}
     try:
         if confirm is not None:
             outcome = search.confirm_only(confirm)

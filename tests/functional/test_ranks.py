@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from conftest import FIXED, FakeSource, job_batches, rank_stream, replay_source, run, run_events, screen_text, wait_for
 from textual.widgets import DataTable
 
 from pitstop.analysis import StreamBatch
+from pitstop.events import Step
 from pitstop.tui.app import PitstopApp
 from pitstop.tui.screens import ConfirmScreen, OverviewScreen, RanksScreen
 
@@ -99,5 +102,29 @@ def test_a_replay_does_not_offer_to_tune() -> None:
             await pilot.press("t")
             await wait_for(pilot, lambda: any("a recording cannot be tuned" in m for m, _ in notices(app)))
             assert not isinstance(app.screen, ConfirmScreen)
+
+    run(scenario())
+
+
+def test_a_mild_straggler_is_shown_with_the_phase_its_extra_time_is_in() -> None:
+    # Equal 44 ms steps; rank 1's optimizer takes 19.9 ms against rank 0's 6.6 ms, and rank 0
+    # waits those 13.3 ms in its backward (DDP's all-reduce).
+    batches = []
+    for r in range(2):
+        slow = 0.0133 if r == 1 else 0.0
+        events = [replace(e, forward_s=0.005, backward_s=0.0317 - slow, optimizer_s=0.0066 + slow, other_s=0.0007,
+                          phase_clock="host") if isinstance(e, Step) else e
+                  for e in run_events(rank=r, pid=4242 + r, wall=0.044, wait_frac=0.0, n_steps=120, profiles=0)]
+        batches.append(StreamBatch(rank_stream(r), events))
+
+    async def scenario() -> None:
+        app = PitstopApp(FakeSource(batches=batches), clock=lambda: FIXED + 30)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: len(app.job.runs) == 2)
+            await pilot.press("6")
+            await wait_for(pilot, lambda: "Straggler rank 1" in screen_text(app))
+            assert "rank 1: optimizer +13.3 ms per step (19.9 ms vs median 6.6 ms" in screen_text(app)
+            await pilot.press("1")
+            await wait_for(pilot, lambda: "straggler rank 1 (optimizer)" in screen_text(app))
 
     run(scenario())

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ import pytest
 import torch
 
 from pitstop.config import load_config
+from tests.conftest import TEST_ID, tagged
+from tests.integration.conftest import kill_group
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -81,3 +85,27 @@ def test_a_baseline_that_cannot_find_its_files_says_where_trials_ran_and_the_fix
     assert "FileNotFoundError" in proc.stderr and "config/train.json" in proc.stderr
     assert "scratch directory (--scratch)" in proc.stderr and "drop --scratch" in proc.stderr
     assert not (tmp_path / "pitstop.toml").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_to_the_tuner_ends_its_trial_and_puts_the_users_files_back(tmp_path: Path, sig: int) -> None:
+    # SIGUSR1 is Slurm's warning before a job's time limit: left at its default it ended the tuner
+    # alone, its trial ran on in a session of its own and the trial's writes stayed.
+    before = project(tmp_path)
+    cmd = [sys.executable, "-m", "pitstop.tuning", "--knobs", "workers", "--steps", "2000", "--warmup", "3",
+           "--budget", "4", "train.py"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while snapshot(tmp_path)["out/log.txt"] == before["out/log.txt"] and time.monotonic() < deadline:
+            time.sleep(0.1)  # until the first trial has trained and written its log
+        assert snapshot(tmp_path)["out/log.txt"] != before["out/log.txt"], "no trial wrote out/log.txt"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 130, err[-2000:]
+    assert "--resume" in err
+    assert snapshot(tmp_path) == before  # the running trial's writes undone
+    assert not tagged(os.environ[TEST_ID] + "\0")  # the trial's process group ended with it

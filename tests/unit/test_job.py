@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from pitstop.analysis import (
@@ -228,3 +230,92 @@ def test_the_front_s_exit_code_is_given_to_the_process_it_started() -> None:
     run.add_all([hello(0, pid=4242), *steps(20, 0.05), end(code=0)])
     assert "end         exited (exit code 3)" in summary_text([run], pid=4242, exit_code=3)
     assert "end         exited (exit code 0)" in summary_text([run], pid=999, exit_code=3)  # a launcher's code
+
+
+def anatomy_steps(n: int, forward: float, backward: float, optimizer: float, other: float = 0.0007,
+                  wait: float = 0.0, jitter: float = 0.0, seed: int = 0) -> list[Step]:
+    """Steps with their anatomy; `jitter` spreads each phase uniformly by +-that fraction (seeded)."""
+    rng = random.Random(seed)
+
+    def j(x: float) -> float:
+        return x * (1 + rng.uniform(-jitter, jitter))
+
+    out = []
+    for i in range(n):
+        f, b, o, r, d = j(forward), j(backward), j(optimizer), j(other), j(wait)
+        wall = f + b + o + r + d
+        out.append(Step(t=1001.0 + (i + 1) * wall, step=i, wall=wall, data_wait=d, samples=32,
+                        forward_s=f, backward_s=b, optimizer_s=o, other_s=r, phase_clock="host"))
+    return out
+
+
+def _mild(ranks: int, slow: int | None, wait_in: str = "backward", jitter: float = 0.0) -> JobState:
+    """A DDP job of 44 ms steps where `slow`'s optimizer takes 19.9 ms against the others' 6.6 ms
+    (+13.3 ms, the step +30% over the 30.9 ms it would be): the others wait 13.3 ms in `wait_in`."""
+    streams: dict[int, list[Event]] = {}
+    for r in range(ranks):
+        phases = {"forward": 0.005, "backward": 0.0184, "optimizer": 0.0066, "other": 0.0007}
+        if slow is not None and r == slow:
+            phases["optimizer"] += 0.0133
+        elif slow is not None:
+            phases[wait_in] += 0.0133
+        streams[r] = [*anatomy_steps(60, **phases, jitter=jitter, seed=r), end()]
+    return job_of(streams)
+
+
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_a_mild_straggler_is_found_by_its_phase_and_the_phase_is_named(ranks: int) -> None:
+    job = _mild(ranks, slow=1)
+    (s,) = stragglers(job)
+    assert s.rank == 1 and s.basis == "phase" and s.where == "optimizer"
+    assert s.extra_s == pytest.approx(0.0133)
+    assert s.text.startswith("rank 1: optimizer +13.3 ms per step (19.9 ms vs median 6.6 ms of the other ranks)")
+    (f,) = job_findings(job)
+    assert f.title == "rank 1 is a straggler (compute)" and "optimizer" in f.fix
+
+
+def test_the_rank_that_waits_is_not_named_whichever_phase_it_waits_in() -> None:
+    # DDP's buffer broadcast puts the wait in the next forward, a logged loss all-reduce in "other"
+    for wait_in in ("forward", "other"):
+        assert [s.label for s in stragglers(_mild(2, slow=1, wait_in=wait_in))] == ["rank 1"]
+
+
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_balanced_or_noisy_ranks_name_nobody(ranks: int) -> None:
+    assert stragglers(_mild(ranks, slow=None)) == []
+    assert stragglers(_mild(ranks, slow=None, jitter=0.3)) == []  # each phase of each step +-30%
+    assert [s.rank for s in stragglers(_mild(ranks, slow=1, jitter=0.3))] == [1]
+
+
+def test_a_windowed_straggler_says_the_phase_its_extra_time_is_in() -> None:
+    job = _ddp(slow=1, extra_s=0.030)
+    plain = stragglers(job)[0]
+    assert plain.where == "" and plain.text.endswith("compute +30.0 ms)")  # no anatomy: no phase to name
+    streams: dict[int, list[Event]] = {}
+    for r in range(2):
+        mine = 0.030 if r == 1 else 0.0
+        step_wall = 0.035
+        wins = [window(s, step_wall, step_wall - 0.004 - mine) for s in (10, 30, 50)]
+        steps_ = anatomy_steps(60, forward=0.002, backward=0.031 - mine, optimizer=0.001 + mine, other=0.001)
+        streams[r] = [*steps_, *wins, end()]
+    (s,) = stragglers(job_of(streams))
+    assert s.basis == "outside-collective" and s.where == "optimizer"
+    assert s.text.endswith("in optimizer +30.0 ms per step")
+
+
+def test_the_headless_job_block_names_the_phase() -> None:
+    text = summary_text([run for _, run in _mild(2, slow=1).ranks()])
+    assert "straggler   rank 1: optimizer +13.3 ms per step" in text
+
+
+def test_a_rank_that_waits_in_collectives_is_no_straggler_for_its_data_wait() -> None:
+    # As on the balanced gloo job: rank 1's spawned loader worker makes it wait 5.5 ms for data against
+    # rank 0's 1.8 ms, but the profiler windows show it spends less time outside collectives than rank 0.
+    streams: dict[int, list[Event]] = {}
+    for r, (wait, outside) in enumerate([(0.0018, 0.009), (0.0055, 0.007)]):
+        steps_ = anatomy_steps(60, forward=0.002, backward=0.006, optimizer=0.001, other=0.001, wait=wait)
+        wall = steps_[0].wall
+        streams[r] = [*steps_, *(window(s, wall, wall - outside) for s in (10, 30, 50)), end()]
+    assert stragglers(job_of(streams)) == []
+    streams = {r: [e for e in events if not isinstance(e, ProfileWindow)] for r, events in streams.items()}
+    assert [s.where for s in stragglers(job_of(streams))] == ["data wait"]  # without windows nothing says otherwise
