@@ -131,8 +131,8 @@ def _cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
 def find_root(module_type: type) -> Any:
     """The outermost module with the most trainable parameters (see Hooks.watch_model).
 
-    One pass over the objects the GC tracks, once per run, at the first backward
-    (a warm-up step, never measured): ~0.1 s with transformers imported (200k objects).
+    One pass over the objects the GC tracks, twice per run, at the first batch and the
+    first backward (step 0, never measured): ~0.1 s with transformers imported (200k objects).
     """
     # type(o), not isinstance(o, ...): isinstance reads `__class__`, and some objects
     # warn on attribute access (torch.distributed.reduce_op printed a FutureWarning
@@ -193,6 +193,10 @@ class Hooks:
         self.data_parallel = False
         self.ddp = False
         self._model_reported = False
+        self._root: Any = None  # weakref to the model's root module (watch_model)
+        self._seq_first = False
+        self._watched: set[type] = set()  # classes whose __call__ watch_model patched
+        self.root_at_fetch = True  # look for the model at the first DataLoader batch too
         self.overrides: Any = None
         self.runtime: Runtime | None = None
         self.device_type = "cpu"
@@ -334,7 +338,9 @@ class Hooks:
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if not agent.disabled:
                 try:
-                    clock.on_optimizer_start(perf())
+                    # The token is torch's step wrapper's frame, which called this hook: while it is
+                    # on the stack the step runs (`_abandon_raised`).
+                    clock.on_optimizer_start(id(optimizer), perf(), sys._getframe(1))
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step pre-hook", err)
 
@@ -355,6 +361,7 @@ class Hooks:
         base = dataloader._BaseDataLoaderIter
         tensor_type = self.torch.Tensor
         perf = _PERF
+        hooks = self
 
         def make_next(original_next: Any) -> Any:
             def __next__(it: Any) -> Any:
@@ -363,6 +370,12 @@ class Hooks:
                 started = perf()
                 batch = original_next(it)  # StopIteration passes through untimed: not a wait
                 waited = perf() - started
+                if hooks.root_at_fetch:
+                    hooks.root_at_fetch = False
+                    try:
+                        hooks.watch_model()
+                    except Exception as err:  # never into the training loop
+                        agent.note("warn", "hooks", f"model not watched: {err}", once="root-fetch")
                 try:
                     samples = _leading_dim(batch, tensor_type)
                     clock.on_fetch(it.__dict__.get("_pitstop_loader"), started, waited, samples)
@@ -434,6 +447,8 @@ class Hooks:
                 token = marker() if marker is not None and not agent.disabled else None
                 result = original(tensor, *args, **kwargs)
                 if not agent.disabled:
+                    if clock.open_steps:  # inside an optimizer's step (a closure's), or one raised
+                        hooks._abandon_raised()
                     loss = None
                     if hooks.capture_loss:
                         try:
@@ -452,6 +467,25 @@ class Hooks:
             return backward
 
         patch(self.torch.Tensor, "backward", make)
+
+    def _abandon_raised(self) -> None:
+        """Optimizer steps whose frame left the stack raised (no post-hook came): the clock ends them.
+
+        A walk up the stack at each backward, only while a step is open: a closure's
+        backward (LBFGS: seconds each) or the first backward after a step raised."""
+        clock = self.agent.clock
+        try:
+            alive = set()
+            frame = sys._getframe(1)
+            while frame is not None:
+                alive.add(id(frame))
+                frame = frame.f_back
+            for key, token in list(clock.open_steps):
+                if token is not None and id(token) not in alive:
+                    clock.abandon(key)
+                    break  # and every step opened inside it
+        except Exception as err:
+            self.agent.fail("the optimizer-step check", err)
 
     # ---- model facts ----------------------------------------------------------
     def _wrap_init(self, cls: Any, on_init: Any) -> None:
@@ -516,15 +550,18 @@ class Hooks:
 
     # ---- the model's root module ----------------------------------------------
     def watch_model(self) -> None:
-        """Find the model (the agent calls this once, at the first backward) and watch its forwards.
+        """Find the model and watch its forwards: at the first DataLoader batch and at the first backward.
 
         The root module is the outermost module with the most trainable
-        parameters (no optimizer has stepped yet at the first backward). Its class's `__call__` is patched
-        (`_patch`, invisible) to tell the clock whether a forward of the root
-        trains (grad on, train mode) or evaluates, and to give samples (the
-        batch dimension of its input) to loops that slice batches without a
-        DataLoader. Nothing is stored on the model itself: a forward hook lives
-        in the module's state, and `torch.save(model)` of pytorch/examples'
+        parameters (no optimizer has stepped yet at the first backward). At the
+        first batch it is found early enough to see an evaluation before the
+        first step (ignite's evaluator at `Events.STARTED`); at the first backward
+        again, for a model built after the first batch. Its class's `__call__` is
+        patched (`_patch`, invisible) to tell the clock whether a forward of the root
+        trains (grad on, train mode) or evaluates (and where an evaluating one ends),
+        and to give samples (the batch dimension of its input) to loops that slice
+        batches without a DataLoader. Nothing is stored on the model itself: a forward
+        hook lives in the module's state, and `torch.save(model)` of pytorch/examples'
         word_language_model then failed pickling pitstop's hook.
         """
         try:
@@ -534,34 +571,46 @@ class Hooks:
             return
         if root is None:
             return
+        # Sequence-first models (an LSTM or Transformer with batch_first=False) take
+        # (seq, batch, ...) inputs: the batch is their second dimension.
+        self._seq_first = any(getattr(m, "batch_first", True) is False for m in root.modules())
+        self._root = weakref.ref(root)
+        cls = type(root)
+        if cls in self._watched:
+            return
+        self._watched.add(cls)
         agent = self.agent
         clock = agent.clock
         grad_enabled = self.torch.is_grad_enabled
         tensor_type = self.torch.Tensor
         perf = _PERF
-        # Sequence-first models (an LSTM or Transformer with batch_first=False) take
-        # (seq, batch, ...) inputs: the batch is their second dimension.
-        seq_first = any(getattr(m, "batch_first", True) is False for m in root.modules())
-        root_ref = weakref.ref(root)
+        hooks = self
 
         def make(original: Any) -> Any:
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-                if module is root_ref() and not agent.disabled:
-                    try:
-                        training = module.training and grad_enabled()
-                        samples = None
-                        if training and clock.wants_forward_samples:
-                            found = args if args else kwargs
-                            samples = _batch_dim(found, tensor_type, 1) if seq_first else _leading_dim(found, tensor_type)
-                        clock.on_forward(training, samples, perf())
-                    except Exception as err:  # never into the training loop
-                        agent.fail("the model's forward hook", err)
-                return original(module, *args, **kwargs)
+                ref = hooks._root
+                if ref is None or module is not ref() or agent.disabled:
+                    return original(module, *args, **kwargs)
+                training = True
+                try:
+                    training = module.training and grad_enabled()
+                    samples = None
+                    if training and clock.wants_forward_samples:
+                        found = args if args else kwargs
+                        samples = (_batch_dim(found, tensor_type, 1) if hooks._seq_first
+                                   else _leading_dim(found, tensor_type))
+                    clock.on_forward(training, samples, perf())
+                except Exception as err:  # never into the training loop
+                    agent.fail("the model's forward hook", err)
+                result = original(module, *args, **kwargs)
+                if not training:
+                    clock.on_forward_end(perf())  # one store: cannot raise
+                return result
 
             return __call__
 
         try:
-            patch(type(root), "__call__", make)
+            patch(cls, "__call__", make)
         except Exception as err:
             self.agent.note("warn", "hooks", f"model forwards not watched: {err}", once="root-hook")
 
