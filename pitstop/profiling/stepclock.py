@@ -25,9 +25,10 @@ What it decides:
   there the training forward cannot be outside. Batches of the training loader
   that such an evaluation consumed (ignite's evaluator run over the training
   loader: 640 samples a step counted as training) count as evaluation, not as
-  the step's samples or data wait. Keras peeks at one batch of a loader of its
-  own to build the model: one batch is not an evaluation. The evaluation in
-  the partial step at the process's end (after the last step) is `finish()`'s.
+  the step's samples or data wait. Keras's `model.fit` takes one batch of a
+  loader of its own to build the model (`_symbolic_build`): one batch is not
+  an evaluation. The evaluation in the partial step at the process's end
+  (after the last step) is `finish()`'s.
 - The loss of a step: the last loss a backward of that step passed in. Held
   backward calls that turn out to be one optimizer step (a GAN's, gradient
   accumulation's) give that step the last of their losses.
@@ -103,7 +104,7 @@ class StepClock:
         # loader -> [wait, samples|None, first start, last end, batches, eval wait, eval samples, eval batches]
         self._fetch: dict[Any, list[Any]] = {}
         self._last_loader: Any = None
-        self._unused: list[Any] | None = None  # the last batch no root forward took yet: [loader, wait, samples]
+        self._unused: list[Any] | None = None  # the last batch no root forward took yet: [loader, start, wait, samples]
         self._fwd_samples: int | None = None
         self._seg_t0: float | None = None  # open stretch of eval forwards
         self._seg_n = 0

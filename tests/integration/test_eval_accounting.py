@@ -100,7 +100,7 @@ def test_keras_fit_on_torch_counts_every_batch_and_marks_only_validation(
     assert reference["batches"] == KERAS_EPOCHS * KERAS_STEPS and len(reference["val_s"]) == KERAS_EPOCHS
     steps = steps_of(record)
     assert [s.step for s in steps] == list(range(KERAS_EPOCHS * KERAS_STEPS))
-    # step 0 trains (Keras's one-batch peek to build the model is no evaluation); the first
+    # step 0 trains (the one batch Keras's _symbolic_build takes is no evaluation); the first
     # epoch's validation lies in the second epoch's first step, the last one after the last step
     assert [s.step for s in steps if s.mark == "eval"] == [KERAS_STEPS], [(s.step, s.mark) for s in steps]
     assert [s.samples for s in steps] == [KERAS_BATCH] * len(steps)

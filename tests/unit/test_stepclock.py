@@ -354,7 +354,7 @@ def test_an_evaluation_after_the_last_step_is_finish_s_and_none_is_none() -> Non
 
 def test_one_batch_of_another_loader_without_a_forward_is_not_an_evaluation() -> None:
     r = Recorder()
-    r.fetch(VAL, 0.002, 32)  # Keras peeks at one batch of a loader of its own to build the model
+    r.fetch(VAL, 0.002, 32)  # Keras's _symbolic_build takes one batch of a loader of its own
     for _ in range(3):
         r.train_step()
     assert [s["mark"] for s in r.steps] == [None, None, None]
