@@ -107,3 +107,15 @@ def test_keras_fit_on_torch_counts_every_batch_and_marks_only_validation(
     assert end_of(record).eval_s > 0
     assert eval_row(result.stderr)[0] == KERAS_EPOCHS, result.stderr
     assert agent_complaints(record, result.stderr) == []
+
+
+def test_backward_calls_after_an_optimizer_step_that_raised_are_steps_again(tmp_path: Path, env: dict[str, str]) -> None:
+    record = tmp_path / "r.jsonl"
+    result = run_pitstop(["run", "--headless", "--record", str(record), str(SCRIPTS / "loop_step_raises.py"), "5"],
+                         env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "STEPS 5" in result.stdout
+    # the failed step's closure backward is not a step; each manual SGD update is one
+    steps = steps_of(record)
+    assert [(s.step, s.source) for s in steps] == [(i, "backward") for i in range(5)], steps
+    assert agent_complaints(record, result.stderr) == []
