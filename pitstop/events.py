@@ -312,6 +312,9 @@ class End:
     dropped: int  # events dropped by the bounded queue
     reason: str = "exit"  # "exit" | "exception" | "interrupted" | "trial-complete" (docs/events.md)
     exit_code: int | None = None
+    # Seconds of an evaluation pass after the last step (in no step: HF Trainer's final
+    # evaluation); 0.0 when there was none. See docs/events.md.
+    eval_s: float = 0.0
 
 
 Event = Union[

@@ -29,7 +29,7 @@ OVERSUBSCRIBED_EXCESS = 0.5
 def eval_share(ctx: Context) -> Finding | None:
     """Evaluation passes take a large share of the run's wall time."""
     run = ctx.run
-    if run.eval_steps < EVAL_MIN_PASSES or run.first_t is None or run.last_t is None:
+    if run.eval_passes < EVAL_MIN_PASSES or run.first_t is None or run.last_t is None:
         return None
     elapsed = run.last_t - run.first_t
     if elapsed <= 0 or run.eval_s <= 0:
@@ -37,10 +37,10 @@ def eval_share(ctx: Context) -> Finding | None:
     share = run.eval_s / elapsed
     if share < EVAL_SHARE:
         return None
-    per_pass = run.eval_s / run.eval_steps
-    train_between = run.train_steps / run.eval_steps
+    per_pass = run.eval_s / run.eval_passes
+    train_between = run.train_steps / run.eval_passes
     evidence = [
-        f"{run.eval_steps} evaluation passes took {run.eval_s:.1f} s, {share:.0%} of the run's {elapsed:.0f} s "
+        f"{run.eval_passes} evaluation passes took {run.eval_s:.1f} s, {share:.0%} of the run's {elapsed:.0f} s "
         f"({per_pass:.2f} s each)",
         f"one pass every ~{train_between:.0f} training steps"
         + (f" ({train_between * ctx.wall_mean:.1f} s of training at the mean step)" if ctx.wall_mean else ""),

@@ -86,7 +86,7 @@ class RunState:
         self.marked: dict[str, int] = {}  # Step.mark -> steps
         self.eval_steps = 0  # steps marked "eval"
         self.eval_wall = 0.0  # their wall time
-        self.eval_s = 0.0  # time spent evaluating inside them (Step.eval_s)
+        self.eval_steps_s = 0.0  # time spent evaluating inside them (Step.eval_s)
         self.total_wall = 0.0
         self.total_data_wait = 0.0
         self.total_samples = 0
@@ -185,7 +185,7 @@ class RunState:
             if mark == "eval":
                 self.eval_steps += 1
                 self.eval_wall += s.wall
-                self.eval_s += s.eval_s
+                self.eval_steps_s += s.eval_s
             return
         # Capped too: a step index that starts again (a second loop with manual steps)
         # would otherwise grow `head` for the whole run.
@@ -350,6 +350,16 @@ class RunState:
             self.notes.append(event)
 
     # -- reading ----------------------------------------------------------
+    @property
+    def eval_passes(self) -> int:
+        """Evaluation passes: one per step holding one, and the one after the last step (`End.eval_s`)."""
+        return self.eval_steps + (1 if self.end is not None and self.end.eval_s > 0 else 0)
+
+    @property
+    def eval_s(self) -> float:
+        """Seconds spent evaluating: inside steps, and after the last step."""
+        return self.eval_steps_s + (self.end.eval_s if self.end is not None else 0.0)
+
     def measured_steps(self, warmup: int = 3) -> list[Step]:
         """Training steps in the window whose index is at or past `warmup` (warm-up and marked steps dropped)."""
         return [s for s in self.steps if s.step >= warmup and s.mark is None]

@@ -68,7 +68,7 @@ class Summary:
     device_type: str | None
     stopped: bool = False  # a viewer asked the agent to stop the script (`k`)
     marked: tuple[tuple[str, int], ...] = ()  # (Step.mark, steps) kept out of the training figures
-    eval_passes: int = 0  # steps holding an evaluation pass
+    eval_passes: int = 0  # steps holding an evaluation pass, and one after the last step
     eval_s: float = 0.0  # time spent evaluating in them
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
     skipped: tuple[str, ...] = ()  # what it could not: "batch_size (train loader 1): a custom batch_sampler"
@@ -103,7 +103,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
     end = run.end
     return Summary(
         marked=tuple(sorted(run.marked.items())),
-        eval_passes=run.eval_steps,
+        eval_passes=run.eval_passes,
         eval_s=run.eval_s,
         steps=run.total_steps,
         measured_steps=n,

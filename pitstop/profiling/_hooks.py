@@ -12,19 +12,18 @@ DataParallel, DDP) and to apply a tuned config.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import importlib
 import importlib.abc
 import importlib.util
 import os
 import sys
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
 from pitstop.profiling._patch import patch
+from pitstop.profiling._root import RootWatch, leading_dim
 
 _PERF = time.perf_counter
 
@@ -66,24 +65,6 @@ def install_when_torch_imported(agent: Any) -> None:
             agent.note("error", "hooks", f"torch hooks not installed: {type(err).__name__}: {err}")
 
     sys.meta_path.insert(0, _TorchWatcher(on_import))
-
-
-def _leading_dim(batch: Any, tensor_type: type) -> int | None:
-    """Samples in a batch: the leading dimension of its first tensor."""
-    if isinstance(batch, tensor_type):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            found = _leading_dim(item, tensor_type)
-            if found is not None:
-                return found
-        return None
-    if isinstance(batch, dict):
-        for item in batch.values():
-            found = _leading_dim(item, tensor_type)
-            if found is not None:
-                return found
-    return None
 
 
 def host_mem_total(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> int | None:
@@ -128,50 +109,6 @@ def _cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
     return None
 
 
-def find_root(module_type: type) -> Any:
-    """The outermost module with the most trainable parameters (see Hooks.watch_model).
-
-    One pass over the objects the GC tracks, once per run, at the first backward
-    (a warm-up step, never measured): ~0.1 s with transformers imported (200k objects).
-    """
-    # type(o), not isinstance(o, ...): isinstance reads `__class__`, and some objects
-    # warn on attribute access (torch.distributed.reduce_op printed a FutureWarning
-    # into the user's stderr). One issubclass per type, not per object: ~3x faster.
-    is_module: dict[type, bool] = {}
-    modules = []
-    for o in gc.get_objects():
-        kind = type(o)
-        found = is_module.get(kind)
-        if found is None:
-            found = is_module[kind] = issubclass(kind, module_type)
-        if found:
-            modules.append(o)
-    inner = {id(child) for m in modules for child in m._modules.values() if child is not None}
-    tops = [m for m in modules if id(m) not in inner]
-
-    def score(m: Any) -> int:
-        return sum(p.numel() for p in m.parameters() if p.requires_grad)
-
-    best, best_score = None, 0
-    for m in tops:
-        value = score(m)
-        if value > best_score:
-            best, best_score = m, value
-    return best
-
-
-def _batch_dim(batch: Any, tensor_type: type, dim: int) -> int | None:
-    """Samples in a sequence-first batch: dimension `dim` of its first tensor that has it."""
-    if isinstance(batch, tensor_type):
-        return int(batch.shape[dim]) if batch.dim() > dim else None
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    for item in items:
-        found = _batch_dim(item, tensor_type, dim)
-        if found is not None:
-            return found
-    return None
-
-
 def _shm_bytes() -> int | None:
     try:
         st = os.statvfs("/dev/shm")
@@ -193,7 +130,7 @@ class Hooks:
         self.data_parallel = False
         self.ddp = False
         self._model_reported = False
-        self._root: Any = None  # weakref to the root module, once watch_model found it
+        self.root: RootWatch | None = None  # the model's root module (install)
         self.overrides: Any = None
         self.runtime: Runtime | None = None
         self.device_type = "cpu"
@@ -214,6 +151,7 @@ class Hooks:
 
         self.overrides = Overrides(agent, torch, agent.settings.config)
         self.overrides.apply_global()
+        self.root = RootWatch(agent, torch)
         self._hook_optimizer()
         self._hook_dataloader()
         self._hook_backward()
@@ -318,7 +256,7 @@ class Hooks:
         that trains in float64 (1.9-5x slower than float32 per step on a CPU here)
         or already in a half type. One pass over the parameters, at the first step.
         """
-        root = self._root() if self._root is not None else None
+        root = self.root.module() if self.root is not None else None
         if root is None:
             return None
         try:
@@ -356,7 +294,9 @@ class Hooks:
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if not agent.disabled:
                 try:
-                    clock.on_optimizer_start(perf())
+                    # The token is torch's step wrapper's frame, which called this hook: while it is
+                    # on the stack the step runs (`_abandon_raised`).
+                    clock.on_optimizer_start(id(optimizer), perf(), sys._getframe(1))
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step pre-hook", err)
 
@@ -377,6 +317,7 @@ class Hooks:
         base = dataloader._BaseDataLoaderIter
         tensor_type = self.torch.Tensor
         perf = _PERF
+        root = self.root
 
         def make_next(original_next: Any) -> Any:
             def __next__(it: Any) -> Any:
@@ -385,8 +326,14 @@ class Hooks:
                 started = perf()
                 batch = original_next(it)  # StopIteration passes through untimed: not a wait
                 waited = perf() - started
+                if root.at_fetch:  # the first batch: the model, to see an evaluation before step 0
+                    root.at_fetch = False
+                    try:
+                        root.watch()
+                    except Exception as err:  # never into the training loop
+                        agent.note("warn", "hooks", f"model not watched: {err}", once="root-fetch")
                 try:
-                    samples = _leading_dim(batch, tensor_type)
+                    samples = leading_dim(batch, tensor_type)
                     clock.on_fetch(it.__dict__.get("_pitstop_loader"), started, waited, samples)
                 except Exception as err:  # never into the training loop
                     agent.fail("the DataLoader hook", err)
@@ -456,6 +403,8 @@ class Hooks:
                 token = marker() if marker is not None and not agent.disabled else None
                 result = original(tensor, *args, **kwargs)
                 if not agent.disabled:
+                    if clock.open_steps:  # inside an optimizer's step (a closure's), or one raised
+                        hooks._abandon_raised()
                     loss = None
                     if hooks.capture_loss:
                         try:
@@ -474,6 +423,25 @@ class Hooks:
             return backward
 
         patch(self.torch.Tensor, "backward", make)
+
+    def _abandon_raised(self) -> None:
+        """Optimizer steps whose frame left the stack raised (no post-hook came): the clock ends them.
+
+        A walk up the stack at each backward, only while a step is open: a closure's
+        backward (LBFGS: seconds each) or the first backward after a step raised."""
+        clock = self.agent.clock
+        try:
+            alive = set()
+            frame = sys._getframe(1)
+            while frame is not None:
+                alive.add(id(frame))
+                frame = frame.f_back
+            for key, token in list(clock.open_steps):
+                if token is not None and id(token) not in alive:
+                    clock.abandon(key)
+                    break  # and every step opened inside it
+        except Exception as err:
+            self.agent.fail("the optimizer-step check", err)
 
     # ---- model facts ----------------------------------------------------------
     def _wrap_init(self, cls: Any, on_init: Any) -> None:
@@ -538,55 +506,9 @@ class Hooks:
 
     # ---- the model's root module ----------------------------------------------
     def watch_model(self) -> None:
-        """Find the model (the agent calls this once, at the first backward) and watch its forwards.
-
-        The root module is the outermost module with the most trainable
-        parameters (no optimizer has stepped yet at the first backward). Its class's `__call__` is patched
-        (`_patch`, invisible) to tell the clock whether a forward of the root
-        trains (grad on, train mode) or evaluates, and to give samples (the
-        batch dimension of its input) to loops that slice batches without a
-        DataLoader. Nothing is stored on the model itself: a forward hook lives
-        in the module's state, and `torch.save(model)` of pytorch/examples'
-        word_language_model then failed pickling pitstop's hook.
-        """
-        try:
-            root = find_root(self.torch.nn.Module)
-        except Exception as err:
-            self.agent.note("warn", "hooks", f"model not found: {err}", once="root")
-            return
-        if root is None:
-            return
-        agent = self.agent
-        clock = agent.clock
-        grad_enabled = self.torch.is_grad_enabled
-        tensor_type = self.torch.Tensor
-        perf = _PERF
-        # Sequence-first models (an LSTM or Transformer with batch_first=False) take
-        # (seq, batch, ...) inputs: the batch is their second dimension.
-        seq_first = any(getattr(m, "batch_first", True) is False for m in root.modules())
-        root_ref = weakref.ref(root)
-        self._root = root_ref
-
-        def make(original: Any) -> Any:
-            def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-                if module is root_ref() and not agent.disabled:
-                    try:
-                        training = module.training and grad_enabled()
-                        samples = None
-                        if training and clock.wants_forward_samples:
-                            found = args if args else kwargs
-                            samples = _batch_dim(found, tensor_type, 1) if seq_first else _leading_dim(found, tensor_type)
-                        clock.on_forward(training, samples, perf())
-                    except Exception as err:  # never into the training loop
-                        agent.fail("the model's forward hook", err)
-                return original(module, *args, **kwargs)
-
-            return __call__
-
-        try:
-            patch(type(root), "__call__", make)
-        except Exception as err:
-            self.agent.note("warn", "hooks", f"model forwards not watched: {err}", once="root-hook")
+        """Find the model and watch its forwards (the agent calls this at the first backward)."""
+        if self.root is not None:
+            self.root.watch()
 
     # ---- profiler windows -----------------------------------------------------
     def _start_windows(self) -> None:

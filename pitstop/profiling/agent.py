@@ -536,15 +536,17 @@ class Agent:
                 self.windows.close()
         except Exception:
             pass
+        eval_after = None
         try:
-            self.clock.flush()
+            eval_after = self.clock.finish(_perf())  # held steps out; an evaluation after the last step
         except Exception:
             pass
         if self.torch is not None:
             self.flush_losses(block=True)
         if self.sampler is not None:
             self.sampler.stop()
-        self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code))
+        self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code,
+                      eval_s=eval_after or 0.0))
         self._stop.set()
         if self._writer_thread is not None and self._writer_thread is not threading.current_thread():
             self._writer_thread.join(timeout=2.0)

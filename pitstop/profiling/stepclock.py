@@ -10,11 +10,25 @@ What it decides:
   Backward boundaries are held until it is clear that no optimizer steps
   (`PENDING_MAX` calls or `PENDING_S`): a GAN calls backward twice before its
   first `optimizerD.step()`, and emitting those as steps invented two steps.
+  A backward inside a running `optimizer.step()` (LBFGS calls its closure ~20
+  times a step) belongs to that step and is never a boundary: pytorch/examples'
+  time_sequence_prediction, 3 steps of ~100 s each, recorded 23 steps. A step
+  that raised (its post-hook never comes) ends at that optimizer's next step,
+  or where the hooks see its frame gone (`abandon`).
 - The training loader: the one whose batch fed the step (the last fetched before
   the boundary). Data wait and samples count its batches only.
-- Evaluation: a step in which another loader was iterated, or the model's root
-  module ran `EVAL_FORWARDS` or more forwards without grad (or in eval mode) that
-  no backward followed, is marked "eval"; `eval_s` spans that evidence.
+- Evaluation: a step in which another loader gave `EVAL_FORWARDS` or more
+  batches, or the model's root module ran `EVAL_FORWARDS` or more forwards
+  without grad (or in eval mode) that no backward followed, is marked "eval";
+  `eval_s` spans that evidence. Once the training forwards are seen inside
+  optimizer steps (a closure), one such forward outside a step is evaluation:
+  there the training forward cannot be outside. Batches of the training loader
+  that such an evaluation consumed (ignite's evaluator run over the training
+  loader: 640 samples a step counted as training) count as evaluation, not as
+  the step's samples or data wait. Keras's `model.fit` takes one batch of a
+  loader of its own to build the model (`_symbolic_build`): one batch is not
+  an evaluation. The evaluation in the partial step at the process's end
+  (after the last step) is `finish()`'s.
 - The loss of a step: the last loss a backward of that step passed in. Held
   backward calls that turn out to be one optimizer step (a GAN's, gradient
   accumulation's) give that step the last of their losses.
@@ -80,14 +94,23 @@ class StepClock:
         self._mark: float | None = None
         self._mark_tok: Any = None
         self._opt_open = False
+        # Optimizer steps running now, [key, token] (the pre-hook came, the post-hook not yet),
+        # innermost last: a wrapping optimizer (Lookahead) steps an inner one inside its own.
+        self._open: list[list[Any]] = []
+        self.closure = False  # a backward ran inside an optimizer step: training forwards are there
         self._reset()
 
     def _reset(self) -> None:
-        self._fetch: dict[Any, list[Any]] = {}  # loader -> [wait, samples|None, first start, last end]
+        # loader -> [wait, samples|None, first start, last end, batches, eval wait, eval samples, eval batches]
+        self._fetch: dict[Any, list[Any]] = {}
         self._last_loader: Any = None
+        self._unused: list[Any] | None = None  # the last batch no root forward took yet: [loader, start, wait, samples]
         self._fwd_samples: int | None = None
         self._seg_t0: float | None = None  # open stretch of eval forwards
         self._seg_n = 0
+        self._seg_batches: list[list[Any]] = []  # the batches its forwards took
+        self._seg_need = EVAL_FORWARDS  # forwards that make it an evaluation
+        self._fwd_end: float | None = None  # where the latest forward without grad ended
         self._eval_t0: float | None = None  # evidence of evaluation in this step
         self._eval_t1 = 0.0
         self._eval_told = False
@@ -103,18 +126,18 @@ class StepClock:
             self.t_last = started
         acc = self._fetch.get(loader)
         if acc is None:
-            acc = self._fetch[loader] = [0.0, None, started, 0.0]
-            if self.train_loader is not None and loader != self.train_loader:
-                self._tell_eval()  # counted at the boundary: it may be a new training loader
+            acc = self._fetch[loader] = [0.0, None, started, 0.0, 0, 0.0, 0, 0]
         acc[0] += waited
         if samples is not None:
             acc[1] = samples if acc[1] is None else acc[1] + samples
         acc[3] = self._mark = started + waited
+        acc[4] += 1
+        if acc[4] == EVAL_FORWARDS and self.train_loader is not None and loader != self.train_loader:
+            self._tell_eval()  # counted at the boundary: it may be a new training loader
         if self.marker is not None:
             self._mark_tok = self.marker()
         self._last_loader = loader
-        if loader == self.train_loader and self._seg_t0 is not None:
-            self._close_segment(started)
+        self._unused = [loader, started, waited, samples]
 
     @property
     def wants_forward_samples(self) -> bool:
@@ -123,17 +146,27 @@ class StepClock:
 
     def on_forward(self, training: bool, samples: int | None, now: float) -> None:
         """The model's root module starts a forward; `training`: grad on and train mode."""
+        unused, self._unused = self._unused, None  # this forward takes the batch in hand
         if not training:
             if self._seg_t0 is None:
-                self._seg_t0 = now
+                self._seg_t0 = unused[1] if unused is not None else now  # its batch's loading too
+                self._seg_need = 1 if self.closure and not self._open else EVAL_FORWARDS
+            if unused is not None:
+                self._seg_batches.append(unused)
             self._seg_n += 1
-            if self._seg_n == EVAL_FORWARDS:
+            if self._seg_n == self._seg_need:
                 self._evidence(self._seg_t0)
             return
         if self._seg_t0 is not None:
-            self._close_segment(now)
+            # Training resumed where its batch began to load (ignite's next epoch after an
+            # evaluator run over the training loader), else here.
+            self._close_segment(unused[1] if unused is not None and unused[1] >= self._seg_t0 else now)
         if samples is not None:
             self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
+
+    def on_forward_end(self, now: float) -> None:
+        """A forward of the root module without grad returned (where an evaluation after the last step ends)."""
+        self._fwd_end = now
 
     def on_backward(self, now: float, loss: Any = None, started: float | None = None, token: Any = None) -> int:
         """A backward call (of `loss`, when it was read) that began at `started` (`token`: the marker's
@@ -144,7 +177,10 @@ class StepClock:
             self._stamp_backward(started, now, token)
         if self._seg_t0 is not None:
             # Forwards that a backward follows were training (eval-mode fine-tuning).
-            self._seg_t0, self._seg_n = None, 0
+            self._seg_t0, self._seg_n, self._seg_batches, self._seg_need = None, 0, [], EVAL_FORWARDS
+        if self._open:  # a closure's backward: the running optimizer step is the boundary
+            self.closure = True
+            return 0
         mode = self.mode
         if mode == "optimizer" or mode == "manual":
             return 0
@@ -168,8 +204,36 @@ class StepClock:
             self._emit(step, "backward")
         return len(held)
 
-    def on_optimizer_start(self, now: float) -> None:
-        """An optimizer's step() begins (the optimizer's pre-hook)."""
+    def finish(self, now: float) -> float | None:
+        """The process is ending: held boundaries become steps (`flush`); returns the seconds of the
+        evaluation in the partial step after the last one (HF Trainer's, Keras's last pass), else None."""
+        self.flush()
+        if self._seg_t0 is not None:  # it ended with its last forward, not at the process's exit
+            end = self._fwd_end if self._fwd_end is not None and self._fwd_end >= self._seg_t0 else now
+            self._close_segment(end)
+        acc = self._fetch.get(self.train_loader)
+        evaluated, eval_s = self._eval_span(acc, now)
+        return eval_s if evaluated else None
+
+    @property
+    def open_steps(self) -> list[list[Any]]:
+        """[key, token] of each optimizer step running (or that raised unseen), innermost last."""
+        return self._open
+
+    def abandon(self, key: Any) -> None:
+        """That optimizer's step raised (its post-hook never came): it and steps opened inside it ended."""
+        for i, entry in enumerate(self._open):
+            if entry[0] == key:
+                del self._open[i:]
+                self._opt_open = bool(self._open)
+                return
+
+    def on_optimizer_start(self, key: Any, now: float, token: Any = None) -> None:
+        """An optimizer's step() begins (the optimizer's pre-hook); `token`: what the hooks use to see it end."""
+        self.abandon(key)  # still open: its previous step raised
+        self._open.append([key, token])
+        if self._seg_t0 is not None:  # an evaluation between closure steps ends here
+            self._close_segment(now)
         self._opt_open = True
         self._mark = now
         if self.marker is not None:
@@ -179,6 +243,7 @@ class StepClock:
         """An optimizer stepped. Returns how many held backward boundaries merged into this step."""
         if self._opt_open:
             self._stamp_optimizer(now)
+        self.abandon(key)  # ended; so did any step opened inside it that raised
         if key == self.primary and self.mode == "optimizer":  # every step after the first
             self._others = 0
             self._cut("optimizer", now)
@@ -257,14 +322,20 @@ class StepClock:
                 self.on_eval()
 
     def _close_segment(self, now: float) -> None:
-        if self._seg_n >= EVAL_FORWARDS:
+        if self._seg_n >= self._seg_need:
             self._eval_t1 = max(self._eval_t1, now)
+            for loader, _, waited, samples in self._seg_batches:  # evaluation's batches, not training's
+                acc = self._fetch.get(loader)
+                if acc is not None:
+                    acc[5] += waited
+                    acc[6] += samples or 0
+                    acc[7] += 1
             # The evaluation is nobody's forward: the next forward starts here.
             if self._mark is None or now > self._mark:
                 self._mark = now
                 if self.marker is not None:
                     self._mark_tok = self.marker()
-        self._seg_t0, self._seg_n = None, 0
+        self._seg_t0, self._seg_n, self._seg_batches, self._seg_need = None, 0, [], EVAL_FORWARDS
 
     def _measure(self, now: float) -> list[Any]:
         """This step as [end, start, wait, samples, eval_s, eval, loader, loss, phases]."""
@@ -276,28 +347,32 @@ class StepClock:
             train = self._last_loader  # the batch that fed this step (a new loader each epoch, too)
         self.train_loader = train
         acc = fetched.get(train)
-        wait = acc[0] if acc is not None else 0.0
-        samples = acc[1] if acc is not None else None
+        wait = acc[0] - acc[5] if acc is not None else 0.0
+        samples = acc[1] - acc[6] if acc is not None and acc[1] is not None else None
         if samples is None:
             samples = self._fwd_samples
         if samples is None and acc is None and train is not None:
             # No batch of the training loader in this step: its batch was fetched in an
             # earlier one (accelerate's loaders fetch one ahead), which counted it.
             samples = 0
-        evaluated = self._eval_t0 is not None or len(fetched) > (1 if acc is not None else 0)
-        eval_s = 0.0
-        if evaluated:
-            starts = [a[2] for k, a in fetched.items() if k != train]
-            ends = [a[3] for k, a in fetched.items() if k != train]
-            if self._eval_t0 is not None:
-                starts.append(self._eval_t0)
-            if self._eval_t1:
-                ends.append(self._eval_t1)
-            eval_s = max(0.0, max(ends, default=now) - min(starts))
+        evaluated, eval_s = self._eval_span(acc, now)
         start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
         phases = (self._fwd, self._bwd, self._opt, self._spans) if self._phased else None
         self._mark = now
         return [now, start, wait, samples, eval_s, evaluated, train, self._loss, phases]
+
+    def _eval_span(self, acc: list[Any] | None, now: float) -> tuple[bool, float]:
+        """(evaluated, seconds): the stretch from the first evidence of evaluation to its last."""
+        others = [a for k, a in self._fetch.items() if a is not acc and (a[4] >= EVAL_FORWARDS or a[7])]
+        if self._eval_t0 is None and not others:
+            return False, 0.0
+        starts = [a[2] for a in others]
+        ends = [a[3] for a in others]
+        if self._eval_t0 is not None:
+            starts.append(self._eval_t0)
+        if self._eval_t1:
+            ends.append(self._eval_t1)
+        return True, max(0.0, max(ends, default=now) - min(starts))
 
     def _cut(self, source: str, now: float) -> None:
         step = self._measure(now)

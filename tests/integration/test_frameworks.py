@@ -147,6 +147,13 @@ def test_hf_trainer_steps_and_throughput(tmp_path: Path, fw_env: dict[str, str])
     summary = subprocess.run([sys.executable, "-m", "pitstop.cli", "view", str(record), "--summary"], env=fw_env,
                              capture_output=True, text=True, timeout=120)
     assert summary.returncode == 0, summary.stderr
+    # the evaluation at the last step lies in no step: the summary still counts it, with its time
+    end = events_of(record)[-1]
+    assert isinstance(end, End) and end.eval_s > 0, end
+    runtime = reference["eval_runtime"]  # the Trainer's own timer of each evaluation
+    measured = [s.eval_s for s in steps if s.mark == "eval"] + [end.eval_s]
+    assert all(abs(m / r - 1) < 0.3 for m, r in zip(measured, runtime)), (measured, runtime)
+    assert re.search(rf"^\s+eval\s+{len(reference['eval_at'])} passes, ", summary.stdout, re.M), summary.stdout
     samples_per_s, _ = summary_throughput(summary.stdout)
     from_record = HF_BATCH * training_steps_per_s(steps)
     from_hook = HF_BATCH * hook_steps_per_s(reference["stamps"], reference["eval_at"])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pitstop.analysis import RunState, findings, summarize
-from pitstop.events import DataLoaderInfo, Proc, Runtime, Sample, Step
+from pitstop.analysis import RunState, findings, format_summary, summarize
+from pitstop.events import DataLoaderInfo, End, Proc, Runtime, Sample, Step
 
 
 def _run(eval_every: int = 10) -> RunState:
@@ -46,3 +46,14 @@ def test_eval_steps_are_kept_out_of_throughput_and_step_statistics() -> None:
     assert s.step_p95_s is not None and s.step_p95_s < 0.2  # the 5 s eval steps do not enter p95
     assert s.samples_per_s is not None and abs(s.samples_per_s - 640.0) < 1e-6  # 64 per 0.1 s step
     assert run.loader_role(1) == "train" and run.loader_role(2) == "eval"
+
+
+def test_an_evaluation_after_the_last_step_is_one_more_pass_with_its_time() -> None:
+    run = _run()
+    run.add(End(t=400.0, steps=60, dropped=0, eval_s=3.5))  # HF Trainer's evaluation at its last step
+    s = summarize(run)
+    assert (s.eval_passes, s.eval_s) == (6, 5 * 4.9 + 3.5)
+    assert "eval        6 passes, 28.0 s" in format_summary(s)
+    quiet = _run()
+    quiet.add(End(t=400.0, steps=60, dropped=0))  # none after the last step
+    assert (summarize(quiet).eval_passes, summarize(quiet).eval_s) == (5, 5 * 4.9)

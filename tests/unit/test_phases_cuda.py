@@ -107,7 +107,7 @@ def train_step(agent: Agent, opt: Any, forward_ms: float = 30.0, backward_ms: fl
     token = marker() if marker is not None else None
     launch(backward_ms)
     agent.on_backward(None, started, token, FakeTensor())
-    clock.on_optimizer_start(time.perf_counter())
+    clock.on_optimizer_start(id(opt), time.perf_counter())
     launch(optimizer_ms)
     agent.on_optimizer_step(opt)
 

@@ -250,3 +250,112 @@ def test_manual_steps_carry_the_loss_of_the_backward_between_them() -> None:
     c.manual(None, r.tick(0.1))
     c.manual(None, r.tick(0.1))
     assert [s["loss"] for s in r.steps] == [None, 2.5, None]
+
+
+# ---- closures (LBFGS) ----------------------------------------------------------
+def closure_step(r: Recorder, closures: int, each: float, key: str = "lbfgs") -> None:
+    """`optimizer.step(closure)`: the pre-hook, `closures` forward+backward calls inside, the post-hook."""
+    r.clock.on_optimizer_start(key, r.tick(0.001))
+    for _ in range(closures):
+        r.clock.on_forward(True, None, r.tick(0.001))
+        r.clock.on_backward(r.tick(each), 0.5)
+    r.clock.on_optimizer_step(key, r.tick(0.001))
+
+
+def test_a_slow_first_lbfgs_step_with_twenty_closures_is_one_step() -> None:
+    r = Recorder()
+    closure_step(r, closures=20, each=3.5)  # 70 s: past the 60 s hold on backward boundaries
+    closure_step(r, closures=20, each=0.05)
+    closure_step(r, closures=20, each=0.05)
+    assert [(s["index"], s["source"]) for s in r.steps] == [(0, "optimizer"), (1, "optimizer"), (2, "optimizer")]
+    assert r.steps[0]["wall"] == pytest.approx(70 + 20 * 0.001 + 0.002)
+
+
+def test_a_first_step_of_more_closures_than_the_hold_is_one_step() -> None:
+    r = Recorder()
+    closure_step(r, closures=PENDING_MAX + 10, each=0.01)
+    closure_step(r, closures=5, each=0.01)
+    assert [s["source"] for s in r.steps] == ["optimizer", "optimizer"]
+
+
+def test_an_optimizer_step_that_raised_ends_at_that_optimizer_s_next_step() -> None:
+    r = Recorder()
+    r.clock.on_optimizer_start("lbfgs", r.tick(0.001))
+    r.clock.on_backward(r.tick(0.1))  # the closure ran, then step() raised: no post-hook
+    closure_step(r, closures=3, each=0.1)
+    closure_step(r, closures=3, each=0.1)
+    assert [s["source"] for s in r.steps] == ["optimizer", "optimizer"]
+    assert r.clock.open_steps == []
+
+
+def test_backward_calls_after_an_abandoned_optimizer_step_are_steps_again() -> None:
+    r = Recorder()
+    r.clock.on_optimizer_start("opt", r.tick(0.001))
+    r.clock.abandon("opt")  # the hooks saw its frame gone: step() raised
+    for _ in range(3):  # the script goes on with manual SGD
+        r.fetch(TRAIN, 0.01, 16)
+        r.clock.on_backward(r.tick(0.1))
+    assert r.clock.flush() == 3
+    assert [s["source"] for s in r.steps] == ["backward"] * 3
+
+
+def test_a_no_grad_prediction_between_closure_steps_is_an_evaluation() -> None:
+    r = Recorder()
+    closure_step(r, closures=4, each=0.1)
+    r.clock.on_forward(False, None, r.tick(0.01))  # time_sequence_prediction: one prediction under no_grad
+    r.clock.on_forward_end(r.tick(0.5))
+    r.tick(2.0)  # plotting it
+    closure_step(r, closures=4, each=0.1)
+    assert [s["mark"] for s in r.steps] == [None, "eval"]
+    assert r.steps[1]["eval_s"] == pytest.approx(2.5 + 0.001)  # to the next optimizer step's start
+    r.clock.on_forward(False, None, r.tick(0.01))  # after the last step: in no step
+    r.clock.on_forward_end(r.tick(0.4))
+    assert r.clock.finish(r.tick(3.0)) == pytest.approx(0.4)
+
+
+# ---- evaluation over the training loader, before the first and after the last step ----------
+def eval_over_train(r: Recorder, batches: int = 10, batch: int = 32, each: float = 0.05) -> None:
+    for _ in range(batches):
+        r.fetch(TRAIN, 0.002, batch)
+        r.clock.on_forward(False, None, r.tick(each))
+        r.clock.on_forward_end(r.now)
+
+
+def test_an_evaluator_run_over_the_training_loader_is_evaluation_not_training_samples() -> None:
+    r = Recorder()
+    for _ in range(3):
+        r.train_step(batch=32)
+    eval_over_train(r, batches=10)  # ignite: create_supervised_evaluator(...).run(train_loader)
+    r.train_step(batch=32)
+    step = r.steps[3]
+    assert (step["samples"], step["mark"], step["loader"]) == (32, "eval", TRAIN)
+    assert step["wait"] == pytest.approx(0.01)
+    assert step["eval_s"] == pytest.approx(10 * 0.052)
+
+
+def test_an_evaluation_before_the_first_step_is_in_step_0_and_not_its_samples() -> None:
+    r = Recorder()
+    eval_over_train(r, batches=4)  # the model is watched from the first batch
+    r.train_step(batch=32)
+    r.train_step(batch=32)
+    assert [(s["samples"], s["mark"]) for s in r.steps] == [(32, "eval"), (32, None)]
+    assert r.steps[0]["eval_s"] == pytest.approx(4 * 0.052)
+
+
+def test_an_evaluation_after_the_last_step_is_finish_s_and_none_is_none() -> None:
+    r = Recorder()
+    r.train_step()
+    assert r.clock.finish(r.tick(1.0)) is None
+    r.train_step()
+    r.eval_pass(batches=4, each=0.05)  # HF Trainer's evaluation at its last step
+    r.clock.on_forward_end(r.tick(0.05))
+    assert r.clock.finish(r.tick(5.0)) == pytest.approx(4 * 0.052 + 0.05)  # to its last forward's end
+
+
+def test_one_batch_of_another_loader_without_a_forward_is_not_an_evaluation() -> None:
+    r = Recorder()
+    r.fetch(VAL, 0.002, 32)  # Keras's _symbolic_build takes one batch of a loader of its own
+    for _ in range(3):
+        r.train_step()
+    assert [s["mark"] for s in r.steps] == [None, None, None]
+    assert r.steps[0]["samples"] == 16

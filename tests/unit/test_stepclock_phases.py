@@ -25,7 +25,7 @@ class Loop(Recorder):
         self.clock.on_backward(self.tick(backward), None, started, token)
 
     def optimizer(self, key: str, seconds: float) -> None:
-        self.clock.on_optimizer_start(self.now)
+        self.clock.on_optimizer_start(key, self.now)
         self.clock.on_optimizer_step(key, self.tick(seconds))
 
     def _token(self) -> Any:
@@ -156,7 +156,7 @@ def test_a_closure_s_forward_and_backward_inside_the_optimizer_are_not_counted_t
     r = Loop()
     for _ in range(2):
         r.fetch(TRAIN, 0.001, 16)
-        r.clock.on_optimizer_start(r.tick(0.001))  # LBFGS: step(closure) runs forward and backward inside
+        r.clock.on_optimizer_start("lbfgs", r.tick(0.001))  # LBFGS: step(closure) runs forward and backward inside
         r.backward(forward=0.010, backward=0.020)
         r.clock.on_optimizer_step("lbfgs", r.tick(0.004))
     fwd, bwd, opt = r.phases(1)

@@ -4,7 +4,8 @@ No hub access (the model is randomly initialised from a config object), no
 tokenizer, synthetic token ids, no reporting integrations, no checkpoints. The
 script stamps its own optimizer steps with a plain global post-hook (the
 reference pitstop's steps are compared with) and notes how many steps were
-done at each evaluation; it writes both to OUT.
+done at each evaluation and the Trainer's own `eval_runtime` of it; it writes
+them to OUT.
 
 usage: fw_hf_trainer.py MAX_STEPS BATCH EVAL_STEPS OUTPUT_DIR OUT
 """
@@ -48,9 +49,12 @@ class Evaluations(TrainerCallback):
 
     def __init__(self) -> None:
         self.at: list[int] = []
+        self.runtime: list[float] = []  # the Trainer's own timer of each evaluation (metrics["eval_runtime"])
 
     def on_evaluate(self, args: object, state: object, control: object, **kwargs: object) -> None:
         self.at.append(len(stamps))
+        metrics = kwargs.get("metrics")
+        self.runtime.append(float(metrics["eval_runtime"]) if isinstance(metrics, dict) else float("nan"))
 
 
 torch.manual_seed(0)
@@ -86,6 +90,7 @@ result = {
     "optimizer_steps": len(stamps),
     "global_step": trainer.state.global_step,
     "eval_at": evaluations.at,
+    "eval_runtime": evaluations.runtime,
     "stamps": stamps,
     "batch": BATCH,
 }
