@@ -43,6 +43,9 @@ class Hello:
     world_size: int | None = None
     script: str = ""  # what the user ran, for display ("train.py", "-m pkg.mod")
     record: str | None = None  # where this process records its events
+    # A child process that trains (a multiprocessing child stepping an optimizer, as in
+    # hogwild): the pid of the process it was started from. None in a main process or rank.
+    parent_pid: int | None = None
 
 
 @dataclass(frozen=True)

@@ -7,26 +7,48 @@ front imports another (issue 13).
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 
 from pitstop.analysis import RunState
 from pitstop.profiling.record import ReadResult, iter_record, record_files
 
 
+def _children_of(target: Path, files: list[Path]) -> list[Path]:
+    """Records of child processes that trained beside a `NAME.jsonl` record: `NAME.pid{PID}.jsonl`.
+
+    A hogwild child of `pitstop run --record NAME.jsonl` records there (`record_path_for`);
+    without them the run read as "steps 0" while its children trained. A directory
+    target already names every record in it.
+    """
+    if target.is_dir() or target.suffix != ".jsonl" or len(files) != 1:
+        return []
+    return sorted(target.parent.glob(f"{glob.escape(target.stem)}.pid*.jsonl"))
+
+
 def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
-    """RunStates of every record file `target` names, and notes about torn files."""
+    """RunStates of every record file `target` names (with its children's), and notes about torn files."""
     runs = []
     notes = []
-    for path in record_files(target):
+    files = record_files(target)
+    children = _children_of(target, files)
+    for path in files + children:
         result = ReadResult()
         run = RunState()
         for event in iter_record(path, result):
             run.add(event)
+        if path in children and not _same_session(run, runs[0] if runs else None):
+            continue  # another run's file that happens to share the name
         if result.torn:
             notes.append(f"note: {path} ends in a cut line (the run was killed); read up to its last whole line")
         runs.append(run)
     runs.sort(key=lambda r: (r.hello.rank if r.hello and r.hello.rank is not None else -1, r.hello.pid if r.hello else 0))
     return runs, notes
+
+
+def _same_session(run: RunState, main: RunState | None) -> bool:
+    return (run.hello is not None and main is not None and main.hello is not None
+            and run.hello.session == main.hello.session)
 
 
 def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:

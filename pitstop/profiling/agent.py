@@ -31,6 +31,8 @@ from typing import Any
 
 from pitstop._version import __version__
 from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
+from pitstop.profiling import _children
+from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
@@ -48,8 +50,8 @@ _current: Agent | None = None
 
 
 def current() -> Agent | None:
-    """The agent of this process, if one started (and this is not a forked child)."""
-    return _current if _current is not None and not _current.disabled else None
+    """The agent of this process, if one started or waits for this process's first step (a child)."""
+    return _current if _current is not None and (_current.dormant or not _current.disabled) else None
 
 
 def _env_int(name: str) -> int | None:
@@ -62,11 +64,17 @@ def _env_int(name: str) -> int | None:
 class Agent:
     """Everything pitstop runs inside one training process."""
 
-    def __init__(self, settings: SessionSettings, reason: str = "") -> None:
+    def __init__(self, settings: SessionSettings, reason: str = "", parent_pid: int | None = None) -> None:
         """Settings and pure objects only: nothing is opened, bound, started or replaced until `start()`."""
         self.settings = settings
-        self.reason = reason  # the bootstrap's start decision (sitecustomize.should_start)
+        self.reason = reason  # the bootstrap's start decision (sitecustomize.decide)
         self.disabled = False
+        # A child process (hogwild) is armed dormant and starts at its first step (_children.py).
+        self.dormant = False
+        self.parent_pid = parent_pid
+        self._fork_hooked = False
+        self._hooks_installing = False
+        self.blind = BlindWatch()
         self.failed = False  # switched off by an internal error (fail): the record still gets its End
         self.pid = os.getpid()
         self.rank = _env_int("RANK")
@@ -130,6 +138,8 @@ class Agent:
         settings = self.settings
         # A rank a script started itself (Lightning's DDP) has LOCAL_RANK but no RANK yet.
         named = self.rank if self.rank is not None else _env_int("LOCAL_RANK")
+        if self.parent_pid is not None:  # a child that trains: its own file, named with its pid
+            self.rank = named = None
         self.record_path = record_path_for(settings.record, named, self.pid)
         self._writer = RecordWriter(self.record_path)
         try:
@@ -156,6 +166,7 @@ class Agent:
             world_size=_env_int("WORLD_SIZE"),
             script=script,
             record=str(self.record_path),
+            parent_pid=self.parent_pid,
         )
         self._writer.write(self.hello)
         if settings.socket:
@@ -178,8 +189,22 @@ class Agent:
             except Exception as err:
                 self.note("warn", "prometheus", f"metrics endpoint off: {err}")
         self._exits.install(lambda message: self.note("warn", "agent", message))
-        os.register_at_fork(after_in_child=self._after_fork_child)  # cannot be undone: the child checks
+        self._hook_fork()
         atexit.register(self.stop)
+
+    def arm(self) -> None:
+        """A dormant agent (a multiprocessing child): hooks only, started by its first step (`wake`)."""
+        self.dormant = self.disabled = True
+        self._hook_fork()
+
+    def wake(self) -> None:
+        """The first backward or optimizer step of a dormant agent's process: start it for real."""
+        _children.wake(self)
+
+    def _hook_fork(self) -> None:
+        if not self._fork_hooked:  # inherited by a forked child with the rest of the interpreter
+            self._fork_hooked = True
+            os.register_at_fork(after_in_child=self._after_fork_child)  # cannot be undone: the child checks
 
     def _start_server(self, hello: Hello) -> None:
         """The per-process socket live viewers connect to (and TCP with a token, with --listen)."""
@@ -242,8 +267,24 @@ class Agent:
     def _read_slow(self) -> None:
         """The readings steps carry that need not be taken per step (writer thread, 2 Hz)."""
         self.rss_now = self._rss()
+        if self.hooks is None:
+            self._hook_late()
+        self.blind.check(self)
         if self.cuda_device:
             self._read_cuda()
+
+    def _hook_late(self) -> None:
+        """torch imported where the import watcher could not see it: hook it now, and say so."""
+        try:
+            from pitstop.profiling import _hooks
+
+            if _hooks.install_late(self):
+                since = time.time() - self.hello.started if self.hello is not None else 0.0
+                self.note("warn", "hooks", "torch was imported before pitstop could hook it; hooks installed "
+                          f"late at {since:.1f} s (steps before then are not counted)", once="late-hooks")
+        except Exception as err:
+            self._hooks_installing = True  # not again
+            self.note("error", "hooks", f"torch hooks not installed late: {err}")
 
     def _read_cuda(self) -> None:
         """CUDA once the script initialised it; then the allocator's figures of the training device."""
@@ -352,6 +393,8 @@ class Agent:
         self.clock.on_backward(_perf(), loss, started, token)
 
     def manual_step(self, samples: int | None = None) -> None:
+        if self.dormant:
+            self.wake()
         if self.disabled:
             return
         self.clock.manual(samples, _perf())
@@ -541,6 +584,7 @@ class Agent:
             self.flush_losses(block=True)
         if self.sampler is not None:
             self.sampler.stop()
+        self.blind.check(self, final=True)
         self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code))
         self._stop.set()
         if self._writer_thread is not None and self._writer_thread is not threading.current_thread():
@@ -564,13 +608,14 @@ class Agent:
         # an atexit callback crashed CPython before 3.10.2 (bpo-46025).
 
     def _after_fork_child(self) -> None:
-        # A forked child (a DataLoader worker) inherits our objects but not our
-        # threads: switch everything off there, touching no lock.
+        # A forked child (a DataLoader worker, a hogwild trainer) inherits our objects
+        # but not our threads: dormant there until it steps, touching no lock.
         global _current
-        self.disabled = True
-        _current = None
-        if self.server is not None:
-            self.server.close_in_child()
+        try:
+            _children.reset_after_fork(self)
+        except Exception:
+            self.disabled, self.dormant = True, False
+        _current = self
 
 
 def start_from_env(reason: str = "") -> Agent | None:
@@ -593,5 +638,19 @@ def start_from_env(reason: str = "") -> Agent | None:
         _hooks.install_when_torch_imported(agent)
     except Exception as err:
         agent.note("error", "hooks", f"torch hooks not installed: {err}")
+    return agent
+
+
+def arm_from_env(reason: str, parent_pid: int) -> Agent | None:
+    """Called by the bootstrap in a multiprocessing child: a dormant agent, woken by a step."""
+    global _current
+    if _current is not None:
+        return _current
+    agent = Agent(SessionSettings.from_env(os.environ[SESSION_ENV]), reason, parent_pid=parent_pid)
+    agent.arm()
+    _current = agent
+    from pitstop.profiling import _hooks
+
+    _hooks.install_when_torch_imported(agent)
     return agent
 
