@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from pitstop import trainers
 from pitstop.analysis import (
     Advice,
     JobState,
@@ -39,7 +38,7 @@ from pitstop.errors import reason_of
 from pitstop.events import Note
 from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts (issue 13)
 from pitstop.profiling.sources import SocketSource
-from pitstop.recorded import load_runs, sessions  # load_runs re-exported, as exit_code_of
+from pitstop.recorded import annotate, job_lines, load_runs, sessions  # load_runs re-exported, as exit_code_of
 
 STATUS_INTERVAL_S = float(os.environ.get("PITSTOP_STATUS_INTERVAL", "5"))
 # A line is printed when it changed (a new step, a rank that ended); an unchanged
@@ -85,14 +84,14 @@ def summary_text(
             except Exception as err:  # noqa: BLE001 - said; each rank's own summary follows
                 blocks.append(f"pitstop: job summary failed: {reason_of(err)}")
             else:
-                blocks.append(job_text(figures, job_advice(job), trainers.job_lines(members)))
+                blocks.append(job_text(figures, job_advice(job), job_lines(members)))
         for run in members:
             summary = summarize(run)
             title = f"pitstop summary: {_label(run)}"
             code = exit_code if pid is not None and run.pid == pid else None
             advice = advise(run)
             text = format_summary(summary, advice.findings, title=title, exit_code=code, failures=advice.failures)
-            blocks.append(trainers.annotate(text, run, members))
+            blocks.append(annotate(text, run, members))
     if notes:
         blocks.append("\n".join(notes))
     return "\n\n".join(blocks)

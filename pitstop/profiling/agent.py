@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from pitstop._version import __version__
-from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
-from pitstop.profiling import _children
+from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step, encode
+from pitstop.profiling import _children, _losses, _watch
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
@@ -268,23 +268,10 @@ class Agent:
         """The readings steps carry that need not be taken per step (writer thread, 2 Hz)."""
         self.rss_now = self._rss()
         if self.hooks is None:
-            self._hook_late()
+            _watch.install_late(self)  # torch imported past the import watcher: hooked now, and said
         self.blind.check(self)
         if self.cuda_device:
             self._read_cuda()
-
-    def _hook_late(self) -> None:
-        """torch imported where the import watcher could not see it: hook it now, and say so."""
-        try:
-            from pitstop.profiling import _hooks
-
-            if _hooks.install_late(self):
-                since = time.time() - self.hello.started if self.hello is not None else 0.0
-                self.note("warn", "hooks", "torch was imported before pitstop could hook it; hooks installed "
-                          f"late at {since:.1f} s (steps before then are not counted)", once="late-hooks")
-        except Exception as err:
-            self._hooks_installing = True  # not again
-            self.note("error", "hooks", f"torch hooks not installed late: {err}")
 
     def _read_cuda(self) -> None:
         """CUDA once the script initialised it; then the allocator's figures of the training device."""
@@ -488,42 +475,8 @@ class Agent:
 
     # ---- losses -----------------------------------------------------------
     def flush_losses(self, block: bool) -> None:
-        """Read pending losses without a per-step sync: one async copy per batch."""
-        self._last_loss_flush = _perf()
-        pending, self._pending_losses = self._pending_losses, {}
-        try:
-            read = sorted(s for s, v in pending.items() if isinstance(v, float))  # CPU: read at backward
-            if read:
-                self._loss_reads.append((read, [pending[s] for s in read], None))
-            steps = sorted(pending.keys() - set(read))  # tensors: read here, in one copy
-            if steps:
-                tensors = [pending[s] for s in steps]
-                torch = self.torch
-                if tensors[0].device.type == "cuda":
-                    stacked = torch.stack([t.reshape(()).float() for t in tensors])
-                    host = stacked.to("cpu", non_blocking=True)
-                    done = torch.cuda.Event()
-                    done.record()
-                    self._loss_reads.append((steps, host, done))
-                else:
-                    self._loss_reads.append((steps, torch.stack([t.reshape(()).float() for t in tensors]), None))
-            still = []
-            for steps, host, done in self._loss_reads:
-                if done is not None and not block and not done.query():
-                    still.append((steps, host, done))
-                    continue
-                if done is not None:
-                    done.synchronize()
-                values = host if isinstance(host, list) else host.tolist()
-                finite = [v if v == v and v not in (float("inf"), float("-inf")) else None for v in values]
-                bad = [s for s, v in zip(steps, finite) if v is None]
-                self.emit(Loss(t=time.time(), steps=steps, values=finite, nonfinite=bad))
-            self._loss_reads = still
-        except Exception as err:
-            self._loss_reads = []
-            self.note("warn", "loss", f"loss reading off: {err}", once="loss")
-            if self.hooks is not None:
-                self.hooks.capture_loss = False
+        """Read pending losses without a per-step sync: one async copy per batch (`_losses.flush`)."""
+        _losses.flush(self, block)
 
     # ---- commands from viewers (socket thread) ------------------------------
     def _on_command(self, cmd: str) -> str:
@@ -618,8 +571,9 @@ class Agent:
         _current = self
 
 
-def start_from_env(reason: str = "") -> Agent | None:
-    """Called by the bootstrap once it decided this process gets the agent."""
+def start_from_env(reason: str = "", parent_pid: int | None = None) -> Agent | None:
+    """Called by the bootstrap once it decided this process gets the agent; with `parent_pid`
+    (a multiprocessing child of that process) a dormant one, started by its first step."""
     global _current
     if _current is not None:
         return _current
@@ -629,28 +583,14 @@ def start_from_env(reason: str = "") -> Agent | None:
         # stderr for every profiler session; level 6 silences them. It is read once,
         # when torch loads, so it must be set now; a user's own value wins.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-    agent = Agent(settings, reason)
-    agent.start()
+    agent = Agent(settings, reason, parent_pid)
+    if parent_pid is None:
+        agent.start()
+    else:
+        agent.arm()
     _current = agent
     try:
-        from pitstop.profiling import _hooks
-
-        _hooks.install_when_torch_imported(agent)
+        _watch.install_when_torch_imported(agent)
     except Exception as err:
         agent.note("error", "hooks", f"torch hooks not installed: {err}")
     return agent
-
-
-def arm_from_env(reason: str, parent_pid: int) -> Agent | None:
-    """Called by the bootstrap in a multiprocessing child: a dormant agent, woken by a step."""
-    global _current
-    if _current is not None:
-        return _current
-    agent = Agent(SessionSettings.from_env(os.environ[SESSION_ENV]), reason, parent_pid=parent_pid)
-    agent.arm()
-    _current = agent
-    from pitstop.profiling import _hooks
-
-    _hooks.install_when_torch_imported(agent)
-    return agent
-

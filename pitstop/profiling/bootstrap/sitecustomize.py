@@ -123,10 +123,7 @@ def _start():
             sys.path.append(os.environ["PITSTOP_PATH"])
         from pitstop.profiling import agent
 
-        if action == START:
-            agent.start_from_env(reason)
-        else:
-            agent.arm_from_env(reason, int(parent))
+        agent.start_from_env(reason, None if action == START else int(parent))
     except Exception as err:  # the training run comes first: say it once and step aside
         sys.stderr.write("pitstop: agent not started: %s: %s\n" % (type(err).__name__, err))
 
