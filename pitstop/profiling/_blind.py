@@ -13,6 +13,7 @@ watcher is the agent's other blind spot: it hooks it late and says so
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -73,19 +74,34 @@ class BlindWatch:
         elapsed = time.monotonic() - self.started
         if not final and elapsed < BLIND_AFTER_S:
             return
-        record = agent.record_path
-        busy = {pid: cpu for pid, cpu in self.busy.items() if not _has_record(record, pid)}
+        recorded = _recorded_pids(agent.record_path) if self.busy else set()
+        busy = {pid: cpu for pid, cpu in self.busy.items() if pid not in recorded}
         message = blind_message(None if final else elapsed, busy)
         if message is not None:
             self.said = True
             agent.note("warn", "blind", message, once="blind")
 
 
-def _has_record(record: Path | None, pid: int) -> bool:
-    """Whether child `pid` recorded on its own (a woken child agent names its file with its pid)."""
+def _recorded_pids(record: Path | None) -> set[int]:
+    """Pids of every process recording beside `record`, from the first line (`hello`) of each file.
+
+    A file name is no guide: a child agent names its file with its pid, but a rank a
+    script started itself (Lightning's DDP re-runs the script as rank 1) writes `rank1.jsonl`.
+    Read once, when a blind spot is about to be said.
+    """
+    pids: set[int] = set()
     if record is None:
-        return False
+        return pids
     try:
-        return any(record.parent.glob(f"*{pid}.jsonl"))
+        files = list(record.parent.glob("*.jsonl"))
     except OSError:
-        return False
+        return pids
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                pid = json.loads(f.readline()).get("pid")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(pid, int):
+            pids.add(pid)
+    return pids

@@ -181,7 +181,7 @@ class Agent:
         except Exception as err:
             self.sampler = None
             self.note("warn", "sampler", f"sampler off: {err}")
-        if settings.prometheus is not None:
+        if settings.prometheus is not None and self.parent_pid is None:  # a child would take its parent's port
             try:
                 from pitstop.profiling.prometheus import start_exporter
 
@@ -213,7 +213,7 @@ class Agent:
             from pitstop.profiling.transport import AgentServer
 
             tcp = token = None
-            if settings.listen:
+            if settings.listen and self.parent_pid is None:  # its port is the parent's (unix socket only)
                 from pitstop.profiling.transport import parse_hostport, read_token
 
                 host, port = parse_hostport(settings.listen)

@@ -28,11 +28,12 @@ def _agent(record: Path, steps: int = 0) -> SimpleNamespace:
 
 def test_only_busy_children_without_a_record_are_reported_once(tmp_path: Path) -> None:
     record = tmp_path / "r.jsonl"
-    (tmp_path / "r.pid300.jsonl").write_text("")  # child 300 woke and records on its own
+    (tmp_path / "r.pid300.jsonl").write_text('{"kind":"hello","pid":300}\n')  # child 300 woke: its own record
+    (tmp_path / "r.rank1.jsonl").write_text('{"kind":"hello","pid":600}\n')  # a rank the script started itself
     watch = BlindWatch()
     watch.seen([Proc(pid=1, role="main", cpu=100.0, rss=1), Proc(pid=200, role="child", cpu=95.0, rss=1),
                 Proc(pid=300, role="child", cpu=99.0, rss=1), Proc(pid=400, role="worker", cpu=99.0, rss=1),
-                Proc(pid=500, role="child", cpu=0.0, rss=1)])
+                Proc(pid=500, role="child", cpu=0.0, rss=1), Proc(pid=600, role="child", cpu=90.0, rss=1)])
     agent = _agent(record)
     watch.check(agent)  # before BLIND_AFTER_S: nothing yet
     assert agent.notes == []
