@@ -50,6 +50,9 @@ class Hello:
     command: list[str] | None = None
     command_cwd: str | None = None
     command_env: dict[str, str] | None = None
+    # A child process that trains (a multiprocessing child stepping an optimizer, as in
+    # hogwild): the pid of the process it was started from. None in a main process or rank.
+    parent_pid: int | None = None
 
 
 @dataclass(frozen=True)

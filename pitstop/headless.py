@@ -38,7 +38,7 @@ from pitstop.errors import reason_of
 from pitstop.events import Note
 from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts (issue 13)
 from pitstop.profiling.sources import SocketSource
-from pitstop.recorded import load_runs, sessions  # load_runs re-exported, as exit_code_of
+from pitstop.recorded import annotate, job_lines, load_runs, sessions  # load_runs re-exported, as exit_code_of
 
 STATUS_INTERVAL_S = float(os.environ.get("PITSTOP_STATUS_INTERVAL", "5"))
 # A line is printed when it changed (a new step, a rank that ended); an unchanged
@@ -84,21 +84,21 @@ def summary_text(
             except Exception as err:  # noqa: BLE001 - said; each rank's own summary follows
                 blocks.append(f"pitstop: job summary failed: {reason_of(err)}")
             else:
-                blocks.append(job_text(figures, job_advice(job)))
+                blocks.append(job_text(figures, job_advice(job), job_lines(members)))
         for run in members:
             summary = summarize(run)
             title = f"pitstop summary: {_label(run)}"
             code = exit_code if pid is not None and run.pid == pid else None
             advice = advise(run)
-            blocks.append(format_summary(summary, advice.findings, title=title, exit_code=code,
-                                         failures=advice.failures))
+            text = format_summary(summary, advice.findings, title=title, exit_code=code, failures=advice.failures)
+            blocks.append(annotate(text, run, members))
     if notes:
         blocks.append("\n".join(notes))
     return "\n\n".join(blocks)
 
 
-def job_text(job: JobSummary, advice: Advice) -> str:
-    """The job block: ranks, job throughput, stragglers, gone ranks, one table row per rank."""
+def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None) -> str:
+    """The job block: ranks, job throughput, stragglers, gone ranks, `extra` rows, one table row per rank."""
     title = f"pitstop job summary: {job.script or 'job'}"
     if job.session:
         title += f" (session {job.session})"
@@ -123,6 +123,7 @@ def job_text(job: JobSummary, advice: Advice) -> str:
         code = f", exit code {row.exit_code}" if row.exit_code is not None else ""
         last = f", last step {row.last_step}" if row.last_step is not None else ", no step"
         lines.append(_jrow("gone" if i == 0 else "", f"{row.label} (pid {row.pid}): {row.status_reason}{code}{last}"))
+    lines.extend(extra or ())
     lines.append("")
     lines.extend(_rank_table(job.rows))
     if advice.findings:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.abc
-import importlib.util
 import os
 import sys
 import time
@@ -28,43 +26,6 @@ from pitstop.profiling._root import RootWatch, leading_dim
 _PERF = time.perf_counter
 
 
-class _TorchWatcher(importlib.abc.MetaPathFinder):
-    """Runs a callback right after `torch` finishes importing (a post-import hook)."""
-
-    def __init__(self, callback: Any) -> None:
-        self.callback = callback
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original = loader.exec_module
-        callback = self.callback
-
-        def exec_module(module: Any) -> None:
-            original(module)
-            callback(module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def install_when_torch_imported(agent: Any) -> None:
-    if "torch" in sys.modules:
-        Hooks(agent).install(sys.modules["torch"])
-        return
-
-    def on_import(torch: Any) -> None:
-        try:
-            Hooks(agent).install(torch)
-        except Exception as err:
-            agent.note("error", "hooks", f"torch hooks not installed: {type(err).__name__}: {err}")
-
-    sys.meta_path.insert(0, _TorchWatcher(on_import))
 
 
 def host_mem_total(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> int | None:
@@ -146,7 +107,8 @@ class Hooks:
         agent.torch = torch
         agent.clock.t_start = _PERF()  # step 0 starts here unless a DataLoader fetch comes first
         agent.hooks = self
-        self._emit_runtime()
+        if not agent.dormant:  # a dormant child sends its runtime when it wakes (`on_wake`)
+            self._emit_runtime()
         from pitstop.profiling.overrides import Overrides
 
         self.overrides = Overrides(agent, torch, agent.settings.config)
@@ -156,7 +118,17 @@ class Hooks:
         self._hook_dataloader()
         self._hook_backward()
         self._hook_constructors()
-        self._start_windows()
+        if not agent.dormant:
+            self._start_windows()
+
+    def on_wake(self) -> None:
+        """A dormant child's first step: its runtime, read now (a DataLoader worker never pays
+        for the NVML query). Profiler windows stay off in children: the parent's are the run's."""
+        if self.runtime is None:
+            self._emit_runtime()
+        else:  # forked: the parent's reading holds for the child
+            self.agent.emit(dataclasses.replace(self.runtime, t=time.time()))
+        self._model_reported = False
 
     def cuda_ready(self) -> bool:
         """CUDA memory counters are read only once the script itself initialised CUDA.
@@ -292,6 +264,8 @@ class Hooks:
         perf = _PERF
 
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if agent.dormant:  # a child process's first step: its agent starts now
+                agent.wake()
             if not agent.disabled:
                 try:
                     # The token is torch's step wrapper's frame, which called this hook: while it is
@@ -398,6 +372,8 @@ class Hooks:
 
         def make(original: Any) -> Any:
             def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+                if agent.dormant:  # a child process's first backward: its agent starts now
+                    agent.wake()
                 started = perf()
                 marker = clock.marker  # set on CUDA: a timing event where backward begins, too
                 token = marker() if marker is not None and not agent.disabled else None

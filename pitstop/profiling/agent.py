@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from pitstop._version import __version__
-from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Loss, Note, Step, encode
+from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step, encode
+from pitstop.profiling import _children, _losses, _watch
+from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
@@ -48,8 +50,8 @@ _current: Agent | None = None
 
 
 def current() -> Agent | None:
-    """The agent of this process, if one started (and this is not a forked child)."""
-    return _current if _current is not None and not _current.disabled else None
+    """The agent of this process, if one started or waits for this process's first step (a child)."""
+    return _current if _current is not None and (_current.dormant or not _current.disabled) else None
 
 
 def _env_int(name: str) -> int | None:
@@ -62,11 +64,17 @@ def _env_int(name: str) -> int | None:
 class Agent:
     """Everything pitstop runs inside one training process."""
 
-    def __init__(self, settings: SessionSettings, reason: str = "") -> None:
+    def __init__(self, settings: SessionSettings, reason: str = "", parent_pid: int | None = None) -> None:
         """Settings and pure objects only: nothing is opened, bound, started or replaced until `start()`."""
         self.settings = settings
-        self.reason = reason  # the bootstrap's start decision (sitecustomize.should_start)
+        self.reason = reason  # the bootstrap's start decision (sitecustomize.decide)
         self.disabled = False
+        # A child process (hogwild) is armed dormant and starts at its first step (_children.py).
+        self.dormant = False
+        self.parent_pid = parent_pid
+        self._fork_hooked = False
+        self._hooks_installing = False
+        self.blind = BlindWatch()
         self.failed = False  # switched off by an internal error (fail): the record still gets its End
         self.pid = os.getpid()
         self.rank = _env_int("RANK")
@@ -130,6 +138,8 @@ class Agent:
         settings = self.settings
         # A rank a script started itself (Lightning's DDP) has LOCAL_RANK but no RANK yet.
         named = self.rank if self.rank is not None else _env_int("LOCAL_RANK")
+        if self.parent_pid is not None:  # a child that trains: its own file, named with its pid
+            self.rank = named = None
         self.record_path = record_path_for(settings.record, named, self.pid)
         self._writer = RecordWriter(self.record_path)
         try:
@@ -159,6 +169,7 @@ class Agent:
             command=settings.command,
             command_cwd=settings.command_cwd,
             command_env=settings.command_env,
+            parent_pid=self.parent_pid,
         )
         self._writer.write(self.hello)
         if settings.socket:
@@ -173,7 +184,7 @@ class Agent:
         except Exception as err:
             self.sampler = None
             self.note("warn", "sampler", f"sampler off: {err}")
-        if settings.prometheus is not None:
+        if settings.prometheus is not None and self.parent_pid is None:  # a child would take its parent's port
             try:
                 from pitstop.profiling.prometheus import start_exporter
 
@@ -181,8 +192,22 @@ class Agent:
             except Exception as err:
                 self.note("warn", "prometheus", f"metrics endpoint off: {err}")
         self._exits.install(lambda message: self.note("warn", "agent", message))
-        os.register_at_fork(after_in_child=self._after_fork_child)  # cannot be undone: the child checks
+        self._hook_fork()
         atexit.register(self.stop)
+
+    def arm(self) -> None:
+        """A dormant agent (a multiprocessing child): hooks only, started by its first step (`wake`)."""
+        self.dormant = self.disabled = True
+        self._hook_fork()
+
+    def wake(self) -> None:
+        """The first backward or optimizer step of a dormant agent's process: start it for real."""
+        _children.wake(self)
+
+    def _hook_fork(self) -> None:
+        if not self._fork_hooked:  # inherited by a forked child with the rest of the interpreter
+            self._fork_hooked = True
+            os.register_at_fork(after_in_child=self._after_fork_child)  # cannot be undone: the child checks
 
     def _start_server(self, hello: Hello) -> None:
         """The per-process socket live viewers connect to (and TCP with a token, with --listen)."""
@@ -191,7 +216,7 @@ class Agent:
             from pitstop.profiling.transport import AgentServer
 
             tcp = token = None
-            if settings.listen:
+            if settings.listen and self.parent_pid is None:  # its port is the parent's (unix socket only)
                 from pitstop.profiling.transport import parse_hostport, read_token
 
                 host, port = parse_hostport(settings.listen)
@@ -245,6 +270,9 @@ class Agent:
     def _read_slow(self) -> None:
         """The readings steps carry that need not be taken per step (writer thread, 2 Hz)."""
         self.rss_now = self._rss()
+        if self.hooks is None:
+            _watch.install_late(self)  # torch imported past the import watcher: hooked now, and said
+        self.blind.check(self)
         if self.cuda_device:
             self._read_cuda()
 
@@ -355,6 +383,8 @@ class Agent:
         self.clock.on_backward(_perf(), loss, started, token)
 
     def manual_step(self, samples: int | None = None) -> None:
+        if self.dormant:
+            self.wake()
         if self.disabled:
             return
         self.clock.manual(samples, _perf())
@@ -448,42 +478,8 @@ class Agent:
 
     # ---- losses -----------------------------------------------------------
     def flush_losses(self, block: bool) -> None:
-        """Read pending losses without a per-step sync: one async copy per batch."""
-        self._last_loss_flush = _perf()
-        pending, self._pending_losses = self._pending_losses, {}
-        try:
-            read = sorted(s for s, v in pending.items() if isinstance(v, float))  # CPU: read at backward
-            if read:
-                self._loss_reads.append((read, [pending[s] for s in read], None))
-            steps = sorted(pending.keys() - set(read))  # tensors: read here, in one copy
-            if steps:
-                tensors = [pending[s] for s in steps]
-                torch = self.torch
-                if tensors[0].device.type == "cuda":
-                    stacked = torch.stack([t.reshape(()).float() for t in tensors])
-                    host = stacked.to("cpu", non_blocking=True)
-                    done = torch.cuda.Event()
-                    done.record()
-                    self._loss_reads.append((steps, host, done))
-                else:
-                    self._loss_reads.append((steps, torch.stack([t.reshape(()).float() for t in tensors]), None))
-            still = []
-            for steps, host, done in self._loss_reads:
-                if done is not None and not block and not done.query():
-                    still.append((steps, host, done))
-                    continue
-                if done is not None:
-                    done.synchronize()
-                values = host if isinstance(host, list) else host.tolist()
-                finite = [v if v == v and v not in (float("inf"), float("-inf")) else None for v in values]
-                bad = [s for s, v in zip(steps, finite) if v is None]
-                self.emit(Loss(t=time.time(), steps=steps, values=finite, nonfinite=bad))
-            self._loss_reads = still
-        except Exception as err:
-            self._loss_reads = []
-            self.note("warn", "loss", f"loss reading off: {err}", once="loss")
-            if self.hooks is not None:
-                self.hooks.capture_loss = False
+        """Read pending losses without a per-step sync: one async copy per batch (`_losses.flush`)."""
+        _losses.flush(self, block)
 
     # ---- commands from viewers (socket thread) ------------------------------
     def _on_command(self, cmd: str) -> str:
@@ -545,6 +541,7 @@ class Agent:
             self.flush_losses(block=True)
         if self.sampler is not None:
             self.sampler.stop()
+        self.blind.check(self, final=True)
         self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code,
                       eval_s=eval_after or 0.0))
         self._stop.set()
@@ -569,17 +566,19 @@ class Agent:
         # an atexit callback crashed CPython before 3.10.2 (bpo-46025).
 
     def _after_fork_child(self) -> None:
-        # A forked child (a DataLoader worker) inherits our objects but not our
-        # threads: switch everything off there, touching no lock.
+        # A forked child (a DataLoader worker, a hogwild trainer) inherits our objects
+        # but not our threads: dormant there until it steps, touching no lock.
         global _current
-        self.disabled = True
-        _current = None
-        if self.server is not None:
-            self.server.close_in_child()
+        try:
+            _children.reset_after_fork(self)
+        except Exception:
+            self.disabled, self.dormant = True, False
+        _current = self
 
 
-def start_from_env(reason: str = "") -> Agent | None:
-    """Called by the bootstrap once it decided this process gets the agent."""
+def start_from_env(reason: str = "", parent_pid: int | None = None) -> Agent | None:
+    """Called by the bootstrap once it decided this process gets the agent; with `parent_pid`
+    (a multiprocessing child of that process) a dormant one, started by its first step."""
     global _current
     if _current is not None:
         return _current
@@ -589,14 +588,14 @@ def start_from_env(reason: str = "") -> Agent | None:
         # stderr for every profiler session; level 6 silences them. It is read once,
         # when torch loads, so it must be set now; a user's own value wins.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-    agent = Agent(settings, reason)
-    agent.start()
+    agent = Agent(settings, reason, parent_pid)
+    if parent_pid is None:
+        agent.start()
+    else:
+        agent.arm()
     _current = agent
     try:
-        from pitstop.profiling import _hooks
-
-        _hooks.install_when_torch_imported(agent)
+        _watch.install_when_torch_imported(agent)
     except Exception as err:
         agent.note("error", "hooks", f"torch hooks not installed: {err}")
     return agent
-

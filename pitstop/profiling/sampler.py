@@ -149,6 +149,7 @@ class Sampler:
                 role = "child"
             procs.append(Proc(pid=pid, role=role, cpu=None if fresh else cpu, rss=rss, loader=loader))
             self._primed.add(pid)
+        self.agent.blind.seen(procs)  # children busy while this process never stepped (_blind.py)
         for gone in set(self._procs) - seen:
             self._procs.pop(gone, None)
             self._primed.discard(gone)

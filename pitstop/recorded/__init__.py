@@ -5,10 +5,13 @@ Shared by every front that reads records (the headless summary, `pitstop view`,
 front imports another. A record file is folded through its index
 (`index_file`): the index saved beside it is restored and only what was
 appended since is read, and the index is saved again when it grew.
+Also which processes of a run trained (`_trained`): a hogwild run trains in
+`multiprocessing` children, each with its own record (`hello.parent_pid`).
 """
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 
 from pitstop.analysis import RunState
@@ -16,6 +19,7 @@ from pitstop.profiling.record import record_files
 from pitstop.recorded import _sidecar
 from pitstop.recorded._index import StreamIndex
 from pitstop.recorded._streams import FileStream
+from pitstop.recorded._trained import FINDINGS_NONE, annotate, children_of, job_lines
 
 
 def index_file(path: Path) -> StreamIndex:
@@ -36,19 +40,40 @@ def index_file(path: Path) -> StreamIndex:
     return index
 
 
+def _children_of(target: Path, files: list[Path]) -> list[Path]:
+    """Records of child processes that trained beside a `NAME.jsonl` record: `NAME.pid{PID}.jsonl`.
+
+    A hogwild child of `pitstop run --record NAME.jsonl` records there (`record_path_for`);
+    without them the run read as "steps 0" while its children trained. A directory
+    target already names every record in it.
+    """
+    if target.is_dir() or target.suffix != ".jsonl" or len(files) != 1:
+        return []
+    return sorted(target.parent.glob(f"{glob.escape(target.stem)}.pid*.jsonl"))
+
+
 def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
-    """RunStates of every record file `target` names, and notes about torn files."""
+    """RunStates of every record file `target` names (with its children's), and notes about torn files."""
     runs = []
     notes = []
-    for path in record_files(target):
+    files = record_files(target)
+    children = _children_of(target, files)
+    for path in files + children:
         index = index_file(path)
         run = index.run
         assert isinstance(index.stream, FileStream)
+        if path in children and not _same_session(run, runs[0] if runs else None):
+            continue  # another run's file that happens to share the name
         if index.stream.read.torn:
             notes.append(f"note: {path} ends in a cut line (the run was killed); read up to its last whole line")
         runs.append(run)
     runs.sort(key=lambda r: (r.hello.rank if r.hello and r.hello.rank is not None else -1, r.hello.pid if r.hello else 0))
     return runs, notes
+
+
+def _same_session(run: RunState, main: RunState | None) -> bool:
+    return (run.hello is not None and main is not None and main.hello is not None
+            and run.hello.session == main.hello.session)
 
 
 def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
@@ -64,4 +89,4 @@ def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
     return [(None if key.startswith("\0") else key, members) for key, members in sorted(groups.items(), key=started)]
 
 
-__all__ = ["index_file", "load_runs", "sessions"]
+__all__ = ["FINDINGS_NONE", "annotate", "children_of", "index_file", "job_lines", "load_runs", "sessions"]

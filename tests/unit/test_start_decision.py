@@ -104,3 +104,45 @@ def test_ranks_a_script_starts_itself_get_their_own_agent(extra: dict[str, str],
     env = {**SESSION, "PITSTOP_OWNER_PID": "100", "PITSTOP_OWNER_LOCAL_RANK": "", **extra}
     start, reason = boot.should_start(env, argv, 200)
     assert start is expected, reason
+
+
+OWNED = {**SESSION, "PITSTOP_OWNER_PID": "100", "PITSTOP_OWNER_LOCAL_RANK": ""}
+SPAWN_CHILD = [PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6, pipe_handle=13)",
+               "--multiprocessing-fork"]
+
+
+@pytest.mark.parametrize(
+    "argv, env, action",
+    [
+        # the main process of a run, and a rank a launcher started: the agent starts
+        ([PY, "train.py"], SESSION, "start"),
+        ([PY, "-m", "pkg.train"], SESSION, "start"),
+        ([PY, "train.py"], {**SESSION, "RANK": "1", "LOCAL_RANK": "1"}, "start"),  # torchrun's rank: no owner
+        # a multiprocessing child of the agent process (a hogwild trainer, a DataLoader or Pool
+        # worker started with spawn): dormant, started by its first step, so a worker never records
+        (SPAWN_CHILD, OWNED, "dormant"),
+        ([PY, "-c", "from multiprocessing.spawn import spawn_main; spawn_main()", "--multiprocessing-fork"],
+         {**OWNED, "LOCAL_RANK": "1", "PITSTOP_OWNER_LOCAL_RANK": "1"}, "dormant"),  # a rank's spawned child
+        # ...but not a spawned child of a process without an agent (a launcher's)
+        (SPAWN_CHILD, SESSION, "skip"),
+        # multiprocessing's helpers never: the resource tracker, the forkserver, loky's workers
+        ([PY, "-B", "-c", "from multiprocessing.resource_tracker import main;main(5)"], OWNED, "skip"),
+        ([PY, "-B", "-c", "from multiprocessing.forkserver import main; main(19, 20, ['__main__'])"], OWNED, "skip"),
+        ([PY, "-c", "x", "--multiprocessing-forkserver"], OWNED, "skip"),
+        ([PY, "-m", "joblib.externals.loky.backend.popen_loky_posix", "--process-name", "w"], OWNED, "skip"),
+        # any other child of the agent process (a subprocess, a `python -c` it runs): not measured
+        ([PY, "-c", "import torch"], OWNED, "skip"),
+        ([PY, "tool.py"], OWNED, "skip"),
+        # launchers, the agent's own process, no session, switched off
+        ([PY, "-m", "torch.distributed.run", "train.py"], SESSION, "skip"),
+        ([PY, "/venv/bin/torchrun", "train.py"], SESSION, "skip"),
+        (SPAWN_CHILD, {**OWNED, "PITSTOP_OWNER_PID": "200"}, "skip"),  # pid 200 is this process
+        (SPAWN_CHILD, {**OWNED, "PITSTOP_DISABLE": "yes"}, "skip"),
+        (SPAWN_CHILD, {"PITSTOP_OWNER_PID": "100"}, "skip"),
+    ],
+)
+def test_decide_start_dormant_or_skip(argv: list[str], env: dict[str, str], action: str) -> None:
+    got, reason = boot.decide(env, argv, 200)
+    assert got == action, reason
+    assert reason
+    assert boot.should_start(env, argv, 200) == (action == "start", reason)

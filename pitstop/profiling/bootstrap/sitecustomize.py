@@ -25,44 +25,54 @@ LAUNCHER_MODULES = (
     "deepspeed.launcher",
 )
 LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
-# `python -c` programs that multiprocessing uses for its helper processes.
-MP_MARKERS = (
-    "multiprocessing.spawn",
+# `python -c` programs that multiprocessing uses for its helper processes: never an agent.
+MP_HELPERS = (
     "multiprocessing.resource_tracker",
     "multiprocessing.forkserver",
-    "multiprocessing.popen",
-    "--multiprocessing-fork",
     "--multiprocessing-forkserver",
     "joblib.externals.loky",
 )
+# A process multiprocessing spawned to run a target: a DataLoader worker, a pool
+# worker, or a trainer (pytorch/examples' mnist_hogwild steps an optimizer in each).
+MP_CHILD = ("multiprocessing.spawn", "--multiprocessing-fork")
+START, DORMANT, SKIP = "start", "dormant", "skip"
 
 
-def should_start(env, argv, pid):
-    """Return (start, reason): whether this process gets the agent, and why (for diagnostics).
+def decide(env, argv, pid):
+    """Return (action, reason): START the agent, arm a DORMANT one, or SKIP this process.
 
-    env: the process environment; argv: sys.orig_argv (the interpreter's
-    own argv, available before sys.argv is set); pid: os.getpid().
+    env: the process environment; argv: sys.orig_argv (the interpreter's own
+    argv, available before sys.argv is set); pid: os.getpid(). A dormant agent
+    (a multiprocessing child of an agent process) hooks torch and starts for
+    real at the child's first backward or optimizer step: DataLoader workers
+    never step, so they never record, bind or start a thread.
     """
     if not env.get(SESSION_ENV):
-        return False, "not under pitstop"
+        return SKIP, "not under pitstop"
     if env.get("PITSTOP_DISABLE", "").lower() in ("1", "true", "yes"):
-        return False, "PITSTOP_DISABLE is set"
+        return SKIP, "PITSTOP_DISABLE is set"
     owner = env.get(OWNER_ENV)
+    if owner == str(pid):
+        return SKIP, "agent already started in this process"
+    args = list(argv[1:]) if argv else []
+    for arg in args:
+        for marker in MP_HELPERS:
+            if marker in arg:
+                return SKIP, "multiprocessing helper process (%s)" % marker
+    for arg in args:
+        for marker in MP_CHILD:
+            if marker in arg:
+                if owner:
+                    return DORMANT, "multiprocessing child of the agent process %s (measured from its first step)" % owner
+                return SKIP, "multiprocessing child of a process without an agent (a launcher's)"
     if owner:
-        if owner == str(pid):
-            return False, "agent already started in this process"
         # A training script that starts its other ranks itself (Lightning's DDP
         # launcher re-runs the script with LOCAL_RANK=1..N-1) makes children that
         # are ranks, not helpers: they get their own agent. Helpers (DataLoader
         # workers, subprocesses) inherit their parent's LOCAL_RANK.
         local = env.get("LOCAL_RANK", "")
         if not (local and local != "0" and local != env.get(OWNER_RANK_ENV, "")):
-            return False, "child of the agent process %s (a worker or subprocess)" % owner
-    args = list(argv[1:]) if argv else []
-    for arg in args:
-        for marker in MP_MARKERS:
-            if marker in arg:
-                return False, "multiprocessing helper process (%s)" % marker
+            return SKIP, "child of the agent process %s (a subprocess)" % owner
     # Skip interpreter options to find what runs: `-m MOD`, `-c CMD` or a script.
     i = 0
     while i < len(args):
@@ -71,12 +81,12 @@ def should_start(env, argv, pid):
             module = args[i + 1]
             for launcher in LAUNCHER_MODULES:
                 if module == launcher or module.startswith(launcher + "."):
-                    return False, "launcher process (-m %s)" % module
-            return True, "module %s" % module
+                    return SKIP, "launcher process (-m %s)" % module
+            return START, "module %s" % module
         if arg.startswith("-m") and len(arg) > 2:
-            return should_start(env, [argv[0], "-m", arg[2:]] + args[i + 1 :], pid)
+            return decide(env, [argv[0], "-m", arg[2:]] + args[i + 1 :], pid)
         if arg == "-c":
-            return True, "command string"
+            return START, "command string"
         if arg in ("-W", "-X", "--check-hash-based-pycs"):
             i += 2
             continue
@@ -85,19 +95,27 @@ def should_start(env, argv, pid):
             continue
         name = os.path.basename(arg)
         if name in LAUNCHER_SCRIPTS or name.split("-")[0] in LAUNCHER_SCRIPTS and not name.endswith(".py"):
-            return False, "launcher process (%s)" % name
-        return True, "script %s" % name
-    return False, "interactive interpreter"
+            return SKIP, "launcher process (%s)" % name
+        return START, "script %s" % name
+    return SKIP, "interactive interpreter"
+
+
+def should_start(env, argv, pid):
+    """Return (start, reason): whether this process starts an agent now (see `decide`)."""
+    action, reason = decide(env, argv, pid)
+    return action == START, reason
 
 
 def _start():
-    start, reason = should_start(os.environ, getattr(sys, "orig_argv", sys.argv), os.getpid())
+    action, reason = decide(os.environ, getattr(sys, "orig_argv", sys.argv), os.getpid())
     if os.environ.get("PITSTOP_DEBUG_BOOTSTRAP"):
-        sys.stderr.write("pitstop bootstrap pid %d: %s (%s)\n" % (os.getpid(), start, reason))
-    if not start:
+        sys.stderr.write("pitstop bootstrap pid %d: %s (%s)\n" % (os.getpid(), action, reason))
+    if action == SKIP:
         return
-    os.environ[OWNER_ENV] = str(os.getpid())
-    os.environ[OWNER_RANK_ENV] = os.environ.get("LOCAL_RANK", "")
+    parent = os.environ.get(OWNER_ENV, "")
+    if action == START:
+        os.environ[OWNER_ENV] = str(os.getpid())
+        os.environ[OWNER_RANK_ENV] = os.environ.get("LOCAL_RANK", "")
     try:
         import importlib.util
 
@@ -105,7 +123,7 @@ def _start():
             sys.path.append(os.environ["PITSTOP_PATH"])
         from pitstop.profiling import agent
 
-        agent.start_from_env(reason)
+        agent.start_from_env(reason, None if action == START else int(parent))
     except Exception as err:  # the training run comes first: say it once and step aside
         sys.stderr.write("pitstop: agent not started: %s: %s\n" % (type(err).__name__, err))
 

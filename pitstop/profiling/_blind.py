@@ -1,0 +1,107 @@
+"""Provides the agent's blind-spot watch: a process that never steps says what pitstop saw and what to do.
+
+"steps 0, findings: none" for a run that trained is the worst thing pitstop
+can print (Hugging Face's run_clm.py trained 40 steps and got exactly that).
+Where this process has not stepped after BLIND_AFTER_S, or when it ends
+without a step, the watch looks at what the sampler saw: child processes busy
+on the CPU that have no record of their own (training in a subprocess pitstop
+does not measure). It says so once, as a Note, which every front shows (the
+live status line, the TUI, the end summary). A torch imported past the import
+watcher is the agent's other blind spot: it hooks it late and says so
+(`Agent._hook_late`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+# 30 s: the scripts measured here took their first step 1.6-4.1 s after the agent
+# started (mnist_hogwild's children, a script importing transformers first, on a
+# loaded 2-core machine); 30 s leaves a real model's build and first batch room,
+# and comes before a person watching the status line gives up. The end of the run
+# checks again, however short it was.
+BLIND_AFTER_S = float(os.environ.get("PITSTOP_BLIND_AFTER_S", "30"))
+# Percent of one core. An idle helper (the resource tracker) reads 0%; the training
+# subprocess of tests' train_in_subprocess.py read 53% on a loaded 2-core machine.
+BUSY_CPU = 20.0
+WHAT_TO_DO = ("run the training under `pitstop run` itself, start it with multiprocessing (its children "
+              "are measured), or call pitstop.step() once per step")
+
+
+def blind_message(after_s: float | None, busy_children: dict[int, float]) -> str | None:
+    """What to tell a person about a process that saw no step; None when nothing suggests training.
+
+    `after_s`: seconds since the agent started (None at the end of the run);
+    `busy_children`: unmeasured child pid -> the most CPU it used (percent of a core).
+    This process's own CPU is no evidence: the parent of tests' hogwild.py, which
+    only imports torch, starts children and waits, peaked at 51% and 100% of a core.
+    """
+    if not busy_children:
+        return None
+    when = "by the end of the run" if after_s is None else f"after {after_s:.0f} s"
+    pids = sorted(busy_children)
+    shown = ", ".join(str(p) for p in pids[:8]) + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
+    peak = max(busy_children.values())
+    return (f"no training step seen in this process {when}, while its child processes {shown} were busy "
+            f"(up to {peak:.0f}% CPU) and have no record: if they train, pitstop does not measure them "
+            f"(started by subprocess or another launcher); {WHAT_TO_DO}")
+
+
+class BlindWatch:
+    """What the sampler saw of a process that has not stepped; says it once (see module doc)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.said = False
+        self.busy: dict[int, float] = {}  # child pid -> most CPU seen (role "child": not a DataLoader worker)
+
+    def seen(self, procs: list[Any]) -> None:
+        """A sampler reading (sampler thread). Only while nothing stepped: a cost of a few dict writes."""
+        if self.said:
+            return
+        for p in procs:
+            if p.role == "child" and p.cpu is not None and p.cpu >= BUSY_CPU:
+                self.busy[p.pid] = max(self.busy.get(p.pid, 0.0), p.cpu)
+
+    def check(self, agent: Any, final: bool = False) -> None:
+        """Writer thread (2 Hz) and stop(): note the blind spot once, if there is one."""
+        if self.said or agent.dormant or agent.disabled or agent.step_index > 0:
+            return
+        elapsed = time.monotonic() - self.started
+        if not final and elapsed < BLIND_AFTER_S:
+            return
+        recorded = _recorded_pids(agent.record_path) if self.busy else set()
+        busy = {pid: cpu for pid, cpu in self.busy.items() if pid not in recorded}
+        message = blind_message(None if final else elapsed, busy)
+        if message is not None:
+            self.said = True
+            agent.note("warn", "blind", message, once="blind")
+
+
+def _recorded_pids(record: Path | None) -> set[int]:
+    """Pids of every process recording beside `record`, from the first line (`hello`) of each file.
+
+    A file name is no guide: a child agent names its file with its pid, but a rank a
+    script started itself (Lightning's DDP re-runs the script as rank 1) writes `rank1.jsonl`.
+    Read once, when a blind spot is about to be said.
+    """
+    pids: set[int] = set()
+    if record is None:
+        return pids
+    try:
+        files = list(record.parent.glob("*.jsonl"))
+    except OSError:
+        return pids
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                pid = json.loads(f.readline()).get("pid")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(pid, int):
+            pids.add(pid)
+    return pids

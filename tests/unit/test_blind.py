@@ -1,0 +1,51 @@
+"""The blind-spot watch: which children count as training pitstop cannot see, and when it is said."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from pitstop.events import Proc
+from pitstop.profiling._blind import BlindWatch, blind_message
+
+
+def test_no_busy_child_means_nothing_to_say() -> None:
+    assert blind_message(None, {}) is None
+
+
+def test_busy_children_are_named_with_what_to_do() -> None:
+    text = blind_message(31.0, {4243: 97.0, 4242: 88.0})
+    assert text is not None
+    assert "after 31 s" in text and "child processes 4242, 4243 were busy (up to 97% CPU)" in text
+    assert "pitstop.step()" in text
+
+
+def _agent(record: Path, steps: int = 0) -> SimpleNamespace:
+    notes: list[str] = []
+    return SimpleNamespace(dormant=False, disabled=False, step_index=steps, record_path=record, notes=notes,
+                           note=lambda level, source, message, once=None: notes.append(message))
+
+
+def test_only_busy_children_without_a_record_are_reported_once(tmp_path: Path) -> None:
+    record = tmp_path / "r.jsonl"
+    (tmp_path / "r.pid300.jsonl").write_text('{"kind":"hello","pid":300}\n')  # child 300 woke: its own record
+    (tmp_path / "r.rank1.jsonl").write_text('{"kind":"hello","pid":600}\n')  # a rank the script started itself
+    watch = BlindWatch()
+    watch.seen([Proc(pid=1, role="main", cpu=100.0, rss=1), Proc(pid=200, role="child", cpu=95.0, rss=1),
+                Proc(pid=300, role="child", cpu=99.0, rss=1), Proc(pid=400, role="worker", cpu=99.0, rss=1),
+                Proc(pid=500, role="child", cpu=0.0, rss=1), Proc(pid=600, role="child", cpu=90.0, rss=1)])
+    agent = _agent(record)
+    watch.check(agent)  # before BLIND_AFTER_S: nothing yet
+    assert agent.notes == []
+    watch.check(agent, final=True)
+    watch.check(agent, final=True)
+    assert len(agent.notes) == 1
+    assert "child processes 200 were busy" in agent.notes[0]
+
+
+def test_a_process_that_stepped_is_not_blind(tmp_path: Path) -> None:
+    watch = BlindWatch()
+    watch.seen([Proc(pid=200, role="child", cpu=95.0, rss=1)])
+    agent = _agent(tmp_path / "r.jsonl", steps=3)
+    watch.check(agent, final=True)
+    assert agent.notes == []
