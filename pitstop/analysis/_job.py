@@ -189,6 +189,10 @@ def rank_status(run: RunState, closed: bool) -> tuple[str, str | None]:
             return "gone", "stream ended without an End event (killed, e.g. SIGKILL or OOM killer)"
         return "running", None
     # "trial-complete" is the tuner ending a trial on purpose, with exit code 0.
+    if end.reason == "terminated" and run.hello is not None and run.hello.parent_pid is not None:
+        # A child that trained (hogwild), ended by SIGTERM from its parent: `with Pool()` ends
+        # its workers that way once their work is done. Called "gone" (high), it read as a crash.
+        return "finished", None
     if end.reason not in ("exit", "trial-complete"):
         code = f", exit code {end.exit_code}" if end.exit_code is not None else ""
         return "gone", f"ended by {end.reason}{code}"

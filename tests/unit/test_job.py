@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -92,6 +93,18 @@ def test_an_end_with_an_error_is_gone_with_its_exit_code(code: int | None, reaso
     job = job_of({0: [*steps(20, 0.05), end()], 1: [*steps(20, 0.05), end(code, reason)]})
     row = job_summary(job).rows[1]
     assert row.status == "gone" and row.exit_code == code
+
+
+def test_a_child_trainer_its_parent_terminated_is_finished_and_a_rank_is_gone() -> None:
+    """`with Pool()` ends its hogwild workers with SIGTERM once their work is done: not a dead rank."""
+    job = JobState()
+    child = dataclasses.replace(hello(1), rank=None, parent_pid=100)
+    job.add(StreamBatch("rank0.jsonl", [hello(0), *steps(20, 0.05), end()]))
+    job.add(StreamBatch("rank0-201.jsonl", [child, *steps(20, 0.05), end(143, "terminated")]))
+    job.add(StreamBatch("rank2.jsonl", [hello(2), *steps(20, 0.05), end(143, "terminated")]))
+    job.close_all()
+    statuses = sorted(r.status for r in job_summary(job).rows)
+    assert statuses == ["finished", "finished", "gone"]
 
 
 def test_trial_complete_is_a_normal_end() -> None:
