@@ -170,6 +170,9 @@ class Sample:
     system_cpu: float | None = None  # percent of the whole machine
     alloc_retries: int | None = None  # torch CUDA allocator retries since start
     ooms: int | None = None  # torch CUDA OOMs since start
+    # Cores' worth of the main process's threads that were ready to run but waited for
+    # a CPU since the previous sample (Linux schedstat run delay); None where unreadable.
+    cpu_wait: float | None = None
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,7 @@ class Contention:
     p50: float  # median step wall time, seconds
     p95: float
     follows: bool  # steps were slower while the other processes were busier
+    waiting: float | None = None  # cores' worth of its threads ready to run but waiting for a CPU (median)
 
     @property
     def demand(self) -> float:
@@ -223,6 +224,8 @@ def contention(run: RunState, steps: list[Step], workers: int, worker_cores: flo
         (busy_walls if near > other else quiet_walls).append(step.wall)
     follows = bool(busy_walls and quiet_walls) and (
         median_and_spread(busy_walls)[0] > median_and_spread(quiet_walls)[0] * 1.2)
+    waits = [s.cpu_wait for s in run.samples if s.t >= start and s.cpu_wait is not None]
     return Contention(threads=rt.torch_threads, workers=workers, worker_cores=worker_cores, other=other,
                       cores=rt.cpu_count, usable=rt.usable_cpus or rt.cpu_count,
-                      p50=median_and_spread(walls)[0], p95=percentile(walls, 95), follows=follows)
+                      p50=median_and_spread(walls)[0], p95=percentile(walls, 95), follows=follows,
+                      waiting=median_and_spread(waits)[0] if waits else None)

@@ -35,6 +35,34 @@ PAGEABLE_MEDIUM_FRAC = 0.05
 
 # Mean machine CPU (percent) from which a CPU-only run has no idle core for workers.
 CPU_SATURATED = 85.0
+# A batch whose loading keeps under half a core busy waits on I/O (storage, the
+# network, a remote store): workers then share cores, up to 1 / that share per core
+# (a loader sleeping 3 ms a sample measured 0.06 of a core per batch).
+IO_BOUND_CORES = 0.5
+IO_MIN_CORES = 0.125  # at most 8 workers per free core, however idle they look
+MIN_CPU_SAMPLES = 2  # readings of the main process's CPU while it trains, for the I/O bound above
+
+
+def loading_cores(ctx: Context, workers: int) -> float | None:
+    """At most how much of a core one batch's loading keeps busy while it is loaded, or None unmeasured.
+
+    With workers, their measured CPU per worker (each loads all the time when the
+    loader sets the pace). Without, the main process's CPU over the share of the
+    step it waits for data: an upper bound, since compute's own CPU is in it too.
+    """
+    run = ctx.run
+    if workers:
+        cpu = ctx.loader_worker_cpu(ctx.loader())
+        return cpu[1] / 100.0 / max(1, cpu[0]) if cpu is not None else None
+    if run.first_step_t is None or not ctx.data_frac:
+        return None
+    # Samples while it trains: each reading covers the time since the one before,
+    # so the first after the first step still holds the imports and the set-up.
+    training = [s for s in run.samples if s.t > run.first_step_t][1:]
+    cpus = [p.cpu for s in training for p in s.procs if p.role == "main" and p.cpu is not None]
+    if len(cpus) < MIN_CPU_SAMPLES:
+        return None
+    return min(1.0, sum(cpus) / len(cpus) / 100.0 / ctx.data_frac)
 
 
 def data_wait(ctx: Context) -> Finding | None:
@@ -71,6 +99,15 @@ def data_wait(ctx: Context) -> Finding | None:
     # 1e-9: 0.03 - 0.02 is 0.00999..., and a ratio of 2.0000000000000004 is 2 workers.
     need = max(1, math.ceil(load / floor - 1e-9))
     cap = max(1, usable - 1) if usable is not None else None  # one core for the main process
+    per_batch = loading_cores(ctx, workers or 0)
+    io_bound = per_batch is not None and per_batch < IO_BOUND_CORES
+    free = cap
+    if cap is not None and per_batch is not None and io_bound:
+        # A worker that waits on storage or the network holds a core for a fraction
+        # of its batch: the free cores feed more workers than their count.
+        cap = max(cap, int(cap / max(per_batch, IO_MIN_CORES)))
+        evidence.append(f"loading keeps at most {per_batch:.2f} of a core busy per batch it waits for: the loader "
+                        "waits on I/O, so workers beyond the cores still help")
     suggested = min(need, cap) if cap is not None else need
     current = workers or 0
     cpu_bound = suggested <= current  # no core left for another worker
@@ -105,9 +142,10 @@ def data_wait(ctx: Context) -> Finding | None:
         gain = (f"up to {fmt.speedup(wall, new_wall)} in the mean step if the loader keeps up "
                 f"(compute alone is {fmt.duration(compute)})")
         if cap is not None and need > cap:
-            gain += f" (the loader would need ~{need} workers; {cap} core(s) are free for them)"
+            gain += f" (the loader would need ~{need} workers; {free} core(s) are free for them"
+            gain += f", enough for {cap} that wait on I/O)" if cap != free else ")"
         busy = s.system_cpu_sum / s.system_cpu_n if s.system_cpu_n else None
-        if busy is not None and busy >= CPU_SATURATED and not cuda:
+        if busy is not None and busy >= CPU_SATURATED and not cuda and not io_bound:
             # The model computes on the same cores the workers would use: loading in
             # a worker moves the work, it does not add cores (measured on the demo on
             # 2 cores: workers=2 gave 1.03x in `pitstop tune`, not the 1.9x above).

@@ -27,6 +27,10 @@ SHM_TINY_BYTES = 256 << 20
 # steps "swing" when their p95 is 1.5x their p50 (a quiet CPU loop keeps it under ~1.2x).
 CONTENDED_OTHER_CORES = 0.25
 CONTENDED_SWING = 1.5
+# Or, however steady the steps: its threads waited, ready to run, a quarter of a core's
+# time for a CPU (Linux run delay; ~0 on a quiet machine, 1.3-1.6 cores with torch's 2
+# threads beside the test suite on the 2-core VM).
+CONTENDED_WAIT_CORES = 0.25
 
 
 def _gpu_mem(ctx: Context) -> tuple[int | None, int | None, int]:
@@ -218,7 +222,9 @@ def cpu_contended(ctx: Context) -> Finding | None:
     found = contention(ctx.run, ctx.steps, cpu[0] if cpu else 0, cpu[1] / 100.0 if cpu else 0.0)
     if found is None or found.other < CONTENDED_OTHER_CORES:
         return None
-    if found.demand - found.cores < OVERSUBSCRIBED_EXCESS or found.swing < CONTENDED_SWING:
+    waits = found.waiting is not None and found.waiting >= CONTENDED_WAIT_CORES
+    if found.demand - found.cores < OVERSUBSCRIBED_EXCESS or not (
+            found.swing >= CONTENDED_SWING or found.follows or waits):
         return None
     n = found.free_threads()
     if n >= found.threads:
@@ -231,6 +237,9 @@ def cpu_contended(ctx: Context) -> Finding | None:
         f"step time p95 {fmt.duration(found.p95)} is {found.swing:.1f}x the p50 {fmt.duration(found.p50)}"
         + ("; steps were slower while the other processes were busier" if found.follows else ""),
     ]
+    if found.waiting is not None:
+        evidence.append(f"its threads waited for a free core {found.waiting:.2f} cores' worth of the time "
+                        "(ready to run; Linux run delay, median of the readings)")
     return Finding(
         rule="cpu-contended",
         title="Training threads compete with other processes for the cores",

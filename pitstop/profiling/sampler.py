@@ -17,6 +17,28 @@ from pitstop.events import Gpu, Proc, Sample
 INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: cheap (~0.1 ms a tick)
 
 
+def run_delay(pid: int, proc_root: str = "/proc") -> int | None:
+    """Nanoseconds the threads of `pid` have waited, ready to run, for a CPU (Linux schedstat); None unreadable.
+
+    The second field of each thread's `schedstat`: a process whose threads share
+    the cores with others waits here whether its steps swing or not.
+    """
+    try:
+        tids = os.listdir(f"{proc_root}/{pid}/task")
+    except OSError:
+        return None
+    total = 0
+    read = False
+    for tid in tids:
+        try:
+            with open(f"{proc_root}/{pid}/task/{tid}/schedstat", "rb") as handle:
+                total += int(handle.read().split()[1])
+            read = True
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that just ended
+    return total if read else None
+
+
 def proc_children(pid: int, proc_root: str = "/proc") -> list[int] | None:
     """Every descendant of `pid` from Linux's per-thread `children` files; None where there are none.
 
@@ -79,6 +101,7 @@ class Sampler:
         self._stop = threading.Event()
         self._nvml_off: str | None = None
         self._proc_children = True  # Linux's children files; psutil's scan of every process if absent
+        self._delay: tuple[float, int] | None = None  # (monotonic time, run delay ns) at the last reading
         self._thread = threading.Thread(target=self._loop, name="pitstop-sampler", daemon=True)
         psutil.cpu_percent(None)  # prime: the first system reading is relative to this call
 
@@ -187,4 +210,13 @@ class Sampler:
             system_cpu=self.psutil.cpu_percent(None),
             alloc_retries=retries,
             ooms=ooms,
+            cpu_wait=self.read_cpu_wait(),
         )
+
+    def read_cpu_wait(self) -> float | None:
+        """Cores' worth of this process's threads waiting for a CPU since the previous reading."""
+        now, delay = time.monotonic(), run_delay(self.me.pid)
+        last, self._delay = self._delay, (now, delay) if delay is not None else None
+        if last is None or delay is None or now <= last[0]:
+            return None
+        return round((delay - last[1]) / 1e9 / (now - last[0]), 3)

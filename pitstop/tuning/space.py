@@ -179,9 +179,16 @@ def build_space(facts: Facts, knobs: set[str] | None = None, tune_batch: bool = 
             notes.append(f"workers capped at {SHM_SMALL_WORKERS}: /dev/shm is {facts.shm_bytes >> 20} MiB "
                          "(more workers risk 'bus error'; give the container a larger --shm-size)")
         own_workers = int(own.get("num_workers") or 0)
+        named = int((evidence or {}).get("num_workers") or 0)
+        if named > max_workers and not (facts.shm_bytes is not None and facts.shm_bytes < SHM_SMALL):
+            # data-wait suggests workers beyond the cores only when loading waits on I/O.
+            notes.append(f"workers up to {named}: the run's findings say its loading waits on I/O, so "
+                         f"workers share the {cpus} usable CPUs")
+            max_workers = named
+        else:
+            notes.append(f"workers up to {max_workers}: {cpus} usable CPUs / "
+                         f"{ranks or facts.local_ranks or local_ranks()} local rank(s)")
         workers = worker_values(max_workers, own_workers)
-        notes.append(f"workers up to {max_workers}: {cpus} usable CPUs / "
-                     f"{ranks or facts.local_ranks or local_ranks()} local rank(s)")
         if not cuda:
             skipped["pin_memory"] = "no CUDA device: pinned host memory only speeds copies to a GPU"
         elif own.get("pin_memory"):

@@ -108,3 +108,26 @@ def test_cpu_contended_fires_on_a_loop_beside_cpu_hogs(tmp_path: Path, env: dict
     assert "step time p95" in f.evidence[1]
     assert "torch.set_num_threads(" in f.fix and "OMP_NUM_THREADS=" in f.fix
     assert "(cpu-contended)" in result.stderr  # named in the summary at the end of the run
+
+
+@pytest.mark.slow
+def test_cpu_contended_fires_on_a_loop_hogged_from_its_first_step(tmp_path: Path, env: dict[str, str]) -> None:
+    # Hogs there from the start make every step slow alike (no swing to see): the run queue
+    # says it, as the time torch's threads waited, ready to run, for a core a hog held.
+    cores = min(4, len(os.sched_getaffinity(0)))
+    env = {k: v for k, v in env.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    env["PITSTOP_SAMPLE_INTERVAL"] = "0.25"
+    record = tmp_path / "hogged.jsonl"
+    with cpu_hogs(cores):
+        result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record),
+                          str(SCRIPTS / "finding_cpu_contended.py"), "50"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = RunState()
+    for event in events_of(record):
+        run.add(event)
+    found = {f.rule: f for f in advise(run).findings}
+    assert "cpu-contended" in found, (list(found), result.stderr[-2000:])
+    f = found["cpu-contended"]
+    assert f"torch runs {cores} intra-op threads" in f.evidence[0]
+    assert any("waited for a free core" in line for line in f.evidence), f.evidence
+    assert "(cpu-contended)" in result.stderr

@@ -11,7 +11,8 @@ from pitstop.tuning.evidence import suggested
 from pitstop.tuning.results import Candidate
 
 
-def hogged_run(other_pct: float, swing: bool, threads: int = 2, cores: int = 2) -> RunState:
+def hogged_run(other_pct: float, swing: bool, threads: int = 2, cores: int = 2,
+               cpu_wait: float | None = None) -> RunState:
     """A 2-core CPU run: the main process uses 0.9 cores; the machine is busy by `other_pct` more percent."""
     run = RunState()
     run.add(Runtime(t=0.5, torch_version="2.13", cuda_version=None, device_type="cpu", cpu_count=cores,
@@ -23,7 +24,7 @@ def hogged_run(other_pct: float, swing: bool, threads: int = 2, cores: int = 2) 
         run.add(Step(t=t, step=i, wall=wall, data_wait=0.0, samples=8))
     for i in range(20):
         run.add(Sample(t=1.0 + i * 1.0, system_cpu=45.0 + other_pct,
-                       procs=[Proc(pid=1, role="main", cpu=90.0, rss=1)]))
+                       procs=[Proc(pid=1, role="main", cpu=90.0, rss=1)], cpu_wait=cpu_wait))
     return run
 
 
@@ -47,6 +48,15 @@ def test_cpu_contended_quiet_on_an_idle_machine_steady_steps_or_one_thread() -> 
     assert contended(hogged_run(other_pct=0.0, swing=True)) is None  # nobody else on the cores
     assert contended(hogged_run(other_pct=50.0, swing=False)) is None  # steps do not swing
     assert contended(hogged_run(other_pct=50.0, swing=True, threads=1)) is None  # nothing left to give back
+
+
+def test_cpu_contended_fires_on_steady_steps_whose_threads_wait_for_a_core() -> None:
+    # A hog from the first step to the last: no swing, but the run queue says it.
+    f = contended(hogged_run(other_pct=50.0, swing=False, cpu_wait=0.6))
+    assert f is not None and f.knob == "threads"
+    assert "waited for a free core 0.60 cores' worth of the time" in f.evidence[2]
+    assert contended(hogged_run(other_pct=50.0, swing=False, cpu_wait=0.05)) is None  # it got its cores
+    assert contended(hogged_run(other_pct=0.0, swing=False, cpu_wait=0.6)) is None  # nobody else: its own
 
 
 def test_the_threads_knob_is_written_to_the_config_and_read_back(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pitstop.profiling.sampler import proc_children
+from pitstop.profiling.sampler import proc_children, run_delay
 
 # A child that starts a grandchild, then both sleep: a tree two deep under this test.
 TREE = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
@@ -55,3 +55,20 @@ def test_a_fake_tree_is_walked_through_every_thread(tmp_path: Path) -> None:
     task(11, 11, "")
     task(100, 100, "")
     assert sorted(proc_children(1, proc_root=str(tmp_path)) or []) == [10, 11, 100]
+
+
+def test_run_delay_sums_the_wait_of_every_thread(tmp_path: Path) -> None:
+    # /proc/PID/task/TID/schedstat: time on the CPU, time waiting on a run queue, timeslices (ns).
+    for tid, text in (("7", "500 1200 3\n"), ("8", "900 300 5\n"), ("9", "garbled\n")):
+        (tmp_path / "7" / "task" / tid).mkdir(parents=True)
+        (tmp_path / "7" / "task" / tid / "schedstat").write_text(text)
+    assert run_delay(7, str(tmp_path)) == 1500  # the unreadable thread is left out
+    assert run_delay(8, str(tmp_path)) is None  # no such process
+
+
+def test_run_delay_reads_this_process_on_linux() -> None:
+    if not Path(f"/proc/{os.getpid()}/task").is_dir():
+        pytest.skip("no /proc")
+    tids = os.listdir(f"/proc/{os.getpid()}/task")
+    delay = run_delay(os.getpid())
+    assert isinstance(delay, int) and delay >= 0 and len(tids) >= 1

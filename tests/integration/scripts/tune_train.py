@@ -55,11 +55,13 @@ def main() -> None:
     parser.add_argument("--forever", action="store_true", help="loop over epochs with no end")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--hidden", type=int, default=64, help="model width: wider makes batch size matter")
+    parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads; 0: torch's default")
     args = parser.parse_args()
 
-    # One intra-op thread: on the 2-core CI machine two OpenMP threads spin against
-    # the DataLoader workers, and a 0.1 ms matmul then takes 50-100 ms at random.
-    torch.set_num_threads(1)
+    # One intra-op thread by default: on the 2-core CI machine two OpenMP threads spin
+    # against the DataLoader workers, and a 0.1 ms matmul then takes 50-100 ms at random.
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     data = Heavy(args.n, args.work, args.crash_in_workers, args.hang_in_workers, args.io_ms)
     loader = DataLoader(data, batch_size=args.batch, shuffle=True, num_workers=args.workers,
