@@ -131,7 +131,7 @@ class Confirming:
             ran = self._round(contests, order, steps)
             change = _load_change([r for _, r in ran])
             loads += [r.other_cpu for _, r in ran if r.other_cpu is not None]
-            if change is not None and change > LOAD_CHANGE_CORES:
+            if change is not None and change > LOAD_CHANGE_CORES and self._load_moved_it(ran):
                 # Its runs measured different machines: drop the round, run another in its place.
                 for cand, r in ran:
                     contests[cand].runs.remove(r)
@@ -142,13 +142,47 @@ class Confirming:
                     break
                 continue
             done += 1
-        out.contests = list(contests.values())
-        out.confirmed, out.rounds = True, done
         out.load = (min(loads), max(loads)) if loads else None
         out.cpus = self._cpus
         out.discarded = discarded
+        if not done:
+            # Every round measured the neighbours: what stands is the exploration's figure, unconfirmed.
+            out = self._unconfirmed(out, MIN_CONFIRM_TRIALS * rounds, cost)
+            if out.winner is not None and out.winner != Candidate():
+                out.message = (f"not confirmed: all {discarded} confirmation round(s) were discarded (other "
+                               "processes' load moved by more than half a core within each); the figure is "
+                               "from the exploration runs")
+            return out
+        out.contests = list(contests.values())
+        out.confirmed, out.rounds = True, done
         self._judge_amp(out.contests)
         return self._decide(out, contests, done)
+
+    def _load_moved_it(self: Search, ran: list[tuple[Candidate, TrialResult]]) -> bool:
+        """Whether a round whose neighbours' load moved measured the load: only then is it dropped.
+
+        Its ratio is checked against the exploration's, measured in other
+        processes: a round that agrees with it within the noise was not swayed
+        (a 2.9x workers win measured 2.89x in a round whose load moved 0.6 cores
+        and 2.80x in exploration, and was dropped, leaving no round). A neighbour
+        that spins torch's threads moves a step 30-fold: that never agrees.
+        """
+        base = next((r for c, r in ran if c == Candidate()), None)
+        if base is None or not base.throughput:
+            return True
+        this = {id(r) for _, r in ran}
+        tolerance = max(self.noise_floor, 2.0 * self.noise())  # two ratios, each of two noisy runs
+        for cand, r in ran:
+            if cand == Candidate():
+                continue
+            explored = [x for x in self.results if x.ok and x.candidate == cand and id(x) not in this]
+            ratios = [q for x in explored if (q := self.ratio(x)) is not None]
+            if not ratios or not r.throughput:
+                return True
+            expected = median_and_spread(ratios)[0] or 0.0
+            if expected <= 0 or abs(math.log((r.throughput / base.throughput) / expected)) > math.log1p(tolerance):
+                return True
+        return False
 
     def _round(self: Search, contests: dict[Candidate, Contest], order: list[Candidate], steps: int
                ) -> list[tuple[Candidate, TrialResult]]:

@@ -202,4 +202,4 @@ def test_force_is_needed_to_overwrite_the_config(tmp_path: Path) -> None:
     assert (tmp_path / "pitstop.toml").read_text() == "# mine\n"
     forced = tune(tmp_path, [*MEASURED, "--knobs", "workers", "--budget", "4", "--force"], WORKERS_SCRIPT)
     assert forced.returncode == 0, forced.stderr
-    assert "pitstop run --config" in (tmp_path / "pitstop.toml").read_text()
+    assert "pitstop run --config" in (tmp_path / "pitstop.toml").read_text(), forced.stderr

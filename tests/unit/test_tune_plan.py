@@ -134,6 +134,31 @@ def test_a_round_whose_load_moved_is_discarded_and_run_again() -> None:
     assert outcome.load == (0.0, 1.0)
 
 
+def test_a_round_whose_load_moved_but_whose_ratio_agrees_with_exploration_is_kept() -> None:
+    # CI: workers x2.80 explored, then a round at x2.89 whose neighbours moved 0.6 cores was
+    # dropped, leaving no round and "nothing beat the script's own settings".
+    class Mild(Trials):
+        def __call__(self, candidate: Candidate, steps: int, stage: str) -> TrialResult:
+            r = super().__call__(candidate, steps, stage)
+            return r.replace(throughput=r.throughput * (1.0 + r.other_cpu) * 0.97 ** r.other_cpu)
+
+    trials = Mild(lambda cfg: 100.0 * (2.8 if cfg.get("threads") == 1 else 1.0), noise=0.05,
+                  load=lambda call: 0.6 if call == 4 else 0.0, evidence={"threads": 1})
+    outcome = tune(trials, Budget(trials=4), Space(own=dict(OWN), compute={"threads": [1]}))
+    assert outcome.discarded == 0 and outcome.rounds == 1 and outcome.confirmed
+    assert outcome.winner == Candidate.of({"threads": 1})
+
+
+def test_when_every_round_is_discarded_the_win_stands_unconfirmed_and_no_note_says_otherwise() -> None:
+    trials = Trials(lambda cfg: 100.0 * (1.5 if cfg.get("threads") == 1 else 1.0),
+                    load=lambda call: 1.0 if call == 4 else 0.0, evidence={"threads": 1})
+    outcome = tune(trials, Budget(trials=4), Space(own=dict(OWN), compute={"threads": [1]}))
+    assert outcome.discarded == 1 and outcome.rounds == 0 and not outcome.confirmed
+    assert outcome.winner == Candidate.of({"threads": 1})  # x1.5 explored: beyond twice the noise
+    assert "all 1 confirmation round(s) were discarded" in outcome.message
+    assert not any("one confirmation round" in n for n in outcome.notes)
+
+
 def test_threads_are_searched_only_where_the_cpus_are_contended() -> None:
     facts = Facts(usable_cpus=2, cpu_count=2, torch_threads=2, has_dataloader=True, loader=dict(OWN))
     quiet = build_space(facts, load=0.0)
