@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pitstop import keeper
 from pitstop.errors import PitstopError, TransportError, UsageError
 from pitstop.profiling.launch import (
     SessionSettings,
@@ -311,9 +312,11 @@ class Run:
             proc = self._launch(target, settings)
             own.append(proc.pid)
             self._signals.attach(proc)
+            index_keeper = keeper.start(settings.record, proc.pid)
             status = self.fronts.status(settings.session, target.label, proc)
             status.start()
             code = exit_code_of(status.wait())
+        keeper.stop(index_keeper)  # the summary indexes what it left
         summary = self._summary(proc.pid, code)
         if summary is None:
             return code
@@ -336,6 +339,7 @@ class Run:
                 proc = self._launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
             own.append(proc.pid)
             self._signals.attach(proc)
+            keeper.start(settings.record, proc.pid)  # outlives the viewer: ends with the training
             source = self.fronts.source(f"{target.label} (pid {proc.pid})", settings.session,
                                         lambda: proc.poll() is not None)
             hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"

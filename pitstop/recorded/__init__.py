@@ -52,12 +52,17 @@ def _children_of(target: Path, files: list[Path]) -> list[Path]:
     return sorted(target.parent.glob(f"{glob.escape(target.stem)}.pid*.jsonl"))
 
 
+def record_paths(target: Path) -> tuple[list[Path], list[Path]]:
+    """The record files `target` names, and those of child processes that trained beside it."""
+    files = record_files(target)
+    return files, _children_of(target, files)
+
+
 def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
     """RunStates of every record file `target` names (with its children's), and notes about torn files."""
     runs = []
     notes = []
-    files = record_files(target)
-    children = _children_of(target, files)
+    files, children = record_paths(target)
     for path in files + children:
         index = index_file(path)
         run = index.run
@@ -89,4 +94,4 @@ def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
     return [(None if key.startswith("\0") else key, members) for key, members in sorted(groups.items(), key=started)]
 
 
-__all__ = ["FINDINGS_NONE", "annotate", "children_of", "index_file", "job_lines", "load_runs", "sessions"]
+__all__ = ["FINDINGS_NONE", "annotate", "children_of", "index_file", "job_lines", "load_runs", "record_paths", "sessions"]

@@ -78,13 +78,22 @@ class StreamIndex:
         self.last_t: float | None = None
         self.fed = 0
         self.run = RunState()
+        self._folded = False  # self.run is the fold of the whole stream, as index() left it
         self.total = 0  # events in the stream (after `index`)
 
     # -- the indexing pass -------------------------------------------------
     def index(self) -> RunState:
         """Fold the stream from the last checkpoint to its end, checkpointing; returns the whole RunState."""
         last = self.checkpoints[-1]
-        run = self._restored(last, [0] * len(SERIES))
+        if self._folded and self.fed == last.fed and self.pos == last.pos:
+            run = self.run  # folded to the end and not moved since (the keeper's passes): go on
+        else:
+            run = self._restored(last, [0] * len(SERIES))
+        if len(self.checkpoints) > 1 and last.fed % self.every:
+            # The end checkpoint of the pass before (a live record folded again): the fold
+            # goes on from it and ends with a new one, so passes do not pile them up.
+            self.checkpoints.pop()
+            self._times = []
         self.pos, self.last_t, self.fed = last.pos, last.last_t, last.fed
         counts = self.counts = list(last.counts)
         for start, end, event in self.stream.scan(last.pos):
@@ -106,6 +115,7 @@ class StreamIndex:
         if self.fed > self.checkpoints[-1].fed:
             self._checkpoint(run)  # the end: a reader that comes back restores the whole stream from it
         self.run, self.total = run, self.fed
+        self._folded = True
         return run
 
     def _checkpoint(self, run: RunState) -> None:
@@ -130,6 +140,7 @@ class StreamIndex:
     def seek(self, cursor: float) -> RunState | None:
         """The RunState of every event at or before `cursor`; None before the stream's first event."""
         ck = self._checkpoint_at(cursor)
+        self._folded = False  # the run moves with the cursor now
         try:
             if (self.last_t is not None and self.last_t > cursor) or ck.fed > self.fed + self.every:
                 self._restore(ck, cursor)
@@ -144,7 +155,7 @@ class StreamIndex:
         return self.run if self.fed else None
 
     def _checkpoint_at(self, cursor: float) -> Checkpoint:
-        if len(self._times) != len(self.checkpoints):  # checkpoints are only ever appended
+        if len(self._times) != len(self.checkpoints):  # appended (an end checkpoint popped resets it)
             self._times = [c.t for c in self.checkpoints]
         return self.checkpoints[bisect.bisect_right(self._times, cursor) - 1]
 

@@ -59,6 +59,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "streams": HEAVY,  # StreamBatch: what every source yields, below analysis and profiling
     "jsonshape": HEAVY,  # the type checks of decoding
     "charts": HEAVY,  # text charts with plotext (no rich, no textual)
+    "keeper": HEAVY,  # the index keeper beside a run: reads records, folds them, never torch
 }
 # The agent's parts that a viewer also imports (launch, sources, record) or that
 # import torch only once the user's script has (agent, stepclock, _patch).

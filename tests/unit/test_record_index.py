@@ -117,3 +117,28 @@ def test_the_viewer_opens_a_record_from_its_index_and_seeks_as_before(tmp_path: 
     assert decoded[0] < sum(len(f.read_bytes().splitlines()) for f in files) / 4
     for cursor in (tl.end, tl.start, (tl.start + tl.end) / 2, tl.profile_times[3], tl.end):
         assert _state_of(tl.seek(cursor)) == _state_of(_linear(files, cursor)), cursor
+
+
+@pytest.mark.usefixtures("small_windows")
+def test_the_keeper_indexes_a_growing_record_in_passes_and_a_reader_then_reads_only_what_came_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pitstop.keeper import Keeper
+
+    path = tmp_path / "rank0.jsonl"
+    events = _events(900, rank=0)
+    cuts = [0, 400, 401, 1100, len(events)]  # a pass with one new line, one with none
+    keeper = Keeper(path)
+    for a, b in zip(cuts, cuts[1:]):
+        with open(path, "a") as handle:  # the agent appends as the run goes
+            handle.write("".join(encode(e) + "\n" for e in events[a:b]))
+        assert keeper.step() == b - a
+        assert keeper.step() == 0  # nothing new: nothing folded, nothing saved
+    index = keeper.indexes[path]
+    regular = [ck for ck in index.checkpoints[1:-1]]
+    assert all(ck.fed % index.every == 0 for ck in regular)  # the passes' end checkpoints do not pile up
+    with open(path, "a") as handle:  # the last lines, after the keeper's last pass: a SIGKILL then
+        handle.write('{"kind":"step","t":17000')
+    decoded = _decoded_lines(monkeypatch)
+    got = _summary(path)
+    assert decoded[0] < len(events) / 4  # the keeper's index was used: one window read back
+    assert got == _fresh(path, tmp_path)  # and it prints what a whole pass prints

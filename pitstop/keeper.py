@@ -1,0 +1,135 @@
+"""Provides the index keeper: a process beside a run that keeps each record's index current while it records.
+
+    python -m pitstop.keeper --pid PID [--every SECONDS] RECORD
+
+A day-long record is ~9 M lines; folding them took a viewer 186 s before its
+first screen. `pitstop run` starts this keeper (its own session, niced, no
+output) beside the training: every `--every` seconds it folds the lines each
+record file gained since its last pass and saves the index beside the file
+(`NAME.jsonl.index`, atomically; see pitstop/recorded/_sidecar.py), so a
+viewer, `view --summary` or `attach` restores the last checkpoint and folds
+at most one interval of lines. It runs outside the training process: the
+training pays nothing for it (no GIL, no import), and it outlives a viewer
+that quit. It ends with the training (`--pid` gone): a last pass, then exit.
+A keeper killed or never started costs only time: the next reader indexes
+from the last index that still matches the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# Seconds between passes: a viewer opening the record folds at most this much of it
+# (30 s of 10 ms steps: 3,000 lines, ~0.05 s).
+KEEP_EVERY_S = float(os.environ.get("PITSTOP_INDEX_EVERY", "30"))
+# The keeper yields the cores to the training (and to everything else).
+NICENESS = 10
+POLL_S = 1.0  # how often it looks whether the training still runs
+
+
+class Keeper:
+    """The indexes of one run's record files, folded on as the files grow, saved after each pass that grew."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.indexes: dict[Path, Any] = {}  # path -> StreamIndex (imported at the first pass)
+
+    def files(self) -> list[Path]:
+        from pitstop.errors import PitstopError
+        from pitstop.recorded import record_paths
+
+        try:
+            files, children = record_paths(self.target)
+        except PitstopError:
+            return []  # not written yet
+        return files + children
+
+    def step(self) -> int:
+        """One pass over every record file; returns the lines (events) it folded."""
+        from pitstop.recorded import _sidecar
+        from pitstop.recorded._index import StreamIndex
+        from pitstop.recorded._streams import FileStream
+
+        folded = 0
+        for path in self.files():
+            index = self.indexes.get(path)
+            if index is None:
+                index = self.indexes[path] = StreamIndex(FileStream(path))
+                if _sidecar.load(index, path):
+                    index.stream.cover(index.checkpoints[-1].pos)
+            before = index.checkpoints[-1].fed
+            index.index()
+            if index.total > before:
+                folded += index.total - before
+                _sidecar.save(index, path, index.stream.stop)
+        return folded
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def keep(target: Path, pid: int, every: float = KEEP_EVERY_S) -> int:
+    """Keep `target`'s indexes until `pid` ends; a last pass then. SIGTERM ends it at once."""
+    keeper = Keeper(target)
+    due = time.monotonic() + every
+    while alive(pid):
+        time.sleep(POLL_S if every >= POLL_S else every)
+        if time.monotonic() >= due:
+            keeper.step()
+            due = time.monotonic() + every
+    keeper.step()
+    return 0
+
+
+def start(record: str, pid: int) -> subprocess.Popen[bytes] | None:
+    """Start a keeper for `record` beside training `pid` (its own session: a viewer's exit leaves it); None if it cannot."""
+    try:
+        return subprocess.Popen([sys.executable, "-m", "pitstop.keeper", "--pid", str(pid), record],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+    except OSError:
+        return None
+
+
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
+    """End a keeper now (the caller indexes the record itself next)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pitstop.keeper", description=__doc__.splitlines()[0])
+    parser.add_argument("--pid", type=int, required=True, help="the training process: the keeper ends with it")
+    parser.add_argument("--every", type=float, default=KEEP_EVERY_S, help="seconds between passes")
+    parser.add_argument("record", help="the run's record: a .jsonl file or a session directory")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    try:
+        os.nice(NICENESS)
+    except OSError:
+        pass
+    return keep(Path(args.record), args.pid, max(0.1, args.every))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
