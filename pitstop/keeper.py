@@ -72,21 +72,13 @@ class Keeper:
         return folded
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def keep(target: Path, pid: int, every: float = KEEP_EVERY_S) -> int:
     """Keep `target`'s indexes until `pid` ends; a last pass then. SIGTERM ends it at once."""
+    import psutil
+
     keeper = Keeper(target)
     due = time.monotonic() + every
-    while alive(pid):
+    while psutil.pid_exists(pid):
         time.sleep(POLL_S if every >= POLL_S else every)
         if time.monotonic() >= due:
             keeper.step()
