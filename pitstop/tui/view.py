@@ -20,6 +20,8 @@ from pitstop.analysis import (
     StepSplit,
     cpu_now,
     data_verdict,
+    first_step_progress,
+    first_step_text,
     gpu_reason,
     recent_rates,
 )
@@ -164,7 +166,8 @@ def step_bars(run: RunState | None, steps: int = CHART_STEPS) -> BarSeries:
     title = "step time"
     recent = run.recent_steps(steps) if run is not None else []
     if not recent:
-        return BarSeries(title, STEP_LAYERS, note="no step yet")
+        found = first_step_progress(run) if run is not None else None  # a slow first step is not a hang
+        return BarSeries(title, STEP_LAYERS, note=first_step_text(*found) if found is not None else "no step yet")
     return BarSeries(title, STEP_LAYERS, tuple(s.step for s in recent),
                      tuple((s.data_wait, s.compute) for s in recent), _chart_marks(recent))
 
