@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from types import FrameType, SimpleNamespace
 
-from pitstop.analysis import JobState, StreamBatch, first_step_status, progress_text
+from pitstop.analysis import JobState, RunState, StreamBatch, first_step_status, progress_text
 from pitstop.events import Hello, Proc, Progress, Sample, Step, decode, encode
 from pitstop.headless import StatusPrinter
 from pitstop.profiling.agent import Agent
@@ -15,6 +15,8 @@ from pitstop.profiling.launch import SessionSettings
 from pitstop.profiling.sampler import Sampler
 from pitstop.tui.trialdata import TuneState, fold
 from pitstop.tui.trials import progress_text as trials_progress
+from pitstop.tui.view import step_bars
+from pitstop.tui.widgets._bars import render_lines
 from pitstop.tuning.journalformat import Totals, TrialProgress, TrialStart
 from pitstop.tuning.journalformat import decode as decode_record
 from pitstop.tuning.journalformat import encode as encode_record
@@ -138,3 +140,13 @@ def test_a_sample_with_progress_round_trips_and_an_older_sample_reads_as_none() 
     sample = Sample(t=1.0, progress=LBFGS_STEP)
     assert decode(encode(sample)) == sample
     assert decode('{"kind":"sample","t":1.0}') == Sample(t=1.0)
+
+
+def test_the_live_step_chart_says_what_the_first_step_is_doing_in_place_of_no_step_yet() -> None:
+    run = RunState()
+    run.add(hello())
+    assert step_bars(run).note == "no step yet"
+    run.add(Sample(t=140.0, progress=LBFGS_STEP))
+    title = render_lines(step_bars(run), 200, 12)[0].plain
+    assert title == ("step time: first training step not done after 40 s (LBFGS step running for 75 s: 14 closures; "
+                     "14 backward, 1 batch fetched)")
