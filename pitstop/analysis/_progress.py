@@ -17,21 +17,34 @@ from pitstop.analysis._state import RunState
 from pitstop.events import Progress
 
 
-def progress_text(progress: Progress, clock: Callable[[float], str] = fmt.span) -> str:
-    """`LBFGS step running for 1m15s: 14 closures; 14 backward, 1 batch fetched` (`clock` formats seconds)."""
-    counts = (f"{fmt.count(progress.backwards, 'backward', 'backward')}, "
-              f"{fmt.count(progress.batches, 'batch', 'batches')} fetched")
+def seconds_text(seconds: float) -> str:
+    """`45 s`, `2m30s`: a first step's time to the second (`format.span` said `2 min` for 2 min to 2 min 59 s
+    of time_sequence_prediction's first step, over ten lines whose closures moved)."""
+    s = int(round(seconds))
+    return f"{s} s" if s < 120 else f"{s // 60}m{s % 60:02d}s"
+
+
+def progress_text(progress: Progress, clock: Callable[[float], str] = seconds_text) -> str:
+    """`LBFGS step running for 75 s: 14 closures; 14 backward, 1 batch fetched` (`clock` formats seconds).
+
+    Batches are left out while none was fetched: a script without a DataLoader
+    (time_sequence_prediction) fetches none, and "0 batches" said nothing there.
+    """
+    batches = f"{fmt.count(progress.batches, 'batch', 'batches')} fetched" if progress.batches else ""
+    backwards = fmt.count(progress.backwards, "backward", "backward")
     if progress.optimizer_s is not None:
         step = f"{progress.optimizer or 'optimizer'} step running for {clock(progress.optimizer_s)}"
         if progress.closures:
             step += f": {fmt.count(progress.closures, 'closure')}"
-        return f"{step}; {counts}"
-    if progress.backwards or progress.batches:
-        return f"{counts}, no optimizer step yet"
+        return f"{step}; {backwards}" + (f", {batches}" if batches else "")
+    if progress.backwards:
+        return f"{backwards}" + (f", {batches}" if batches else "") + ", no optimizer step yet"
+    if batches:
+        return f"{batches}, no backward yet"
     return "no batch fetched, no backward yet: still setting up"
 
 
-def first_step_text(progress: Progress, elapsed: float, clock: Callable[[float], str] = fmt.span) -> str:
+def first_step_text(progress: Progress, elapsed: float, clock: Callable[[float], str] = seconds_text) -> str:
     """`first training step not done after 1m20s (LBFGS step running for 1m15s: 14 closures; ...)`."""
     return f"first training step not done after {clock(elapsed)} ({progress_text(progress, clock)})"
 

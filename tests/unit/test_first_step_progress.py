@@ -50,8 +50,12 @@ def test_the_tuners_line_says_what_a_slow_first_step_is_doing() -> None:
 def test_progress_words_each_state_of_a_first_step() -> None:
     assert progress_text(Progress(batches=3, backwards=2, closures=0)) == (
         "2 backward, 3 batches fetched, no optimizer step yet")
+    assert progress_text(Progress(batches=2, backwards=0, closures=0)) == "2 batches fetched, no backward yet"
+    # No DataLoader (time_sequence_prediction): no "0 batches"; past two minutes, to the second.
+    assert progress_text(Progress(batches=0, backwards=15, closures=15, optimizer_s=150.4, optimizer="LBFGS")) == (
+        "LBFGS step running for 2m30s: 15 closures; 15 backward")
     assert progress_text(Progress(batches=0, backwards=0, closures=0, optimizer_s=3.0)) == (
-        "optimizer step running for 3 s; 0 backward, 0 batches fetched")
+        "optimizer step running for 3 s; 0 backward")
     assert progress_text(LBFGS_STEP) == "LBFGS step running for 75 s: 14 closures; 14 backward, 1 batch fetched"
 
 
