@@ -44,9 +44,11 @@ def progress_text(progress: Progress, clock: Callable[[float], str] = seconds_te
     return "no batch fetched, no backward yet: still setting up"
 
 
-def first_step_text(progress: Progress, elapsed: float, clock: Callable[[float], str] = seconds_text) -> str:
-    """`first training step not done after 1m20s (LBFGS step running for 1m15s: 14 closures; ...)`."""
-    return f"first training step not done after {clock(elapsed)} ({progress_text(progress, clock)})"
+def first_step_text(progress: Progress, elapsed: float, clock: Callable[[float], str] = seconds_text,
+                    sep: str = " ") -> str:
+    """`first training step not done after 1m20s (LBFGS step running for 1m15s: 14 closures; ...)`;
+    `sep` goes before the parenthesis (a new line where one line is too narrow for both)."""
+    return f"first training step not done after {clock(elapsed)}{sep}({progress_text(progress, clock)})"
 
 
 def first_step_progress(run: RunState) -> tuple[Progress, float] | None:
