@@ -159,6 +159,21 @@ class Proc:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """What the training thread has done while no training step has ended yet.
+
+    The sampler thread reads counters the hooks keep: a first step that takes
+    minutes (LBFGS's closures, a compile, a big model) must not look like a hang.
+    """
+
+    batches: int  # batches fetched from DataLoaders, every loader (which one trains is known at the first step)
+    backwards: int  # Tensor.backward calls
+    closures: int  # backward calls inside a running optimizer step: LBFGS evaluates its closure ~20 times a step
+    optimizer_s: float | None = None  # seconds the optimizer step running now has run; None: none is running
+    optimizer: str | None = None  # that optimizer's class ("LBFGS"); None: none running, or not known
+
+
+@dataclass(frozen=True)
 class Sample:
     """A sampler-thread reading (1-2 Hz): GPUs, the process tree, the machine."""
 
@@ -173,6 +188,7 @@ class Sample:
     # Cores' worth of the main process's threads that were ready to run but waited for
     # a CPU since the previous sample (Linux schedstat run delay); None where unreadable.
     cpu_wait: float | None = None
+    progress: Progress | None = None  # until the first training step ends (then None): what training does
 
 
 @dataclass(frozen=True)

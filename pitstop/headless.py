@@ -25,6 +25,8 @@ from pitstop.analysis import (
     RunState,
     StreamBatch,
     advise,
+    first_step_progress,
+    first_step_status,
     format_summary,
     job_advice,
     job_summary,
@@ -176,7 +178,7 @@ class StatusPrinter:
         self._out = out
         self._clock = clock
         self._lock = threading.Lock()  # notes come from the reader thread, lines from the waiting one
-        self._key: tuple[tuple[str, int | None, bool], ...] | None = None
+        self._key: tuple[tuple[object, ...], ...] | None = None
         self._changed_at = 0.0
         self._printed_at = 0.0
         self._said: set[str] = set()
@@ -209,18 +211,32 @@ class StatusPrinter:
         ranks = job.ranks()
         if not ranks:
             return
-        key = tuple((label, run.last_step, run.end is not None) for label, run in ranks)
+        key = tuple((label, run.last_step, run.end is not None, _doing(run)) for label, run in ranks)
         now = self._clock()
         if len(ranks) == 1:
-            line = status_line(ranks[0][1])
+            line = _status(ranks[0][1])
         else:
-            line = " || ".join(f"r{i} {status_line(run)}" for i, (_, run) in enumerate(ranks))
+            line = " || ".join(f"r{i} {_status(run)}" for i, (_, run) in enumerate(ranks))
         if key != self._key:
             self._key, self._changed_at, self._printed_at = key, now, now
             self._print(f"pitstop | {line}")
         elif now - self._printed_at >= QUIET_REPEAT_S:
             self._printed_at = now
             self._print(f"pitstop | {line} | unchanged for {now - self._changed_at:.0f} s")
+
+
+def _status(run: RunState) -> str:
+    """The status line; before the first step, what the process is doing (closures, batches) once its agent said."""
+    return first_step_status(run) or status_line(run)
+
+
+def _doing(run: RunState) -> tuple[int, int, int, bool] | None:
+    """What moves a first step's line (a new closure, a batch, an optimizer step begun); its seconds do not."""
+    found = first_step_progress(run)
+    if found is None:
+        return None
+    p = found[0]
+    return p.batches, p.backwards, p.closures, p.optimizer_s is not None
 
 
 class LiveStatus:

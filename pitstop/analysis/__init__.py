@@ -42,6 +42,7 @@ from pitstop.analysis._job import (
     stragglers,
     stream_label,
 )
+from pitstop.analysis._progress import first_step_progress, first_step_status, first_step_text, progress_text
 from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measured, rates, rates_of, recent_rates
 from pitstop.analysis._rules import RULE_IDS, advise, findings
 from pitstop.analysis._state import SERIES, JobState, RunState, StreamBatch
@@ -94,6 +95,9 @@ __all__ = [
     "data_verdict",
     "end_text",
     "findings",
+    "first_step_progress",
+    "first_step_status",
+    "first_step_text",
     "format",
     "format_summary",
     "gpu_reason",
@@ -111,6 +115,7 @@ __all__ = [
     "op_time_us",
     "percentile",
     "phase_split",
+    "progress_text",
     "shares_text",
     "rank_status",
     "rates",

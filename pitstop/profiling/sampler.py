@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from pitstop.events import Gpu, Proc, Sample
+from pitstop.events import Gpu, Proc, Progress, Sample
 
 INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: cheap (~0.1 ms a tick)
 
@@ -102,6 +102,7 @@ class Sampler:
         self._nvml_off: str | None = None
         self._proc_children = True  # Linux's children files; psutil's scan of every process if absent
         self._delay: tuple[float, int] | None = None  # (monotonic time, run delay ns) at the last reading
+        self._name: tuple[float, str | None] | None = None  # (the running step's start, its optimizer's class)
         self._thread = threading.Thread(target=self._loop, name="pitstop-sampler", daemon=True)
         psutil.cpu_percent(None)  # prime: the first system reading is relative to this call
 
@@ -211,6 +212,7 @@ class Sampler:
             alloc_retries=retries,
             ooms=ooms,
             cpu_wait=self.read_cpu_wait(),
+            progress=self.read_progress(),
         )
 
     def read_cpu_wait(self) -> float | None:
@@ -220,3 +222,42 @@ class Sampler:
         if last is None or delay is None or now <= last[0]:
             return None
         return round((delay - last[1]) / 1e9 / (now - last[0]), 3)
+
+    def read_progress(self) -> Progress | None:
+        """What training has done so far, while no step has ended (None once steps flow, or before torch).
+
+        The step clock's counters, read here: the step path only increments them.
+        Once the first step ended, this costs one compare a sample.
+        """
+        agent = self.agent
+        clock = agent.clock
+        if agent.hooks is None or clock.index > 0:
+            return None
+        # The list first: the clock stamps `opened_at` before it adds a step, so the stamp read
+        # after is that step's start (or a later one's), never an older step's.
+        running = list(clock.open_steps)  # [key, token]
+        opened_at = clock.opened_at
+        seconds = name = None
+        if running:
+            seconds = max(0.0, time.perf_counter() - opened_at)
+            name = self._optimizer_name(opened_at, running[0][1])
+        return Progress(batches=clock.batches, backwards=clock.backwards, closures=clock.closures,
+                        optimizer_s=seconds, optimizer=name)
+
+    def _optimizer_name(self, opened_at: float, frame: Any) -> str | None:
+        """The class of the optimizer whose step began at `opened_at` and runs in `frame` (torch's
+        step wrapper, which binds `self`): read once per step.
+
+        The optimizer-step pre-hook hands the clock only this frame; learning the
+        name there would cost every step of the run.
+        """
+        cached = self._name
+        if cached is not None and cached[0] == opened_at:
+            return cached[1]
+        try:
+            optimizer = frame.f_locals.get("self")
+            name = type(optimizer).__name__ if optimizer is not None else None
+        except Exception:
+            name = None
+        self._name = (opened_at, name)
+        return name

@@ -98,6 +98,12 @@ class StepClock:
         # innermost last: a wrapping optimizer (Lookahead) steps an inner one inside its own.
         self._open: list[list[Any]] = []
         self.closure = False  # a backward ran inside an optimizer step: training forwards are there
+        # Counters the sampler thread reads while no step has ended (events.Progress): a first
+        # LBFGS step of ~100 s otherwise looked like a hang. One increment each, nothing else.
+        self.batches = 0  # batches fetched, every loader
+        self.backwards = 0
+        self.closures = 0  # backward calls inside a running optimizer step
+        self.opened_at = 0.0  # perf_counter stamp of the outermost running optimizer step's start
         self._reset()
 
     def _reset(self) -> None:
@@ -122,6 +128,7 @@ class StepClock:
     # ---- inputs ---------------------------------------------------------------
     def on_fetch(self, loader: Any, started: float, waited: float, samples: int | None) -> None:
         """A batch came out of a DataLoader iterator (`loader` identifies its DataLoader)."""
+        self.batches += 1
         if self.t_last is None:
             self.t_last = started
         acc = self._fetch.get(loader)
@@ -171,6 +178,7 @@ class StepClock:
     def on_backward(self, now: float, loss: Any = None, started: float | None = None, token: Any = None) -> int:
         """A backward call (of `loss`, when it was read) that began at `started` (`token`: the marker's
         token then). Returns the steps emitted (0, 1, or the held ones)."""
+        self.backwards += 1
         if loss is not None:
             self._loss = loss
         if started is not None:
@@ -180,6 +188,7 @@ class StepClock:
             self._seg_t0, self._seg_n, self._seg_batches, self._seg_need = None, 0, [], EVAL_FORWARDS
         if self._open:  # a closure's backward: the running optimizer step is the boundary
             self.closure = True
+            self.closures += 1
             return 0
         mode = self.mode
         if mode == "optimizer" or mode == "manual":
@@ -231,6 +240,8 @@ class StepClock:
     def on_optimizer_start(self, key: Any, now: float, token: Any = None) -> None:
         """An optimizer's step() begins (the optimizer's pre-hook); `token`: what the hooks use to see it end."""
         self.abandon(key)  # still open: its previous step raised
+        if not self._open:
+            self.opened_at = now
         self._open.append([key, token])
         if self._seg_t0 is not None:  # an evaluation between closure steps ends here
             self._close_segment(now)

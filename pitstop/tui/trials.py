@@ -27,6 +27,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static
 
 from pitstop.analysis import format as fmt
+from pitstop.analysis import progress_text as doing_text
 from pitstop.profiling.launch import exit_code_of
 from pitstop.tui import logtail
 from pitstop.tui.inbox import Inbox
@@ -106,6 +107,9 @@ def progress_text(s: TuneState, now: float, running: bool) -> Text:
         else:
             out.append_text(bar(done / planned if planned else 0.0))
             out.append(f"  {done}/{planned} steps  {fmt.elapsed(elapsed)} (limit {fmt.elapsed(trial.limit)})")
+        if done == 0 and steps is not None and steps.progress is not None:
+            # What the first step is doing (LBFGS's closures, batches): a slow first step is not a hang.
+            out.append(f"\n  first step: {doing_text(steps.progress)}")
         out.append("\n")
     elif running:
         out.append("between trials\n", style="dim")

@@ -20,6 +20,8 @@ from pitstop.analysis import (
     StepSplit,
     cpu_now,
     data_verdict,
+    first_step_progress,
+    first_step_text,
     gpu_reason,
     recent_rates,
 )
@@ -164,7 +166,10 @@ def step_bars(run: RunState | None, steps: int = CHART_STEPS) -> BarSeries:
     title = "step time"
     recent = run.recent_steps(steps) if run is not None else []
     if not recent:
-        return BarSeries(title, STEP_LAYERS, note="no step yet")
+        # A slow first step is not a hang: what it does, on a line of its own (120 columns cut it).
+        found = first_step_progress(run) if run is not None else None
+        note = first_step_text(*found, sep="\n  ") if found is not None else "no step yet"
+        return BarSeries(title, STEP_LAYERS, note=note)
     return BarSeries(title, STEP_LAYERS, tuple(s.step for s in recent),
                      tuple((s.data_wait, s.compute) for s in recent), _chart_marks(recent))
 

@@ -18,6 +18,7 @@ from typing import Any
 from pitstop._version import __version__
 from pitstop.config import load_config, save_config
 from pitstop.errors import ConfigError, TuneError, UsageError
+from pitstop.events import Progress
 from pitstop.analysis.command import Command
 from pitstop.profiling.launch import Target, typed_env
 from pitstop.tuning.guard import FileGuard
@@ -143,6 +144,7 @@ class _Progress:
         self.index = 0  # that trial's number in the tune
         self.last_record = 0.0
         self.last_steps = 0
+        self.last_progress: Progress | None = None
 
     def totals(self) -> Totals:
         s = self.search
@@ -169,12 +171,13 @@ class _Progress:
             self.running, self.index = tick.index, totals.done + 1
             self.note(TrialStart(time.time(), self.index, tick.label, tick.stage, tick.steps_planned,
                                  round(tick.limit, 1), tick.first_step_limit, totals))
-            self.last_record, self.last_steps = now, tick.steps_done
-        elif (now - self.last_record >= PROGRESS_RECORD_EVERY_S and tick.steps_done != self.last_steps
+            self.last_record, self.last_steps, self.last_progress = now, tick.steps_done, None
+        elif (now - self.last_record >= PROGRESS_RECORD_EVERY_S
+              and (tick.steps_done != self.last_steps or tick.progress != self.last_progress)
               or now - self.last_record >= PROGRESS_RECORD_QUIET_S):
             self.note(TrialProgress(time.time(), self.index, tick.steps_done, tick.steps_planned,
-                                    round(tick.elapsed, 1)))
-            self.last_record, self.last_steps = now, tick.steps_done
+                                    round(tick.elapsed, 1), tick.progress))
+            self.last_record, self.last_steps, self.last_progress = now, tick.steps_done, tick.progress
         if tick.elapsed >= TICK_LINE_EVERY_S and now - self.last_line >= TICK_LINE_EVERY_S:
             self.last_line = now
             text = tune_status(totals.done, totals.planned, totals.budget_left, totals.eta)

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
+from pitstop.events import Progress
+from pitstop.jsonshape import build
 from pitstop.tuning.results import TrialResult
 
 # 1: a header, then one "trial" line per finished trial.
@@ -81,6 +83,7 @@ class TrialProgress:
     steps_done: int
     steps_planned: int
     elapsed: float
+    progress: Progress | None = None  # before its first step: what its process is doing (the agent's `progress`)
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ def decode(data: dict[str, Any]) -> Record | None:
     values = {k: v for k, v in data.items() if k in known}  # a field a newer pitstop adds is ignored
     if isinstance(values.get("totals"), dict):
         values["totals"] = _totals(values["totals"])
+    if values.get("progress") is not None:
+        values["progress"] = build(Progress, values["progress"], "progress")
     if values.get("interval") is not None:
         lo, hi = values["interval"]
         values["interval"] = (float(lo), float(hi))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pitstop.analysis import first_step_text, progress_text
 from pitstop.analysis import format as fmt
 from pitstop.tuning.results import SHORT, TrialResult
 from pitstop.tuning.runner import Tick
@@ -54,8 +55,20 @@ def tune_status(done: int, planned: int | None, budget_left: str, eta: float | N
 
 
 def tick_line(tick: Tick, tune: str) -> str:
-    """A running trial, every few seconds in headless mode: steps done of planned, elapsed, its limit."""
-    if tick.steps_done == 0 and tick.first_step_limit is not None:
+    """A running trial, every few seconds in headless mode: steps done of planned, elapsed, its limit.
+
+    Before its first step, what the trial's process is doing, as its agent said
+    (`first training step not done after 1m20s (LBFGS step running for 1m15s:
+    14 closures; 14 backward, 1 batch fetched)`): a slow first step is not a hang.
+    """
+    if tick.steps_done == 0 and tick.progress is not None:
+        if tick.first_step_limit is not None:
+            where = (f"{first_step_text(tick.progress, tick.elapsed, clock)}, at most "
+                     f"{clock(tick.first_step_limit)} (--first-step-timeout)")
+        else:
+            where = (f"0/{tick.steps_planned} steps, {clock(tick.elapsed)} (limit {clock(tick.limit)}), "
+                     f"first step: {progress_text(tick.progress, clock)}")
+    elif tick.steps_done == 0 and tick.first_step_limit is not None:
         where = (f"waiting for its first training step, {clock(tick.elapsed)} of at most "
                  f"{clock(tick.first_step_limit)} (--first-step-timeout)")
     else:

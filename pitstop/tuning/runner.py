@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pitstop.errors import LaunchError, PitstopError
+from pitstop.errors import LaunchError, PitstopError, SchemaError
+from pitstop.events import Progress, Sample, decode
 from pitstop.profiling.launch import SessionSettings, Target, child_env, launch, new_session_id
 from pitstop.profiling.record import ReadResult, iter_record
 from pitstop.tuning.evidence import evidence_of
@@ -83,6 +84,7 @@ class Tick:
     limit: float  # seconds it may take in all
     first_step_limit: float | None  # seconds it may take to its first step (the baseline), else None
     done: bool = False
+    progress: Progress | None = None  # before its first step: what the training process has done (the agent's)
 
 
 class TrialRunner:
@@ -186,7 +188,7 @@ class TrialRunner:
         def tick(done: bool = False) -> None:
             if self.on_tick is not None:
                 self.on_tick(Tick(self.count, candidate.label(), stage, counter.steps, drop + steps,
-                                  time.monotonic() - start, timeout, first_limit, done))
+                                  time.monotonic() - start, timeout, first_limit, done, counter.progress))
 
         try:
             with open(log_path, "wb") as log:
@@ -259,7 +261,11 @@ class TrialRunner:
 
 
 class StepCounter:
-    """Counts the step events of a record as its agent writes them (for progress; never parses a line twice)."""
+    """Counts the step events of a record as its agent writes them (for progress; never parses a line twice).
+
+    Until the first step, it also decodes the latest sample line for the agent's
+    `progress` (closures, backward calls, batches): one line a read, and none once steps flow.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -267,6 +273,7 @@ class StepCounter:
         self.partial = b""
         self.steps = 0
         self.first_step_start: float | None = None  # time.time() when the first training step began
+        self.progress: Progress | None = None  # the latest, while no step has been seen
 
     def read(self) -> int:
         try:
@@ -278,7 +285,11 @@ class StepCounter:
         self.offset += len(data)
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()  # a line still being written
+        sample = None
         for line in lines:
+            if line.startswith(b'{"kind":"sample"'):
+                sample = line
+                continue
             if line.startswith(b'{"kind":"step"'):
                 self.steps += 1
                 if self.first_step_start is None:
@@ -287,6 +298,15 @@ class StepCounter:
                         self.first_step_start = float(event["t"]) - float(event["wall"])
                     except (ValueError, KeyError, TypeError):
                         pass
+        if self.steps:
+            self.progress = None
+        elif sample is not None:
+            try:
+                event = decode(sample)
+            except SchemaError:
+                event = None
+            if isinstance(event, Sample):
+                self.progress = event.progress
         return self.steps
 
 
