@@ -9,8 +9,9 @@ the main process of every rank (`start_from_env`). Until torch is imported the
 agent only holds its queue, writer thread and socket; `_hooks` installs the
 torch hooks when torch finishes importing. The hot path (`_on_step`, called
 once per step on the training thread) stamps times, reads cheap counters, and
-appends to a deque that drops the oldest on overflow; the writer thread does
-all encoding and I/O, and takes the readings that need not be per step.
+appends one tuple to a deque that drops the oldest on overflow; the writer
+thread builds the events (steps, and the losses read on the CPU), does all
+encoding and I/O, and takes the readings that need not be per step.
 
 Every part fails closed: an error is logged once as a Note and that part
 switches off; nothing raises into the training loop.
@@ -43,8 +44,7 @@ _perf = time.perf_counter
 
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
 WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
-LOSS_BATCH = 32  # losses read together, so a GPU loss costs one async copy per 32 steps
-LOSS_MAX_AGE_S = 2.0  # ...or every 2 s on slow loops
+LOSS_BATCH, LOSS_MAX_AGE_S = _losses.LOSS_BATCH, _losses.LOSS_MAX_AGE_S
 
 _current: Agent | None = None
 
@@ -88,7 +88,8 @@ class Agent:
         self.clock = StepClock(self._on_first_step, self._on_eval)
         self.phases = PhaseClock(self.clock, self.note)  # the steps' phases on CUDA (profiling/phases.py)
         self._model_optimizers = 0  # optimizers counted in the last Model event
-        self._pending_losses: dict[int, Any] = {}
+        self._pending_losses: dict[int, Any] = {}  # step -> loss tensor (GPU), copied in batches (_losses.flush)
+        self._cpu_losses = _losses.LossBatch()  # CPU losses, writer thread: they ride in the steps' tuples
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
         self._last_loss_flush = _perf()
         self._rss_fd: int | None = None
@@ -309,10 +310,22 @@ class Agent:
                     if not final and type(head) is tuple and self.phases.pending(head[11], perf - head[1]):
                         break
                     event = queue.popleft()
+                    loss = None
                     if type(event) is tuple:
+                        if type(event[12]) is float:  # read at its backward on the CPU
+                            loss = self._cpu_losses.add(event[0], event[12], event[1])
                         event = self._step_event(event, offset, final)
+                    elif type(event) is End:  # the losses held go before the record's end
+                        loss = self._cpu_losses.take()
+                        if loss is not None:
+                            lines.append(encode(loss))
+                            events.append(loss)
+                            loss = None
                     lines.append(encode(event))
                     events.append(event)
+                    if loss is not None:  # after the step that completed its batch
+                        lines.append(encode(loss))
+                        events.append(loss)
                 except IndexError:
                     break
                 except Exception as err:  # an unencodable event is dropped, not fatal
@@ -337,7 +350,7 @@ class Agent:
 
     def _step_event(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
         """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
-        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases = item
+        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases, _ = item
         alloc, reserved, peak = mem if mem is not None else (None, None, None)
         fig = self.phases.figures(phases, wall, wait, block=final)
         forward, backward, optimizer, other, clock = fig if fig is not None else (None,) * 5
@@ -460,12 +473,14 @@ class Agent:
         queue = self._queue
         if len(queue) == QUEUE_MAX:
             self.dropped += 1
-        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader, phases))
-        pending = self._pending_losses
-        if loss is not None:
+        # A CPU loss (a float) rides in the tuple: the writer thread gathers it into a `Loss` event.
+        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader, phases,
+                      loss))
+        if loss is not None and type(loss) is not float:  # a tensor (GPU): copied in batches, from this thread
+            pending = self._pending_losses
             pending[index] = loss
-        if pending and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):
-            self.flush_losses(block=False)
+            if len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S:
+                self.flush_losses(block=False)
         if windows is not None:
             try:
                 windows.on_step(index)
@@ -571,6 +586,7 @@ class Agent:
         global _current
         try:
             _children.reset_after_fork(self)
+            self._cpu_losses = _losses.LossBatch()  # the parent's steps, not ours
         except Exception:
             self.disabled, self.dormant = True, False
         _current = self
