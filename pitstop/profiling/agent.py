@@ -35,6 +35,7 @@ from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step, encode
 from pitstop.profiling import _children, _losses, _watch
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
+from pitstop.profiling._stepevents import StepEvents
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
 from pitstop.profiling.record import RecordWriter, record_path_for
@@ -87,9 +88,9 @@ class Agent:
         # hands the clock on to `_on_step`: no "is this the first step?" test per step.
         self.clock = StepClock(self._on_first_step, self._on_eval)
         self.phases = PhaseClock(self.clock, self.note)  # the steps' phases on CUDA (profiling/phases.py)
+        self._steps = StepEvents(self.phases)  # the writer's side of the queue: steps and CPU losses to events
         self._model_optimizers = 0  # optimizers counted in the last Model event
         self._pending_losses: dict[int, Any] = {}  # step -> loss tensor (GPU), copied in batches (_losses.flush)
-        self._cpu_losses = _losses.LossBatch()  # CPU losses, writer thread: they ride in the steps' tuples
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
         self._last_loss_flush = _perf()
         self._rss_fd: int | None = None
@@ -309,23 +310,9 @@ class Agent:
                     head = queue[0]
                     if not final and type(head) is tuple and self.phases.pending(head[11], perf - head[1]):
                         break
-                    event = queue.popleft()
-                    loss = None
-                    if type(event) is tuple:
-                        if type(event[12]) is float:  # read at its backward on the CPU
-                            loss = self._cpu_losses.add(event[0], event[12], event[1])
-                        event = self._step_event(event, offset, final)
-                    elif type(event) is End:  # the losses held go before the record's end
-                        loss = self._cpu_losses.take()
-                        if loss is not None:
-                            lines.append(encode(loss))
-                            events.append(loss)
-                            loss = None
-                    lines.append(encode(event))
-                    events.append(event)
-                    if loss is not None:  # after the step that completed its batch
-                        lines.append(encode(loss))
-                        events.append(loss)
+                    for event in self._steps.events(queue.popleft(), offset, final):
+                        lines.append(encode(event))
+                        events.append(event)
                 except IndexError:
                     break
                 except Exception as err:  # an unencodable event is dropped, not fatal
@@ -350,14 +337,7 @@ class Agent:
 
     def _step_event(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
         """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
-        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases, _ = item
-        alloc, reserved, peak = mem if mem is not None else (None, None, None)
-        fig = self.phases.figures(phases, wall, wait, block=final)
-        forward, backward, optimizer, other, clock = fig if fig is not None else (None,) * 5
-        return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
-                    mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss, mark=mark,
-                    eval_s=eval_s, loader=loader if isinstance(loader, int) else None, forward_s=forward,
-                    backward_s=backward, optimizer_s=optimizer, other_s=other, phase_clock=clock)
+        return self._steps.step(item, offset, final)
 
     # ---- the step clock (training thread) ------------------------------
     @property
@@ -453,7 +433,7 @@ class Agent:
         Measured in place (caches cold from the step's own work) every Python
         operation costs several times its tight-loop time: building the `Step`
         here took ~11 us of ~38. The step goes to the queue as a tuple and the
-        writer thread builds the event (`_step_event`).
+        writer thread builds the event (`_stepevents.py`).
         """
         if self.disabled or self.finished:
             return
@@ -586,7 +566,7 @@ class Agent:
         global _current
         try:
             _children.reset_after_fork(self)
-            self._cpu_losses = _losses.LossBatch()  # the parent's steps, not ours
+            self._steps = StepEvents(self.phases)  # the parent's losses held are not ours
         except Exception:
             self.disabled, self.dormant = True, False
         _current = self

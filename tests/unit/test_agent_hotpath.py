@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from pitstop import events
-from pitstop.profiling import _losses
 from pitstop.profiling import agent as agent_mod
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
@@ -57,8 +56,8 @@ def test_per_step_the_training_thread_builds_no_event_and_encodes_nothing(tmp_pa
         return call
 
     monkeypatch.setattr(agent_mod, "encode", counting("encode", agent_mod.encode))
-    monkeypatch.setattr(agent_mod, "Step", counting("Step", agent_mod.Step))
-    monkeypatch.setattr(_losses, "Loss", counting("Loss", _losses.Loss))
+    for kind in (events.Step, events.Loss, events.Note):  # wherever they are built
+        monkeypatch.setattr(kind, "__init__", counting(kind.__name__, kind.__init__))
     train(agent, [2.0 - i / 100 for i in range(100)])  # three batches' worth of CPU losses
     assert built == Counter()  # no event built or encoded on the training thread
     assert len(agent._queue) == 100 and all(type(item) is tuple for item in agent._queue)  # one entry a step
