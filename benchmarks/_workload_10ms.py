@@ -9,6 +9,7 @@ runs are timed by the same clock in the same way. `_overhead_ab.py` imports
 import json
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -16,14 +17,15 @@ from torch.utils.data import DataLoader, TensorDataset
 WIDTH = 1200  # ~10 ms a step on one core of the 2-core dev VM (7.7 ms at 1024)
 
 
-def build(steps: int) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader]:
+def build(steps: int, width: int = WIDTH, batch: int = 64,
+          features: int = 256) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader]:
     torch.set_num_threads(1)  # leave the second core to pitstop's threads and the OS: less noise
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, WIDTH),
-                                torch.nn.ReLU(), torch.nn.Linear(WIDTH, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(features, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                                torch.nn.ReLU(), torch.nn.Linear(width, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    data = TensorDataset(torch.randn(steps * 64, 256), torch.randint(0, 10, (steps * 64,)))
-    return model, opt, DataLoader(data, batch_size=64, shuffle=True)
+    data = TensorDataset(torch.randn(steps * batch, features), torch.randint(0, 10, (steps * batch,)))
+    return model, opt, DataLoader(data, batch_size=batch, shuffle=True)
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -33,7 +35,8 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
     opt.step()
 
 
-def main() -> None:
+def main(build: Callable[[int], tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader]] = build) -> None:
+    """Train STEPS steps of `build`'s loop and write each step's time to OUT.json (`_workload_1ms` too)."""
     steps, out = int(sys.argv[1]), sys.argv[2]
     model, opt, loader = build(steps)
     times: list[float] = []

@@ -387,7 +387,7 @@ class Hooks:
                             if tensor.numel() == 1:
                                 # On the CPU the value is there: read it now (no sync, nothing
                                 # held). Elsewhere keep it for one batched async copy.
-                                loss = tensor.item() if tensor.device.type == "cpu" else tensor.detach()
+                                loss = tensor.item() if tensor.is_cpu else tensor.detach()
                         except Exception:
                             loss = None
                     try:

@@ -1,9 +1,13 @@
 """Provides the agent's loss reading: losses read in batches, so reading never syncs the GPU per step.
 
-On the CPU a loss is read at its backward (a float, no sync). A CUDA loss is
-kept as a tensor and LOSS_BATCH of them are copied to the host in one async
-copy, read once its event has completed; at the end of the run they are read
-blocking. A failure switches loss reading off, noted once.
+On the CPU a loss is read at its backward (a float, no sync) and rides in its
+step's queue entry; the writer thread gathers LOSS_BATCH of them into one
+`Loss` event (`LossBatch`): building the event, and checking the values, on
+the training thread cost ~2 us a step. A loss on a GPU is kept as a tensor
+and LOSS_BATCH of them are copied to the host in one async copy, enqueued on
+the training thread (on its stream, after the work that made them), read once
+its event has completed; at the end of the run they are read blocking. A
+failure switches loss reading off, noted once.
 """
 
 from __future__ import annotations
@@ -12,6 +16,43 @@ import time
 from typing import Any
 
 from pitstop.events import Loss
+
+LOSS_BATCH = 32  # losses read together, so a GPU loss costs one async copy per 32 steps
+LOSS_MAX_AGE_S = 2.0  # ...or every 2 s on slow loops
+
+
+def loss_event(steps: list[int], values: list[float]) -> Loss:
+    """The `Loss` event of these steps' values; a non-finite value is None, its step listed."""
+    finite = [v if v == v and v not in (float("inf"), float("-inf")) else None for v in values]
+    bad = [s for s, v in zip(steps, finite) if v is None]
+    return Loss(t=time.time(), steps=steps, values=finite, nonfinite=bad)
+
+
+class LossBatch:
+    """CPU losses gathered on the writer thread, from the steps' queue entries, into `Loss` events."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.values: list[float] = []
+        self.first = 0.0  # perf_counter stamp of the first step held
+
+    def add(self, step: int, value: float, now: float) -> Loss | None:
+        """Hold one step's loss; the event of the batch once LOSS_BATCH are held or the first is LOSS_MAX_AGE_S old."""
+        if not self.steps:
+            self.first = now
+        self.steps.append(step)
+        self.values.append(value)
+        if len(self.steps) >= LOSS_BATCH or now - self.first > LOSS_MAX_AGE_S:
+            return self.take()
+        return None
+
+    def take(self) -> Loss | None:
+        """The event of the losses held (the run ends), or None."""
+        if not self.steps:
+            return None
+        event = loss_event(self.steps, self.values)
+        self.steps, self.values = [], []
+        return event
 
 
 def flush(agent: Any, block: bool) -> None:
@@ -41,10 +82,7 @@ def flush(agent: Any, block: bool) -> None:
                 continue
             if done is not None:
                 done.synchronize()
-            values = host if isinstance(host, list) else host.tolist()
-            finite = [v if v == v and v not in (float("inf"), float("-inf")) else None for v in values]
-            bad = [s for s, v in zip(steps, finite) if v is None]
-            agent.emit(Loss(t=time.time(), steps=steps, values=finite, nonfinite=bad))
+            agent.emit(loss_event(steps, host if isinstance(host, list) else host.tolist()))
         agent._loss_reads = still
     except Exception as err:
         agent._loss_reads = []

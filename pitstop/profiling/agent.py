@@ -9,8 +9,9 @@ the main process of every rank (`start_from_env`). Until torch is imported the
 agent only holds its queue, writer thread and socket; `_hooks` installs the
 torch hooks when torch finishes importing. The hot path (`_on_step`, called
 once per step on the training thread) stamps times, reads cheap counters, and
-appends to a deque that drops the oldest on overflow; the writer thread does
-all encoding and I/O, and takes the readings that need not be per step.
+appends one tuple to a deque that drops the oldest on overflow; the writer
+thread builds the events (steps, and the losses read on the CPU), does all
+encoding and I/O, and takes the readings that need not be per step.
 
 Every part fails closed: an error is logged once as a Note and that part
 switches off; nothing raises into the training loop.
@@ -34,6 +35,7 @@ from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step, encode
 from pitstop.profiling import _children, _losses, _watch
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
+from pitstop.profiling._stepevents import StepEvents
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
 from pitstop.profiling.record import RecordWriter, record_path_for
@@ -43,8 +45,7 @@ _perf = time.perf_counter
 
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
 WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
-LOSS_BATCH = 32  # losses read together, so a GPU loss costs one async copy per 32 steps
-LOSS_MAX_AGE_S = 2.0  # ...or every 2 s on slow loops
+LOSS_BATCH, LOSS_MAX_AGE_S = _losses.LOSS_BATCH, _losses.LOSS_MAX_AGE_S
 
 _current: Agent | None = None
 
@@ -87,8 +88,9 @@ class Agent:
         # hands the clock on to `_on_step`: no "is this the first step?" test per step.
         self.clock = StepClock(self._on_first_step, self._on_eval)
         self.phases = PhaseClock(self.clock, self.note)  # the steps' phases on CUDA (profiling/phases.py)
+        self._steps = StepEvents(self.phases)  # the writer's side of the queue: steps and CPU losses to events
         self._model_optimizers = 0  # optimizers counted in the last Model event
-        self._pending_losses: dict[int, Any] = {}
+        self._pending_losses: dict[int, Any] = {}  # step -> loss tensor (GPU), copied in batches (_losses.flush)
         self._loss_reads: list[tuple[list[int], Any, Any]] = []
         self._last_loss_flush = _perf()
         self._rss_fd: int | None = None
@@ -308,11 +310,9 @@ class Agent:
                     head = queue[0]
                     if not final and type(head) is tuple and self.phases.pending(head[11], perf - head[1]):
                         break
-                    event = queue.popleft()
-                    if type(event) is tuple:
-                        event = self._step_event(event, offset, final)
-                    lines.append(encode(event))
-                    events.append(event)
+                    for event in self._steps.events(queue.popleft(), offset, final):
+                        lines.append(encode(event))
+                        events.append(event)
                 except IndexError:
                     break
                 except Exception as err:  # an unencodable event is dropped, not fatal
@@ -337,14 +337,7 @@ class Agent:
 
     def _step_event(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
         """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
-        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases = item
-        alloc, reserved, peak = mem if mem is not None else (None, None, None)
-        fig = self.phases.figures(phases, wall, wait, block=final)
-        forward, backward, optimizer, other, clock = fig if fig is not None else (None,) * 5
-        return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
-                    mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss, mark=mark,
-                    eval_s=eval_s, loader=loader if isinstance(loader, int) else None, forward_s=forward,
-                    backward_s=backward, optimizer_s=optimizer, other_s=other, phase_clock=clock)
+        return self._steps.step(item, offset, final)
 
     # ---- the step clock (training thread) ------------------------------
     @property
@@ -440,7 +433,7 @@ class Agent:
         Measured in place (caches cold from the step's own work) every Python
         operation costs several times its tight-loop time: building the `Step`
         here took ~11 us of ~38. The step goes to the queue as a tuple and the
-        writer thread builds the event (`_step_event`).
+        writer thread builds the event (`_stepevents.py`).
         """
         if self.disabled or self.finished:
             return
@@ -460,12 +453,14 @@ class Agent:
         queue = self._queue
         if len(queue) == QUEUE_MAX:
             self.dropped += 1
-        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader, phases))
-        pending = self._pending_losses
-        if loss is not None:
+        # A CPU loss (a float) rides in the tuple: the writer thread gathers it into a `Loss` event.
+        queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader, phases,
+                      loss))
+        if loss is not None and type(loss) is not float:  # a tensor (GPU): copied in batches, from this thread
+            pending = self._pending_losses
             pending[index] = loss
-        if pending and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):
-            self.flush_losses(block=False)
+            if len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S:
+                self.flush_losses(block=False)
         if windows is not None:
             try:
                 windows.on_step(index)
@@ -571,6 +566,7 @@ class Agent:
         global _current
         try:
             _children.reset_after_fork(self)
+            self._steps = StepEvents(self.phases)  # the parent's losses held are not ours
         except Exception:
             self.disabled, self.dormant = True, False
         _current = self

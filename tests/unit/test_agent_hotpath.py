@@ -1,0 +1,82 @@
+"""The shape of the agent's hot path: per step the training thread queues one tuple, the writer builds the events."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pitstop import events
+from pitstop.profiling import agent as agent_mod
+from pitstop.profiling.agent import Agent
+from pitstop.profiling.launch import SessionSettings
+
+
+class FakeWriter:
+    """The record file as the writer thread sees it: the lines written, in order."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write_lines(self, lines: list[str]) -> None:
+        self.lines.extend(lines)
+
+
+def new_agent(tmp_path: Path) -> Agent:
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
+    agent._writer = FakeWriter()  # type: ignore[assignment]  # never started: the writer's pass is called by hand
+    return agent
+
+
+def train(agent: Agent, losses: list[float]) -> None:
+    """What the hooks call for each step of a CPU loop: a backward with its loss, then the optimizer's step."""
+    optimizer = object()
+    for loss in losses:
+        started = time.perf_counter()
+        agent.clock.on_optimizer_start(id(optimizer), started)
+        agent.on_backward(loss, started)
+        agent.on_optimizer_step(optimizer)
+
+
+def test_per_step_the_training_thread_builds_no_event_and_encodes_nothing(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = new_agent(tmp_path)
+    built: Counter[str] = Counter()
+
+    def counting(name: str, original: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            built[name] += 1
+            return original(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(agent_mod, "encode", counting("encode", agent_mod.encode))
+    for kind in (events.Step, events.Loss, events.Note):  # wherever they are built
+        monkeypatch.setattr(kind, "__init__", counting(kind.__name__, kind.__init__))
+    train(agent, [2.0 - i / 100 for i in range(100)])  # three batches' worth of CPU losses
+    assert built == Counter()  # no event built or encoded on the training thread
+    assert len(agent._queue) == 100 and all(type(item) is tuple for item in agent._queue)  # one entry a step
+    agent._drain()  # the writer thread's pass
+    assert built["Step"] == 100 and built["Loss"] == 3
+
+
+def test_cpu_losses_reach_the_record_in_batches_after_their_steps_and_before_its_end(tmp_path: Path) -> None:
+    agent = new_agent(tmp_path)
+    values = [2.0 - i / 100 for i in range(40)]
+    values[5] = math.nan
+    train(agent, values)
+    agent.emit(events.End(t=time.time(), steps=agent.step_index, dropped=0, reason="exit", exit_code=0))
+    agent._drain(final=True)
+    lines = [json.loads(line) for line in agent._writer.lines]  # type: ignore[union-attr]
+    kinds = [line["kind"] for line in lines]
+    assert kinds == ["step"] * 32 + ["loss"] + ["step"] * 8 + ["loss", "end"]
+    first, second = lines[32], lines[41]
+    assert first["steps"] == list(range(32)) and second["steps"] == list(range(32, 40))
+    assert first["values"][:5] == values[:5] and first["values"][5] is None and first["nonfinite"] == [5]
+    assert first["values"][6:] == values[6:32] and second["values"] == values[32:]
+    assert [line["step"] for line in lines if line["kind"] == "step"] == list(range(40))
