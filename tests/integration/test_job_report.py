@@ -3,7 +3,9 @@ and `pitstop report` leads with the job and names rank 1 as the straggler with i
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,9 +19,6 @@ STEPS = "100"
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, dict[str, str]]:
     """(record directory, the run's stdout, its stderr, env) of `pitstop run --headless --plot` on the job."""
-    import os
-    import shutil
-
     root = tmp_path_factory.mktemp("jobreport")
     runtime = Path(f"/tmp/pst-{os.getpid()}-{root.name[-12:]}")  # short: socket paths max 107 bytes
     runtime.mkdir(mode=0o700, exist_ok=True)
