@@ -26,7 +26,8 @@ from pitstop.analysis import (
 )
 from pitstop.analysis import format as fmt
 from pitstop.errors import UsageError
-from pitstop.profiling.record import ReadResult, iter_record, record_files
+from pitstop.profiling.record import ReadResult, iter_record
+from pitstop.recorded import job_files
 from pitstop.report._job import RankSeries, drawn, rank_findings
 from pitstop.report._series import RunSeries
 
@@ -94,12 +95,15 @@ def load(path: Path, warmup: int = WARMUP) -> ReportData:
     runs: list[RunState] = []
     series: list[RunSeries] = []
     notes = []
-    for file in record_files(path):
+    files, beside = job_files(path)  # a `NAME.jsonl` with its `NAME.rank1.jsonl`...: the whole job
+    for file in files + beside:
         result = ReadResult()
         run, s = RunState(), RunSeries()
         for event in iter_record(file, result):
             run.add(event)
             s.add(event, run)
+        if file in beside and not _same_run(run, runs[0] if runs else None):
+            continue  # another run's file that happens to share the name
         if result.torn:
             notes.append(f"{file} ends in a cut line (the run was killed): read up to its last whole line")
         runs.append(run)
@@ -133,6 +137,11 @@ def load(path: Path, warmup: int = WARMUP) -> ReportData:
     data.environment = _environment(primary)
     data.overhead = _overhead(data)
     return data
+
+
+def _same_run(run: RunState, first: RunState | None) -> bool:
+    return (run.hello is not None and first is not None and first.hello is not None
+            and run.hello.session == first.hello.session)
 
 
 def _loaders(run: RunState) -> list[LoaderRow]:

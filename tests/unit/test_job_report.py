@@ -112,3 +112,21 @@ def test_the_text_charts_of_a_job_draw_each_ranks_data_wait() -> None:
     assert min(wait.lines[1].ys) > 5 * max(wait.lines[0].ys)
     text = job_plot(_runs([0.05, 0.85]), width=80, color=False)
     assert "rank 1 data wait ms" in text and text.isascii()
+
+
+def test_a_job_recorded_as_name_jsonl_reads_with_its_other_ranks_files(tmp_path: Path) -> None:
+    """`pitstop run --record job.jsonl -- torchrun ...`: rank 1 writes job.rank1.jsonl beside it."""
+    from pitstop.recorded import load_runs
+
+    records = _job(tmp_path, [0.05, 0.85])
+    (records / "rank0.jsonl").rename(tmp_path / "job.jsonl")
+    (records / "rank1.jsonl").rename(tmp_path / "job.rank1.jsonl")
+    text = write_report(tmp_path / "job.jsonl", tmp_path / "job.md").read_text()
+    assert "a job of 2 ranks" in text and "| straggler | rank 1: " in text
+    runs, _ = load_runs(tmp_path / "job.jsonl")  # `view job.jsonl --summary` reads the same job
+    assert [r.rank for r in runs] == [0, 1]
+    # a file of another run that happens to share the name is left out, not taken for rank 2
+    other = [encode(e).replace('"session":"job"', '"session":"other"') for e in _rank(2, 3, 0.05)]
+    (tmp_path / "job.rank2.jsonl").write_text("\n".join(other) + "\n")
+    assert "a job of 2 ranks" in write_report(tmp_path / "job.jsonl", tmp_path / "again.md").read_text()
+    assert [r.rank for r in load_runs(tmp_path / "job.jsonl")[0]] == [0, 1]
