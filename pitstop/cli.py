@@ -66,6 +66,8 @@ def _run_request(args: argparse.Namespace, target: Target) -> RunRequest:
         prometheus=parse_prometheus(getattr(args, "prometheus", None)),
         listen=getattr(args, "listen", None),
         token_file=getattr(args, "token_file", None),
+        plot=getattr(args, "plot", False),
+        color=not getattr(args, "no_color", False),
     )
 
 
@@ -360,6 +362,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", metavar="HOST:PORT",
                      help="also serve viewers over TCP on PORT (+LOCAL_RANK), token required")
     run.add_argument("--token-file", metavar="FILE", help="the TCP token (created 0600 if missing)")
+    _plot_flags(run)
 
     attach = sub.add_parser("attach", help="open the viewer on a live run")
     attach.add_argument("pid", nargs="?", metavar="PID|HOST:PORT",

@@ -43,10 +43,10 @@ class Keeper:
 
     def files(self) -> list[Path]:
         from pitstop.errors import PitstopError
-        from pitstop.recorded import record_paths
+        from pitstop.recorded import job_files
 
         try:
-            files, children = record_paths(self.target)
+            files, children = job_files(self.target)
         except PitstopError:
             return []  # not written yet
         return files + children

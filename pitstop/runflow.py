@@ -16,6 +16,7 @@ Trials view, from `pitstop run` (the target it started) and from
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pitstop import keeper
-from pitstop.errors import PitstopError, TransportError, UsageError
+from pitstop.errors import PitstopError, TransportError, UsageError, reason_of
 from pitstop.profiling.launch import (
     SessionSettings,
     Target,
@@ -62,6 +63,8 @@ class RunRequest:
     listen: str | None = None  # "HOST:PORT" for TCP viewers
     token_file: str | None = None
     mode: str = "run"
+    plot: bool = False  # --plot: text charts after the end summary
+    color: bool = True  # False with --no-color; never colour when stdout is not a terminal
 
 
 class Child(Protocol):
@@ -105,6 +108,12 @@ def _summary_text(runs: list[Any], notes: list[str], pid: int, exit_code: int) -
     return summary_text(runs, notes, pid=pid, exit_code=exit_code)
 
 
+def _job_plot(runs: list[Any], width: int, color: bool) -> str:
+    from pitstop.charts import job_plot
+
+    return job_plot(runs, width, color)
+
+
 @dataclass(frozen=True)
 class Fronts:
     """Where a run's stream goes: each a function, so tests give fakes (the TUI is given its source, as memray's is)."""
@@ -113,6 +122,7 @@ class Fronts:
     source: Callable[[str, str, Callable[[], bool]], EventSource] = _socket_source  # (label, session, until)
     viewer: Callable[..., int] = _viewer  # the TUI: run_viewer(source, log_path=, detach_hint=, tune=)
     summary: Callable[[list[Any], list[str], int, int], str] = _summary_text  # (runs, notes, pid, exit code)
+    plot: Callable[[list[Any], int, bool], str] = _job_plot  # --plot: (runs, width, colour) -> text charts
 
 
 def tune_in_view(options: Sequence[str], target: Target) -> int:
@@ -292,15 +302,35 @@ class Run:
             return record.parent / f"{record.stem}.output.log"
         return record / "output.log"
 
-    def _summary(self, pid: int, code: int) -> str | None:
-        """The end summary from the record, or None after saying why there is none."""
+    def _summary(self, pid: int, code: int) -> tuple[str, list[Any]] | None:
+        """The end summary from the record and the runs read for it, or None after saying why there is none."""
         assert self.settings is not None
         try:
             runs, notes = load_runs(Path(self.settings.record))
-            return self.fronts.summary(runs, notes, pid, code)
+            return self.fronts.summary(runs, notes, pid, code), runs
         except PitstopError as err:
             print(f"pitstop: no summary: {err}", file=sys.stderr)
             return None
+
+    def _plot(self, runs: list[Any]) -> None:
+        """--plot: the text charts of the runs, after the summary, on stdout.
+
+        On stdout, as `view --summary --plot` prints them, where `> run.log` keeps
+        them: the script's own output has ended by then, so nothing interleaves.
+        Plain ASCII when stdout is not a terminal (a CI log shows escape codes as
+        garbage) or with --no-color. Charts that fail to draw are said, and the
+        exit code stays the script's.
+        """
+        if not self.request.plot:
+            return
+        color = self.request.color and sys.stdout.isatty()
+        try:
+            text = self.fronts.plot(runs, shutil.get_terminal_size().columns, color)
+        except Exception as err:  # noqa: BLE001 - said; the run's outcome is the script's
+            print(f"pitstop: no charts: {reason_of(err)}", file=sys.stderr, flush=True)
+            return
+        sys.stderr.flush()  # the summary first, where both streams share a terminal
+        print(text, flush=True)
 
     def _headless(self, settings: SessionSettings) -> int:
         target = self.request.target
@@ -317,10 +347,12 @@ class Run:
             status.start()
             code = exit_code_of(status.wait())
         keeper.stop(index_keeper)  # the summary indexes what it left
-        summary = self._summary(proc.pid, code)
-        if summary is None:
+        ending = self._summary(proc.pid, code)
+        if ending is None:
             return code
+        summary, runs = ending
         print("\n" + summary, file=sys.stderr)
+        self._plot(runs)
         print(f"pitstop: record: {settings.record}", file=sys.stderr)
         if code != 0:
             print(f"pitstop: {target.label} exited with code {code}", file=sys.stderr)
@@ -355,9 +387,10 @@ class Run:
                 return 0
         assert proc.returncode is not None
         code = exit_code_of(proc.returncode)
-        summary = self._summary(proc.pid, code)
-        if summary is not None:
-            print(summary, file=sys.stderr)
+        ending = self._summary(proc.pid, code)
+        if ending is not None:
+            print(ending[0], file=sys.stderr)
+            self._plot(ending[1])
         if code != 0:
             tail = log_path.read_text(errors="replace").splitlines()[-OUTPUT_TAIL_LINES:]
             print("\n".join(tail), file=sys.stderr)

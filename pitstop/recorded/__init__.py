@@ -41,19 +41,25 @@ def index_file(path: Path) -> StreamIndex:
 
 
 def _children_of(target: Path, files: list[Path]) -> list[Path]:
-    """Records of child processes that trained beside a `NAME.jsonl` record: `NAME.pid{PID}.jsonl`.
+    """Records of the other processes of a run beside its `NAME.jsonl` record: the other ranks'
+    `NAME.rank{R}.jsonl` and the children that trained, `NAME.pid{PID}.jsonl` (`record_path_for`).
 
-    A hogwild child of `pitstop run --record NAME.jsonl` records there (`record_path_for`);
-    without them the run read as "steps 0" while its children trained. A directory
+    Without them a torchrun job under `pitstop run --record NAME.jsonl` read as rank 0
+    alone, and a hogwild run as "steps 0" while its children trained. A directory
     target already names every record in it.
     """
     if target.is_dir() or target.suffix != ".jsonl" or len(files) != 1:
         return []
-    return sorted(target.parent.glob(f"{glob.escape(target.stem)}.pid*.jsonl"))
+    stem = glob.escape(target.stem)
+    return sorted(target.parent.glob(f"{stem}.rank*.jsonl")) + sorted(target.parent.glob(f"{stem}.pid*.jsonl"))
 
 
-def record_paths(target: Path) -> tuple[list[Path], list[Path]]:
-    """The record files `target` names, and those of child processes that trained beside it."""
+def job_files(target: Path) -> tuple[list[Path], list[Path]]:
+    """(the record files `target` names, the records of the same run's other processes beside a `NAME.jsonl`).
+
+    The second may hold another run's files that happen to share the name: a reader
+    keeps those whose `hello.session` is the first file's (as `load_runs` does).
+    """
     files = record_files(target)
     return files, _children_of(target, files)
 
@@ -62,7 +68,7 @@ def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
     """RunStates of every record file `target` names (with its children's), and notes about torn files."""
     runs = []
     notes = []
-    files, children = record_paths(target)
+    files, children = job_files(target)
     for path in files + children:
         index = index_file(path)
         run = index.run
@@ -94,4 +100,5 @@ def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
     return [(None if key.startswith("\0") else key, members) for key, members in sorted(groups.items(), key=started)]
 
 
-__all__ = ["FINDINGS_NONE", "annotate", "children_of", "index_file", "job_lines", "load_runs", "record_paths", "sessions"]
+__all__ = ["FINDINGS_NONE", "annotate", "children_of", "index_file", "job_files", "job_lines", "load_runs",
+           "sessions"]

@@ -26,7 +26,9 @@ from pitstop.analysis import (
 )
 from pitstop.analysis import format as fmt
 from pitstop.errors import UsageError
-from pitstop.profiling.record import ReadResult, iter_record, record_files
+from pitstop.profiling.record import ReadResult, iter_record
+from pitstop.recorded import job_files
+from pitstop.report._job import RankSeries, drawn, rank_findings
 from pitstop.report._series import RunSeries
 
 # What the agent costs the training thread per step, measured by
@@ -68,6 +70,7 @@ class ReportData:
     summary: Summary
     found: list[Finding]
     job: JobSummary | None
+    drawn: list[RankSeries] = field(default_factory=list)  # a job's ranks its charts draw
     loaders: list[LoaderRow] = field(default_factory=list)
     ops: list[TableRow] = field(default_factory=list)
     kernels: list[TableRow] = field(default_factory=list)
@@ -75,6 +78,11 @@ class ReportData:
     environment: list[tuple[str, str]] = field(default_factory=list)
     overhead: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def primary_label(self) -> str:
+        """The process the summary, tables and environment are of: "rank 0" of a job."""
+        return next((r.label for r in self.job.rows if r.pid == self.primary.pid), "rank 0") if self.job else "run"
 
     @property
     def script(self) -> str:
@@ -87,12 +95,15 @@ def load(path: Path, warmup: int = WARMUP) -> ReportData:
     runs: list[RunState] = []
     series: list[RunSeries] = []
     notes = []
-    for file in record_files(path):
+    files, beside = job_files(path)  # a `NAME.jsonl` with its `NAME.rank1.jsonl`...: the whole job
+    for file in files + beside:
         result = ReadResult()
         run, s = RunState(), RunSeries()
         for event in iter_record(file, result):
             run.add(event)
             s.add(event, run)
+        if file in beside and not _same_run(run, runs[0] if runs else None):
+            continue  # another run's file that happens to share the name
         if result.torn:
             notes.append(f"{file} ends in a cut line (the run was killed): read up to its last whole line")
         runs.append(run)
@@ -103,21 +114,34 @@ def load(path: Path, warmup: int = WARMUP) -> ReportData:
     job = JobState.of_runs(runs)
     primary = job.primary()
     assert primary is not None  # record_files raised if there was no file
-    advice = advise(primary, warmup)
     summary_job = None
+    drawn_ranks: list[RankSeries] = []
     if len(runs) > 1:
+        # A job: its own findings (stragglers, gone ranks) first, then each rank's, titled with the rank.
+        ranked = job.ranks()
         summary_job = job_summary(job, warmup)
-        advice = advice + job_advice(job, warmup)
-    found = list(advice.findings)
-    notes += [failure.text for failure in advice.failures]  # said, not dropped (issue 13)
+        advice = job_advice(job, warmup)
+        found, failed = rank_findings(ranked, warmup)
+        found = list(advice.findings) + found
+        notes += [failure.text for failure in advice.failures] + failed
+        drawn_ranks = drawn(ranked, {id(run): s for run, s in zip(runs, series)}, summary_job)
+    else:
+        advice = advise(primary, warmup)
+        found = list(advice.findings)
+        notes += [failure.text for failure in advice.failures]  # said, not dropped
     data = ReportData(path=str(path), generated=time.time(), runs=runs, primary=primary,
                       series=series[runs.index(primary)], summary=summarize(primary, warmup), found=found,
-                      job=summary_job, notes=notes)
+                      job=summary_job, drawn=drawn_ranks, notes=notes)
     data.loaders = _loaders(primary)
     data.ops, data.kernels, data.windows = _tables(primary)
     data.environment = _environment(primary)
     data.overhead = _overhead(data)
     return data
+
+
+def _same_run(run: RunState, first: RunState | None) -> bool:
+    return (run.hello is not None and first is not None and first.hello is not None
+            and run.hello.session == first.hello.session)
 
 
 def _loaders(run: RunState) -> list[LoaderRow]:
@@ -240,8 +264,6 @@ def overview(data: ReportData) -> list[tuple[str, str]]:
                      + (f", {fmt.rate(s.steps_per_s, 'steps')}" if s.steps_per_s is not None else "")))
     elif s.steps_per_s is not None:
         rows.append(("throughput", f"{fmt.rate(s.steps_per_s, 'steps')} (batch size not seen)"))
-    if data.job is not None and data.job.samples_per_s is not None:
-        rows.append(("job throughput", f"{fmt.rate(data.job.samples_per_s, 'samples')} over {data.job.ranks} ranks"))
     if s.step_p50_s is not None:
         rows.append(("step time", f"p50 {fmt.duration(s.step_p50_s)}, p95 {fmt.duration(s.step_p95_s)}, "
                      f"mean {fmt.duration(s.step_mean_s)} (compute p50 {fmt.duration(s.compute_p50_s)})"))

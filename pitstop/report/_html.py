@@ -10,6 +10,7 @@ from pitstop.analysis import Finding
 from pitstop.analysis import format as fmt
 from pitstop.report._charts import charts
 from pitstop.report._data import ReportData, TableRow, overview
+from pitstop.report._job import headline
 
 # Inline on purpose: a shared report must look the same offline, in a mail
 # attachment or a CI artifact viewer, with nothing fetched.
@@ -91,22 +92,26 @@ def render_html(data: ReportData) -> str:
                else '<p class="muted">no profiler window in this record (pitstop run --profile, or p in the viewer)</p>')
     generated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.generated))
     notes = "".join(f"<li>{_e(n)}</li>" for n in data.notes)
+    title, of = data.script, ""
+    if data.job is not None:
+        title, of = f"{data.script}, a job of {data.job.ranks} ranks", f" of {data.primary_label}"
     return "\n".join([
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>pitstop report: {_e(data.script)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>pitstop report: {_e(data.script)}</h1>",
+        f"<title>pitstop report: {_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>pitstop report: {_e(title)}</h1>",
         f'<p class="muted">record {_e(data.path)}, written {_e(generated)} by pitstop report</p>',
-        "<h2>Summary</h2>", _kv(overview(data)),
+        *(["<h2>Job</h2>", _kv(headline(data.job))] if data.job is not None else []),
+        f"<h2>Summary{_e(of)}</h2>", _kv(overview(data)),
         "<h2>Charts</h2>", *charts(data),
         f"<h2>Findings ({len(data.found)})</h2>", found,
-        "<h2>DataLoaders</h2>", loaders_html,
-        "<h2>Profiler windows</h2>", windows,
+        f"<h2>DataLoaders{_e(of)}</h2>", loaders_html,
+        f"<h2>Profiler windows{_e(of)}</h2>", windows,
         "<h3>Top ops (per profiled step, averaged over the windows)</h3>", _table(data.ops, "ops"),
         "<h3>CUDA kernels</h3>", _table(data.kernels, "CUDA kernels"),
         _ranks(data),
-        "<h2>Environment</h2>", _kv(data.environment),
+        f"<h2>Environment{_e(of)}</h2>", _kv(data.environment),
         "<h2>pitstop's overhead</h2>", _kv(data.overhead),
         f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "",
         "</body></html>",

@@ -7,21 +7,23 @@ from collections.abc import Sequence
 
 from pitstop.analysis import format as fmt
 from pitstop.report._data import ReportData, TableRow, overview
+from pitstop.report._job import RankSeries, headline
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 # A sparkline of 60 characters fits an issue's code block without wrapping.
 SPARK_WIDTH = 60
 
 
-def sparkline(values: Sequence[float], width: int = SPARK_WIDTH) -> str:
-    """Values squeezed into `width` characters (means of equal slices), scaled from 0 to their max."""
+def sparkline(values: Sequence[float], width: int = SPARK_WIDTH, top: float | None = None) -> str:
+    """Values squeezed into `width` characters (means of equal slices), scaled from 0 to their max
+    (or to `top`: the lines of several ranks on one scale)."""
     if not values:
         return ""
     n = len(values)
     cells = [values[int(i * n / width): max(int(i * n / width) + 1, int((i + 1) * n / width))]
              for i in range(min(width, n))]
     means = [sum(c) / len(c) for c in cells]
-    top = max(means)
+    top = max(means) if top is None else top
     if top <= 0:
         return _SPARKS[0] * len(means)
     return "".join(_SPARKS[min(7, int(m / top * 7.999))] for m in means)
@@ -42,14 +44,42 @@ def _table(rows: Sequence[TableRow]) -> list[str]:
     return out
 
 
+def _rank_sparks(ranks: Sequence[RankSeries], total: int) -> list[str]:
+    """A job's sparklines: each figure a line per rank drawn, the ranks of one figure on one scale,
+    so a rank that waits for data stands out against the others."""
+    which = "" if len(ranks) == total else f"; {len(ranks)} of {total} ranks drawn"
+    out = ["", f"Over the run, per rank (left: start, right: end; each figure's ranks on one scale{which}):", "", "```"]
+    width = max(len(r.name) for r in ranks)
+    figures = (("step time", lambda r: r.series.steps.points("wall"), fmt.duration),
+               ("data wait", lambda r: r.series.steps.points("wait"), fmt.duration),
+               ("samples/s", lambda r: r.series.steps.ratio("samples", "wall_known"), lambda v: f"{v:.0f}"),
+               ("host rss", lambda r: r.series.steps.points("rss", "max"), fmt.size))
+    for what, points, unit in figures:
+        values = [[v for _, v in points(r)] for r in ranks]
+        top = max((max(v) for v in values if v), default=0.0)
+        if not top:
+            continue
+        for i, (r, v) in enumerate(zip(ranks, values)):
+            line = f"{sparkline(v, top=top)}  max {unit(max(v))}" if v else "not recorded"
+            out.append(f"{what if i == 0 else '':<10} {r.name:<{width}}  {line}")
+    out.append("```")
+    return out
+
+
 def render_markdown(data: ReportData) -> str:
     """The whole report, GitHub-flavoured Markdown."""
     steps = data.series.steps
-    lines = [f"## pitstop report: `{data.script}`", "",
+    job = f", a job of {data.job.ranks} ranks" if data.job is not None else ""
+    lines = [f"## pitstop report: `{data.script}`{job}", "",
              f"record `{data.path}`, written {time.strftime('%Y-%m-%d %H:%M', time.localtime(data.generated))}", ""]
+    if data.job is not None:
+        lines += [f"A job of {data.job.ranks} ranks:", ""] + _kv(headline(data.job))
+        lines += ["", f"### Summary of {data.primary_label}", ""]
     lines += _kv(overview(data))
     wall = [v for _, v in steps.points("wall")]
-    if wall:
+    if len(data.drawn) > 1:
+        lines += _rank_sparks(data.drawn, len(data.runs))
+    elif wall:
         wait = [v for _, v in steps.points("wait")]
         rate = [v for _, v in steps.ratio("samples", "wall_known")]
         rss = [v for _, v in steps.points("rss", "max")]

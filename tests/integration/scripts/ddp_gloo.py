@@ -1,7 +1,8 @@
 """Two CPU ranks on gloo with DDP; rank 0's DataLoader worker is forked, rank 1's spawned.
 
 Each worker prints its pid, so a test can check that no worker runs an agent.
-Rank SLOW_RANK (env) sleeps 30 ms a step, to make a straggler.
+Rank SLOW_RANK (env) sleeps 30 ms a step, to make a straggler. Rank SLOW_DATA_RANK's
+DataLoader worker sleeps 4 ms a sample (32 ms a batch of 8), to make a data straggler.
 """
 import os
 import sys
@@ -12,6 +13,12 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
 
+class SlowSamples(TensorDataset):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
+        time.sleep(0.004)
+        return super().__getitem__(i)
+
+
 def report_worker(_: int) -> None:
     print(f"worker pid {os.getpid()}", flush=True)
 
@@ -19,12 +26,14 @@ def report_worker(_: int) -> None:
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
+    slow_data_rank = int(os.environ.get("SLOW_DATA_RANK", "-1"))
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(rank)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = TensorDataset(torch.randn(steps * 8, 32), torch.randn(steps * 8, 4))
+    data = (SlowSamples if rank == slow_data_rank else TensorDataset)(torch.randn(steps * 8, 32),
+                                                                      torch.randn(steps * 8, 4))
     context = "fork" if rank == 0 else "spawn"
     loader = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context=context,
                         worker_init_fn=report_worker)
