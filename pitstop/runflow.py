@@ -371,7 +371,7 @@ class Run:
                 proc = self._launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
             own.append(proc.pid)
             self._signals.attach(proc)
-            keeper.start(settings.record, proc.pid)  # outlives the viewer: ends with the training
+            index_keeper = keeper.start(settings.record, proc.pid)  # outlives a viewer that quit
             source = self.fronts.source(f"{target.label} (pid {proc.pid})", settings.session,
                                         lambda: proc.poll() is not None)
             hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
@@ -384,7 +384,8 @@ class Run:
                       "waiting for it to end", file=sys.stderr, flush=True)
                 proc.wait()
             if proc.poll() is None:
-                return 0
+                return 0  # training continues: its keeper stays with it
+        keeper.stop(index_keeper)  # the summary indexes what it left
         assert proc.returncode is not None
         code = exit_code_of(proc.returncode)
         ending = self._summary(proc.pid, code)

@@ -14,6 +14,8 @@ import pytest
 from .conftest import SCRIPTS, pitstop
 
 STEPS = "100"
+# Both tests read one job: under pytest-xdist they run on one worker, so it runs once.
+pytestmark = pytest.mark.xdist_group("jobreport")
 
 
 @pytest.fixture(scope="module")
