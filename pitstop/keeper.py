@@ -12,7 +12,8 @@ at most one interval of lines. It runs outside the training process: the
 training pays nothing for it (no GIL, no import), and it outlives a viewer
 that quit. It ends with the training (`--pid` gone): a last pass, then exit.
 A keeper killed or never started costs only time: the next reader indexes
-from the last index that still matches the record.
+from the last index that still matches the record. A pass takes at most a
+tenth of the keeper's time: with many long records it passes less often.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from typing import Any
 KEEP_EVERY_S = float(os.environ.get("PITSTOP_INDEX_EVERY", "30"))
 # The keeper yields the cores to the training (and to everything else).
 NICENESS = 10
+# A pass may take at most this share of the keeper's time: a job of many long records
+# waits longer between passes rather than keep a core busy.
+MAX_BUSY_SHARE = 0.1
 POLL_S = 1.0  # how often it looks whether the training still runs
 
 
@@ -81,8 +85,10 @@ def keep(target: Path, pid: int, every: float = KEEP_EVERY_S) -> int:
     while psutil.pid_exists(pid):
         time.sleep(POLL_S if every >= POLL_S else every)
         if time.monotonic() >= due:
+            started = time.monotonic()
             keeper.step()
-            due = time.monotonic() + every
+            took = time.monotonic() - started
+            due = time.monotonic() + max(every, took / MAX_BUSY_SHARE)
     keeper.step()
     return 0
 

@@ -71,6 +71,10 @@ class Confirming:
             if r.candidate not in ranked and r.candidate != self.inc:
                 ranked.append(r.candidate)
         contestants = ([self.inc] if self.inc != Candidate() else []) + ranked
+        if self.inc != Candidate() and ranked and self._clearly_ahead(ranked[0], self.inc):
+            # Exploration measured it beyond twice the noise past the incumbent, then ran out of
+            # budget before adopting it: it leads the contest (the pair a small budget affords).
+            contestants = [ranked[0], self.inc]
         contestants = contestants[:2]
         if not contestants:
             others = [r for r in self.results if r.candidate != Candidate()]
@@ -80,6 +84,14 @@ class Confirming:
             return self._no_gain(out, why)
         contestants.append(Candidate())
         return self.contest(out, contestants)
+
+    def _clearly_ahead(self: Search, challenger: Candidate, incumbent: Candidate) -> bool:
+        """Whether exploration measured `challenger` ahead of `incumbent` by more than twice the noise."""
+        def best(cand: Candidate) -> float:
+            return max((self.ratio(r) or 0.0 for r in self.results if r.ok and r.candidate == cand), default=0.0)
+
+        mine, theirs = best(incumbent), best(challenger)
+        return mine > 0 and theirs > mine * (1.0 + self.noise()) ** 2
 
     def confirm_only(self: Search, candidate: Candidate) -> Outcome:
         """`--confirm`: the candidate against the script's own settings, alternating fresh runs, nothing else."""

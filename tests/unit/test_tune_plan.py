@@ -75,6 +75,22 @@ def test_a_threads_finding_puts_threads_first() -> None:
     assert outcome.winner == Candidate.of({"threads": 1})
 
 
+def test_on_a_hogged_machine_threads_come_first_and_the_workers_are_measured_on_top_of_them() -> None:
+    # tuner_quality.py under one hog: 2 spinning threads made the baseline 52 samples/s and
+    # threads=1 342; workers help only with one thread (the grid: workers=2 threads=1 681,
+    # workers=2 with 2 threads 61). The findings named workers first; the tune picked threads=1.
+    def hogged(cfg: dict[str, Any]) -> float:
+        if cfg.get("threads") != 1:
+            return 52.0 if not cfg["num_workers"] else 60.0
+        return {0: 330.0, 1: 450.0, 2: 680.0}[cfg["num_workers"]]
+
+    trials = Trials(hogged, evidence={"num_workers": 1, "threads": 1})
+    outcome = tune(trials, Budget(trials=8))
+    assert trials.calls[1][0] == Candidate.of({"threads": 1})
+    assert outcome.winner == Candidate.of({"num_workers": 2, "threads": 1}), [c[0].label() for c in trials.calls]
+    assert any("threads=1 measured x" in n and "build on it" in n for n in outcome.notes)
+
+
 def test_no_reserve_is_held_for_a_challenger_that_lost_so_every_trial_is_used() -> None:
     # Trial 2 measured slower than the baseline: nothing to confirm, so nothing is kept back
     # (it stopped at 2 of 4 with "exploration stopped by --budget" before).
@@ -123,9 +139,9 @@ def test_a_trial_starts_while_half_of_it_fits_the_seconds_left() -> None:
 
 
 def test_a_round_whose_load_moved_is_discarded_and_run_again() -> None:
-    # Call 5 (the baseline of the first confirmation round) ran beside a neighbour's core.
+    # Call 4 (the baseline of the first confirmation round) ran beside a neighbour's core.
     trials = Trials(lambda cfg: 100.0 * (1.5 if cfg.get("threads") == 1 else 1.0),
-                    load=lambda call: 1.0 if call == 5 else 0.0, evidence={"threads": 1})
+                    load=lambda call: 1.0 if call == 4 else 0.0, evidence={"threads": 1})
     outcome = tune(trials, Budget(trials=12), Space(own=dict(OWN), compute={"threads": [1]}))
     assert outcome.discarded == 1 and outcome.rounds >= 2
     assert any("round 1 discarded: other processes' load changed by 1.0 cores" in n for n in outcome.notes)
