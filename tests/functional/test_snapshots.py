@@ -92,7 +92,8 @@ def test_trials_view(snap_compare: Callable[..., bool], size: tuple[int, int], t
         # The last row drawn too, and one more refresh: in a loaded suite the table was caught
         # laid out for fewer rows (narrower status column) after the rows had arrived.
         await wait_for(pilot, lambda: len(app.rows) == 4 and "[4/6]" in screen_text(app)
-                       and "crash: the script raised" in screen_text(app))
+                       and "crash: the script raised" in screen_text(app)
+                       and "4/6 trials" in screen_text(app))  # the tune's header, drawn apart
         await pilot.pause()
 
     try:
