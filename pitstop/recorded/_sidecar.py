@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pitstop._version import __version__
-from pitstop.analysis import SERIES, RunState
-from pitstop.recorded._index import Checkpoint, StreamIndex
+from pitstop.analysis import SERIES
+from pitstop.recorded._index import Checkpoint, SavedState, StreamIndex
 
 FORMAT = 1
 SUFFIX = ".index"
@@ -130,7 +130,7 @@ def load(index: StreamIndex, record: Path) -> bool:
         for item in doc["checkpoints"]:
             state.update(item["state"])
             checkpoints.append(Checkpoint(float(item["t"]), int(item["fed"]), int(item["pos"]), item["last_t"],
-                                          tuple(item["counts"]), RunState.from_checkpoint(dict(state))))
+                                          tuple(item["counts"]), SavedState(dict(state))))
         offsets = [_unpack(text, "q") for text in doc["offsets"]]
         profile_times = _unpack(doc["profile_times"], "d")
     except (KeyError, TypeError, ValueError, AttributeError):

@@ -142,3 +142,22 @@ def test_the_keeper_indexes_a_growing_record_in_passes_and_a_reader_then_reads_o
     got = _summary(path)
     assert decoded[0] < len(events) / 4  # the keeper's index was used: one window read back
     assert got == _fresh(path, tmp_path)  # and it prints what a whole pass prints
+
+
+@pytest.mark.usefixtures("small_windows")
+def test_a_reader_builds_only_the_checkpoints_it_restores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A day-long record has ~1,800 checkpoints: building each one's RunState as the
+    # index loaded took most of a 24-hour record's summary.
+    path = tmp_path / "rank0.jsonl"
+    _write(path, _events(900, rank=0))
+    first = _summary(path)
+    built = [0]
+    restore = _state.RunState.from_checkpoint
+
+    def counting(data: dict) -> _state.RunState:  # type: ignore[type-arg]
+        built[0] += 1
+        return restore(data)
+
+    monkeypatch.setattr(_state.RunState, "from_checkpoint", staticmethod(counting))
+    assert _summary(path) == first
+    assert built[0] == 1, built[0]  # the last one, restored; not the ~30 others saved
