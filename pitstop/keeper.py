@@ -61,6 +61,8 @@ class Keeper:
         from pitstop.recorded._index import StreamIndex
         from pitstop.recorded._streams import FileStream
 
+        from pitstop.errors import PitstopError
+
         folded = 0
         for path in self.files():
             index = self.indexes.get(path)
@@ -69,7 +71,11 @@ class Keeper:
                 if _sidecar.load(index, path):
                     index.stream.cover(index.checkpoints[-1].pos)
             before = index.checkpoints[-1].fed
-            index.index()
+            try:
+                index.index()
+            except (PitstopError, OSError):
+                self.indexes.pop(path, None)  # unreadable now (moved, foreign): the next pass starts it afresh
+                continue
             if index.total > before:
                 folded += index.total - before
                 _sidecar.save(index, path, index.stream.stop)
@@ -94,7 +100,10 @@ def keep(target: Path, pid: int, every: float = KEEP_EVERY_S) -> int:
 
 
 def start(record: str, pid: int) -> subprocess.Popen[bytes] | None:
-    """Start a keeper for `record` beside training `pid` (its own session: a viewer's exit leaves it); None if it cannot."""
+    """Start a keeper for `record` beside training `pid`; None if it cannot.
+
+    Its own session: a viewer that quits, or a Ctrl-C at the terminal, leaves it with the training.
+    """
     try:
         return subprocess.Popen([sys.executable, "-m", "pitstop.keeper", "--pid", str(pid), record],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
