@@ -40,6 +40,10 @@ PHASE_MIN_SHARE = 0.10
 # Data wait jitters more with the machine's load: on the balanced ddp_gloo job in a loaded
 # suite, rank 1 waited 3.1 ms against rank 0's 1.7 ms of a 10 ms step (14%), and was named.
 DATA_MIN_SHARE = 0.20
+# ...and at least a scheduler timeslice (3-4 ms under load): the balanced job's 5.9 ms steps
+# in a loaded suite showed rank 0 waiting 2.5 ms against 1.3 ms over the last 50 steps (21%),
+# with both ranks' whole-run p50 at 1.5 ms.
+DATA_MIN_EXCESS_S = 0.003
 # ...and when it is at least half again the others' time in that phase (a phase that
 # is most of the step anyway moves by more than 10% of the step with the machine's load).
 PHASE_MIN_REL = 0.5
@@ -87,7 +91,8 @@ def phase_excesses(ranks: Sequence[dict[str, float]]) -> list[list[PhaseExcess]]
 
 def _counts(x: PhaseExcess, job_step_s: float, min_excess_s: float) -> bool:
     share = DATA_MIN_SHARE if x.phase == "data wait" else PHASE_MIN_SHARE
-    return (x.extra_s >= min_excess_s and x.extra_s >= share * job_step_s
+    floor = max(min_excess_s, DATA_MIN_EXCESS_S) if x.phase == "data wait" else min_excess_s
+    return (x.extra_s >= floor and x.extra_s >= share * job_step_s
             and x.extra_s >= PHASE_MIN_REL * x.reference_s)
 
 
