@@ -56,29 +56,20 @@ class Keeper:
         return files + children
 
     def step(self) -> int:
-        """One pass over every record file; returns the lines (events) it folded."""
-        from pitstop.recorded import _sidecar
-        from pitstop.recorded._index import StreamIndex
-        from pitstop.recorded._streams import FileStream
-
+        """One pass over every record file; returns the lines (events) its indexes gained."""
         from pitstop.errors import PitstopError
+        from pitstop.recorded import index_file
 
         folded = 0
         for path in self.files():
-            index = self.indexes.get(path)
-            if index is None:
-                index = self.indexes[path] = StreamIndex(FileStream(path))
-                if _sidecar.load(index, path):
-                    index.stream.cover(index.checkpoints[-1].pos)
-            before = index.checkpoints[-1].fed
+            old = self.indexes.get(path)
+            before = old.total if old is not None else 0
             try:
-                index.index()
+                self.indexes[path] = index = index_file(path, old)
             except (PitstopError, OSError):
                 self.indexes.pop(path, None)  # unreadable now (moved, foreign): the next pass starts it afresh
                 continue
-            if index.total > before:
-                folded += index.total - before
-                _sidecar.save(index, path, index.stream.stop)
+            folded += index.total - before
         return folded
 
 

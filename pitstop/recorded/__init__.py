@@ -22,21 +22,23 @@ from pitstop.recorded._streams import FileStream
 from pitstop.recorded._trained import FINDINGS_NONE, annotate, children_of, job_lines
 
 
-def index_file(path: Path) -> StreamIndex:
+def index_file(path: Path, index: StreamIndex | None = None) -> StreamIndex:
     """The index of one record file, folded to its end: restored from the saved index where it can be trusted.
 
     The index is saved again (atomically) when this pass read lines it did not cover:
     a record indexed for the first time, or one that grew since (a live run, the
-    lines a run killed with SIGKILL wrote after the index it left).
+    lines a run killed with SIGKILL wrote after the index it left). `index`: one this
+    returned before for `path` (the keeper's, between its passes), folded on from there.
     """
-    stream = FileStream(path)
-    index = StreamIndex(stream)
-    loaded = _sidecar.load(index, path)
+    loaded = True
+    if index is None:
+        index = StreamIndex(FileStream(path))
+        loaded = _sidecar.load(index, path)
+        index.stream.cover(index.checkpoints[-1].pos)
     covered = index.checkpoints[-1].fed
-    stream.cover(index.checkpoints[-1].pos)
     index.index()
     if not loaded or index.total > covered:
-        _sidecar.save(index, path, stream.stop)
+        _sidecar.save(index, path, index.stream.stop)
     return index
 
 
