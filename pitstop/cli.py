@@ -354,7 +354,7 @@ def _parser() -> argparse.ArgumentParser:
                          usage="pitstop run [options] (SCRIPT [ARGS...] | -m MODULE [ARGS...] | -- COMMAND...)")
     run.add_argument("--headless", action="store_true", help="no TUI: status lines and a summary on stderr")
     run.add_argument("--config", metavar="FILE", help="apply a tuned config (pitstop.toml)")
-    run.add_argument("--record", metavar="PATH", help="record file (.jsonl) or directory")
+    run.add_argument("--record", metavar="PATH", help="record file (.jsonl plain, .jsonl.gz compressed) or directory")
     run.add_argument("--profile", metavar="SPEC", help="profiler windows: off, demand, EVERY[:ACTIVE[:FIRST]] (default 500:5:50)")
     run.add_argument("--trace-dir", metavar="DIR", help="also write each window's Chrome trace here")
     run.add_argument("--prometheus", metavar="[HOST:]PORT",
@@ -374,7 +374,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("ls", help="list live runs")
 
     view = sub.add_parser("view", help="replay a recorded run")
-    view.add_argument("record", help="a record file (.jsonl) or a session directory")
+    view.add_argument("record", help="a record file (.jsonl, .jsonl.gz) or a session directory")
     view.add_argument("--summary", action="store_true", help="print the summary instead of opening the viewer")
     _plot_flags(view)
 
@@ -396,7 +396,7 @@ def _parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", help="compare two recorded runs: faster, slower or no difference",
                              description="Exit codes: 0 compared; 1 B is slower than --fail-if-slower allows; "
                              "2 error or not comparable; 3 --fail-if-slower given but a run was too short to tell.")
-    compare.add_argument("a", metavar="A", help="the baseline: a record file (.jsonl) or a session directory")
+    compare.add_argument("a", metavar="A", help="the baseline: a record file (.jsonl, .jsonl.gz) or a session directory")
     compare.add_argument("b", metavar="B", help="the run compared with it")
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.add_argument("--fail-if-slower", type=float, metavar="PCT",
@@ -405,7 +405,7 @@ def _parser() -> argparse.ArgumentParser:
     _plot_flags(compare)
 
     report = sub.add_parser("report", help="write a shareable report of a recorded run (.html or .md)")
-    report.add_argument("record", help="a record file (.jsonl) or a session directory")
+    report.add_argument("record", help="a record file (.jsonl, .jsonl.gz) or a session directory")
     report.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.html (offline, self-contained) or FILE.md")
     report.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 

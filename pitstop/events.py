@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Union
 from pitstop.errors import SchemaError
 from pitstop.jsonshape import ShapeError, build
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from pitstop.profiling.launch import (
     prepare_record,
     typed_env,
 )
+from pitstop.profiling.record import is_record_name, record_stem
 from pitstop.profiling.signals import Forwarder, forwarding, reaping, signal_names
 from pitstop.recorded import load_runs
 
@@ -298,8 +299,8 @@ class Run:
         """Where the command's output goes under the TUI: beside its record."""
         assert self.settings is not None
         record = Path(self.settings.record)
-        if record.suffix == ".jsonl":
-            return record.parent / f"{record.stem}.output.log"
+        if is_record_name(record):
+            return record.parent / f"{record_stem(record)}.output.log"
         return record / "output.log"
 
     def _summary(self, pid: int, code: int) -> tuple[str, list[Any]] | None:

@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pitstop.errors import PitstopError
+from pitstop.profiling.record import first_line, is_record_name
+
 # 30 s: the scripts measured here took their first step 1.6-4.1 s after the agent
 # started (mnist_hogwild's children, a script importing transformers first, on a
 # loaded 2-core machine); 30 s leaves a real model's build and first batch room,
@@ -93,14 +96,13 @@ def _recorded_pids(record: Path | None) -> set[int]:
     if record is None:
         return pids
     try:
-        files = list(record.parent.glob("*.jsonl"))
+        files = [p for p in record.parent.iterdir() if is_record_name(p)]
     except OSError:
         return pids
     for path in files:
         try:
-            with open(path, "rb") as f:
-                pid = json.loads(f.readline()).get("pid")
-        except (OSError, ValueError, AttributeError):
+            pid = json.loads(first_line(path)).get("pid")
+        except (PitstopError, ValueError, AttributeError):
             continue
         if isinstance(pid, int):
             pids.add(pid)

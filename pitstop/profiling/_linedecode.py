@@ -19,8 +19,11 @@ import dataclasses
 import json
 from typing import Any
 
+from pitstop.errors import SchemaError
 from pitstop.events import Event, Gpu, Loss, Proc, Sample, Step, decode
 from pitstop.jsonshape import ShapeError, field_checks
+from pitstop.stepcolumns import KIND as STEPS_KIND
+from pitstop.stepcolumns import decode_steps, expand_loss
 
 
 class _Rebuild:
@@ -82,15 +85,38 @@ _PREFIXES = tuple(f'{{"kind":"{kind}"'.encode() for kind in _DENSE)
 
 
 def decode_line(raw: bytes) -> Event | None:
-    """What `decode(raw)` gives, faster for Step, Loss and Sample lines."""
+    """What `decode(raw)` gives, faster for Step, Loss and Sample lines; a record's `loss` line with `step0` too."""
     if raw.startswith(_PREFIXES):
         try:
             data = json.loads(raw.decode())
         except ValueError:  # not JSON, not UTF-8: `decode` says what is wrong
             data = None
         if isinstance(data, dict):
-            rebuild = _DENSE.get(data.pop("kind", None))
+            kind = data.pop("kind", None)
+            compact = kind == Loss.kind and "step0" in data
+            if compact:
+                expand_loss(data)
+            rebuild = _DENSE.get(kind)
             event = rebuild.build(data) if rebuild is not None else None
             if event is not None:
                 return event  # type: ignore[no-any-return]
+            if compact:  # the loss as written in full, for `decode` to say what is wrong with it
+                return decode(json.dumps({"kind": kind, **data}).encode())
     return decode(raw)
+
+
+_STEPS_PREFIX = f'{{"kind":"{STEPS_KIND}"'.encode()
+
+
+def decode_events(raw: bytes) -> list[Event]:
+    """The events of one record line: the steps of a `steps` line, else the one event (none for an unknown kind)."""
+    if raw.startswith(_STEPS_PREFIX):
+        try:
+            data = json.loads(raw.decode())
+        except ValueError as err:
+            raise SchemaError(f"not JSON: {err}") from err
+        if not isinstance(data, dict) or data.pop("kind", None) != STEPS_KIND:
+            raise SchemaError("malformed 'steps' event")
+        return decode_steps(data)  # type: ignore[return-value]
+    event = decode_line(raw)
+    return [] if event is None else [event]

@@ -321,7 +321,7 @@ class Agent:
             if not lines:
                 return
             try:
-                self._writer.write_lines(lines)
+                self._writer.write_events(events)
             except Exception as err:
                 if "writer-failed" not in self._noted:
                     self._noted.add("writer-failed")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pitstop.errors import LaunchError, RecordError, UsageError
-from pitstop.profiling.record import default_record_root
+from pitstop.profiling.record import default_record_root, is_record_name
 
 SESSION_ENV = "PITSTOP_SESSION"
 # Sections of a tuned config, and what each one's settings apply to.
@@ -129,7 +129,7 @@ class SessionSettings:
     """What the agent in every process of one session is told (JSON in PITSTOP_SESSION)."""
 
     session: str
-    record: str  # a record base: a directory, or a `.jsonl` file name (see record.record_path_for)
+    record: str  # a record base: a directory, or a `.jsonl[.gz]` file name (see record.record_path_for)
     script: str = ""
     mode: str = "run"  # "run" | "trial"
     socket: bool = True
@@ -266,12 +266,12 @@ def prepare_record(record: str | None, session: str) -> str:
     """The record base for a session; fails early, in one line, if it cannot be written."""
     if record:
         path = Path(record).expanduser().resolve()
-        if path.suffix == ".jsonl":
+        if is_record_name(path):
             if path.exists():
                 raise RecordError(f"record file exists: {path} (choose another --record; pitstop never overwrites)")
             directory = path.parent
         else:
-            if path.exists() and any(path.glob("*.jsonl")):
+            if path.exists() and any(is_record_name(p) for p in path.iterdir()):
                 raise RecordError(f"record directory already holds records: {path} (choose another --record)")
             directory = path
     else:

@@ -11,11 +11,10 @@ Also which processes of a run trained (`_trained`): a hogwild run trains in
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 
 from pitstop.analysis import RunState
-from pitstop.profiling.record import record_files
+from pitstop.profiling.record import is_record_name, record_files, siblings
 from pitstop.recorded import _sidecar
 from pitstop.recorded._index import StreamIndex
 from pitstop.recorded._streams import FileStream
@@ -50,10 +49,9 @@ def _children_of(target: Path, files: list[Path]) -> list[Path]:
     alone, and a hogwild run as "steps 0" while its children trained. A directory
     target already names every record in it.
     """
-    if target.is_dir() or target.suffix != ".jsonl" or len(files) != 1:
+    if target.is_dir() or not is_record_name(target) or len(files) != 1:
         return []
-    stem = glob.escape(target.stem)
-    return sorted(target.parent.glob(f"{stem}.rank*.jsonl")) + sorted(target.parent.glob(f"{stem}.pid*.jsonl"))
+    return siblings(target, "rank") + siblings(target, "pid")
 
 
 def job_files(target: Path) -> tuple[list[Path], list[Path]]:

@@ -28,9 +28,10 @@ from typing import Any
 
 from pitstop._version import __version__
 from pitstop.analysis import SERIES
+from pitstop.profiling._recordfile import file_offset, is_compressed
 from pitstop.recorded._index import Checkpoint, SavedState, StreamIndex
 
-FORMAT = 1
+FORMAT = 2  # 2: positions of events (compressed records, `steps` lines), not bytes
 SUFFIX = ".index"
 _PROBE = 4096  # bytes of the record checked at each end of what an index covers
 
@@ -40,8 +41,23 @@ def index_path(record: Path) -> Path:
     return record.with_name(record.name + SUFFIX)
 
 
+def _covered(record: Path, stop: int) -> int | None:
+    """The bytes of the record an index covering position `stop` checks: [0, this).
+
+    A plain record's up to `stop`. A compressed one's up to its size now: the events
+    up to `stop` lie in compressed bytes before it, which a writer never changes
+    (sync-flushed deflate output is only ever appended to).
+    """
+    if not is_compressed(record):
+        return file_offset(stop, False)
+    try:
+        return record.stat().st_size
+    except OSError:
+        return None
+
+
 def _fingerprint(record: Path, stop: int) -> tuple[int, int] | None:
-    """CRC-32 of the record's first bytes and of the bytes just before `stop`; None if it is shorter."""
+    """CRC-32 of the record's first bytes and of the bytes just before byte `stop`; None if it is shorter."""
     try:
         with open(record, "rb") as handle:
             head = handle.read(min(_PROBE, stop))
@@ -57,6 +73,8 @@ def _fingerprint(record: Path, stop: int) -> tuple[int, int] | None:
 def _probes(record: Path, positions: list[int]) -> list[int] | None:
     """CRC-32 of the 256 bytes before each position (each checkpoint's): a record changed between them shows."""
     out = []
+    compressed = is_compressed(record)
+    positions = [file_offset(pos, compressed) for pos in positions]
     try:
         with open(record, "rb") as handle:
             for pos in positions:
@@ -69,13 +87,15 @@ def _probes(record: Path, positions: list[int]) -> list[int] | None:
 
 def save(index: StreamIndex, record: Path, stop: int) -> bool:
     """Write `index` of `record` (covering bytes [0, stop)) beside it; False when it cannot (read-only dir)."""
-    fingerprint = _fingerprint(record, stop)
+    covered = _covered(record, stop)
+    fingerprint = None if covered is None else _fingerprint(record, covered)
     probes = _probes(record, [ck.pos for ck in index.checkpoints[1:]])
     if fingerprint is None or probes is None or index.total == 0:
         return False
     try:
         doc: dict[str, Any] = {
-            "format": FORMAT, "pitstop": __version__, "stop": stop, "crc": list(fingerprint), "probes": probes,
+            "format": FORMAT, "pitstop": __version__, "stop": stop, "bytes": covered, "crc": list(fingerprint),
+            "probes": probes,
             "series": list(SERIES), "strides": list(index.strides), "every": index.every,
             "first_t": index.first_t, "total": index.total,
             "offsets": [_pack(a) for a in index.offsets], "profile_times": _pack(index.profile_times),
@@ -123,7 +143,7 @@ def load(index: StreamIndex, record: Path) -> bool:
         if len(doc["strides"]) != len(SERIES):
             return False
         stop = int(doc["stop"])
-        if _fingerprint(record, stop) != tuple(doc["crc"]):
+        if _fingerprint(record, int(doc["bytes"])) != tuple(doc["crc"]):
             return False  # the record changed, or is another one: it is the truth
         state: dict[str, Any] = {}
         checkpoints = []

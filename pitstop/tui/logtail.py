@@ -64,10 +64,11 @@ def session_log(record: str | Path) -> Path | None:
     the stream names (issue 12: their Log screen said "No log here").
     """
     path = Path(record)
-    if re.fullmatch(r"rank\d+(-\d+)?", path.stem):  # a record directory's file
+    stem = re.sub(r"\.jsonl(\.gz)?$", "", path.name)
+    if re.fullmatch(r"rank\d+(-\d+)?", stem):  # a record directory's file
         candidate = path.parent / "output.log"
     else:
-        candidate = path.with_name(re.sub(r"(\.rank\d+)?(\.pid\d+)?$", "", path.stem) + ".output.log")
+        candidate = path.with_name(re.sub(r"(\.rank\d+)?(\.pid\d+)?$", "", stem) + ".output.log")
     return candidate if candidate.is_file() else None
 
 

@@ -144,7 +144,7 @@ def title_text(frame: Frame) -> str:
     if not frame.live and label.startswith("replay: "):
         # A record file keeps its session directory's name; a directory is its own name.
         parts = PurePath(label[len("replay: "):]).parts
-        keep = 2 if parts and parts[-1].endswith(".jsonl") else 1
+        keep = 2 if parts and parts[-1].endswith((".jsonl", ".jsonl.gz")) else 1
         label = "replay: " + ("…/" if len(parts) > keep else "") + "/".join(parts[-keep:])
     if run is not None and run.hello is not None and run.hello.script:
         return run.hello.script if frame.live else f"{run.hello.script} ({label})"

@@ -15,7 +15,7 @@ from typing import Any
 
 from pitstop.analysis import RunState, advise
 from pitstop.errors import PitstopError
-from pitstop.profiling.record import ReadResult, iter_record
+from pitstop.profiling.record import ReadResult, iter_record, siblings
 
 # The value a finding's fix line suggests, per knob (the first match in the fix text).
 _VALUE = {
@@ -42,7 +42,7 @@ def suggested(knob: str, fix: str) -> Any:
 def evidence_of(record: Path, warmup: int) -> dict[str, Any]:
     """Knob -> suggested value, most important finding first; empty when the record cannot be read."""
     run = RunState()
-    files = [record, *sorted(record.parent.glob(f"{record.stem}.rank*.jsonl"))]
+    files = [record, *siblings(record, "rank")]
     try:
         for event in iter_record(files[1] if len(files) > 1 else record, ReadResult()):
             run.add(event)

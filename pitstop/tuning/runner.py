@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.errors import LaunchError, PitstopError, SchemaError
-from pitstop.events import Progress, Sample, decode
+from pitstop.events import Progress, Sample, Step, decode
+from pitstop.profiling._linedecode import decode_events
 from pitstop.profiling.launch import SessionSettings, Target, child_env, launch, new_session_id
-from pitstop.profiling.record import ReadResult, iter_record
+from pitstop.profiling.record import ReadResult, iter_record, siblings
 from pitstop.tuning.evidence import evidence_of
 from pitstop.tuning.guard import FileGuard, Restored
 from pitstop.tuning.measure import Measurement, measure
@@ -298,6 +299,14 @@ class StepCounter:
                         self.first_step_start = float(event["t"]) - float(event["wall"])
                     except (ValueError, KeyError, TypeError):
                         pass
+            elif line.startswith(b'{"kind":"steps"'):  # a record's steps, many to a line
+                try:
+                    steps = [e for e in decode_events(line) if isinstance(e, Step)]
+                except SchemaError:
+                    continue
+                self.steps += len(steps)
+                if self.first_step_start is None and steps:
+                    self.first_step_start = steps[0].t - steps[0].wall
         if self.steps:
             self.progress = None
         elif sample is not None:
@@ -435,7 +444,7 @@ def classify(candidate: Candidate, steps: int, stage: str, code: int | None, tim
 
 def _read(record: Path, warmup: int) -> tuple[Measurement, str]:
     """The trial's measurement: one record, or every rank's of a launcher (torchrun) trial."""
-    files = [record, *sorted(record.parent.glob(f"{record.stem}.rank*.jsonl"))]
+    files = [record, *siblings(record, "rank")]
     measured: list[Measurement] = []
     problems: list[str] = []
     for path in files:

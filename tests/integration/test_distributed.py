@@ -55,7 +55,7 @@ def test_the_slow_rank_is_named_as_straggler_and_nobody_without_one(
             assert "extra time is compute" in block
             assert "rank 1 is a straggler (compute) (straggler)" in block
     # every rank measured all its steps, and both blocks agree
-    for f in sorted(records.glob("rank*.jsonl")):
+    for f in sorted(records.glob("rank*.jsonl.gz")):
         assert len([e for e in events_of(f) if isinstance(e, Step)]) == 100
     assert live.split("\n", 1)[1] == viewed.split("\n", 1)[1]
 

@@ -65,7 +65,7 @@ def test_hogwild_children_are_measured_and_added_up(tmp_path: Path, env: dict[st
     own = _children_lines(out)
     assert len(own) == 2 and set(own.values()) == {15}, out
     records = {}
-    for path in (tmp_path / "rec").glob("*.jsonl"):
+    for path in (tmp_path / "rec").glob("*.jsonl.gz"):
         events = events_of(path)
         hello = next(e for e in events if isinstance(e, Hello))
         records[hello.pid] = (hello, events)
@@ -85,8 +85,8 @@ def test_hogwild_children_are_measured_and_added_up(tmp_path: Path, env: dict[st
 def test_dataloader_workers_leave_no_record(tmp_path: Path, env: dict[str, str], context: str) -> None:
     out, err = _run(tmp_path, env, "loader_workers.py", context, "10", record="rec")
     assert f"loader {context} done" in out
-    assert [p.name for p in (tmp_path / "rec").glob("*.jsonl")] == ["rank0.jsonl"]
-    assert len(_steps(tmp_path / "rec" / "rank0.jsonl")) == 10
+    assert [p.name for p in (tmp_path / "rec").glob("*.jsonl.gz")] == ["rank0.jsonl.gz"]
+    assert len(_steps(tmp_path / "rec" / "rank0.jsonl.gz")) == 10
 
 
 def test_training_in_a_subprocess_pitstop_cannot_measure_is_said(tmp_path: Path, env: dict[str, str]) -> None:

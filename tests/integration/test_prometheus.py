@@ -207,7 +207,7 @@ def test_each_rank_of_a_torchrun_job_serves_on_the_host_asked_at_base_port_plus_
             sessions.add(labels["session"])
             info = got[r]["pitstop_run_info"].samples[0].labels
             assert info["world_size"] == "2" and info["device"] == "cpu"
-        hellos = {h.rank: h for f in records.glob("rank*.jsonl") if (h := _hello(f)) is not None}
+        hellos = {h.rank: h for f in records.glob("rank*.jsonl.gz") if (h := _hello(f)) is not None}
         assert sessions == {hellos[0].session} and len(sessions) == 1  # one session label for every rank
         assert [_listening(hellos[r].pid, port + r) for r in (0, 1)] == [[host], [host]]
         stop.write_text("")

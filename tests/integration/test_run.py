@@ -288,8 +288,8 @@ def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(tmp_path: Pa
         env, timeout=240,
     )
     assert result.returncode == 0, result.stderr
-    files = sorted(records.glob("*.jsonl"))
-    assert [f.name for f in files] == ["rank0.jsonl", "rank1.jsonl"]
+    files = sorted(records.glob("*.jsonl.gz"))
+    assert [f.name for f in files] == ["rank0.jsonl.gz", "rank1.jsonl.gz"]
     hellos = [events_of(f)[0] for f in files]
     assert [h.rank for h in hellos] == [0, 1] and all(h.world_size == 2 for h in hellos)
     assert len({h.session for h in hellos}) == 1

@@ -12,19 +12,20 @@ from typing import Any
 import pytest
 
 from pitstop import events
+from pitstop.events import Event, encode
 from pitstop.profiling import agent as agent_mod
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
 
 
 class FakeWriter:
-    """The record file as the writer thread sees it: the lines written, in order."""
+    """The record file as the writer thread sees it: the events written, in order, a line each."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def write_lines(self, lines: list[str]) -> None:
-        self.lines.extend(lines)
+    def write_events(self, events: list[Event]) -> None:
+        self.lines.extend(encode(event) for event in events)
 
 
 def new_agent(tmp_path: Path) -> Agent:

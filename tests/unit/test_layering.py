@@ -58,6 +58,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "docs": HEAVY,  # `pitstop docs` prints shipped files (stdlib only)
     "streams": HEAVY,  # StreamBatch: what every source yields, below analysis and profiling
     "jsonshape": HEAVY,  # the type checks of decoding
+    "stepcolumns": HEAVY,  # a record's `steps` lines, encoded by the agent's writer
     "charts": HEAVY,  # text charts with plotext (no rich, no textual)
     "keeper": HEAVY,  # the index keeper beside a run: reads records, folds them, never torch
 }

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from pitstop.events import Event, Note, Step, decode
+from pitstop.events import Event, Note, Step
 from pitstop.profiling import phases
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
+from pitstop.profiling._linedecode import decode_events
 from pitstop.profiling.record import RecordWriter
 
 
@@ -114,8 +115,8 @@ def train_step(agent: Agent, opt: Any, forward_ms: float = 30.0, backward_ms: fl
 
 def written(tmp_path: Path) -> list[Event]:
     path = tmp_path / "r.jsonl"
-    events = [decode(line) for line in path.read_text().splitlines()] if path.exists() else []
-    return [e for e in events if e is not None]
+    lines = path.read_bytes().splitlines() if path.exists() else []
+    return [event for line in lines for event in decode_events(line)]  # `steps` lines hold several
 
 
 def steps_written(tmp_path: Path) -> list[Step]:

@@ -82,9 +82,12 @@ def test_record_paths_per_rank(tmp_path: Path) -> None:
     assert record_path_for(str(tmp_path / "run.jsonl"), None, 7) == tmp_path / "run.jsonl"
     assert record_path_for(str(tmp_path / "run.jsonl"), 0, 7) == tmp_path / "run.jsonl"
     assert record_path_for(str(tmp_path / "run.jsonl"), 1, 7) == tmp_path / "run.rank1.jsonl"
-    assert record_path_for(str(tmp_path), 3, 7) == tmp_path / "rank3.jsonl"
-    (tmp_path / "rank3.jsonl").write_text("")
-    assert record_path_for(str(tmp_path), 3, 7) == tmp_path / "rank3-7.jsonl"
+    assert record_path_for(str(tmp_path / "run.jsonl.gz"), 2, 7) == tmp_path / "run.rank2.jsonl.gz"
+    (tmp_path / "run.rank2.jsonl.gz").write_text("")
+    assert record_path_for(str(tmp_path / "run.jsonl.gz"), 2, 7) == tmp_path / "run.rank2.pid7.jsonl.gz"
+    assert record_path_for(str(tmp_path), 3, 7) == tmp_path / "rank3.jsonl.gz"  # a session directory: compressed
+    (tmp_path / "rank3.jsonl.gz").write_text("")
+    assert record_path_for(str(tmp_path), 3, 7) == tmp_path / "rank3-7.jsonl.gz"
 
 
 def test_steps_losses_and_samples_read_as_decode_reads_them(tmp_path: Path) -> None:

@@ -35,13 +35,13 @@ def _summary(path: Path) -> str:
 def _decoded_lines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A counter of the record lines decoded from now on (the reader's one decode function)."""
     count = [0]
-    decode = record_module.decode_line
+    decode = record_module.decode_events
 
     def counting(raw: bytes) -> object:
         count[0] += 1
         return decode(raw)
 
-    monkeypatch.setattr(record_module, "decode_line", counting)
+    monkeypatch.setattr(record_module, "decode_events", counting)
     return count
 
 

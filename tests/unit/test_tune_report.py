@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from pitstop.errors import TuneError
+from pitstop.events import Step
 from pitstop.profiling.launch import Target
+from pitstop.stepcolumns import encode_steps
 from pitstop.tuning.journal import Journal, companion, default_journal
 from pitstop.tuning.report import format_report, progress_line, tick_line, tune_status
 from pitstop.tuning.results import Candidate, TrialResult
@@ -113,3 +115,6 @@ def test_the_step_counter_reads_only_whole_lines_as_they_are_written(tmp_path: P
     with open(record, "a") as f:
         f.write('ep","t":11,"step":1,"wall":0.5}\n')
     assert counter.read() == 2
+    with open(record, "a") as f:  # what the agent's writer writes: consecutive steps in one line
+        f.write(encode_steps([Step(t=12.0 + i, step=2 + i, wall=1.0, data_wait=0.0) for i in range(3)]) + "\n")
+    assert counter.read() == 5
