@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from pitstop.profiling._recordfile import file_offset
 from pitstop.recorded import _sidecar
 
 from .conftest import SCRIPTS, kill_group, wait_for
@@ -20,9 +21,10 @@ from .conftest import SCRIPTS, kill_group, wait_for
 def _covered(record: Path) -> int:
     """Bytes of the record its saved index covers (0: none yet)."""
     try:
-        return int(json.loads(gzip.decompress(_sidecar.index_path(record).read_bytes()))["stop"])
+        stop = int(json.loads(gzip.decompress(_sidecar.index_path(record).read_bytes()))["stop"])
     except (OSError, ValueError, KeyError, EOFError):
         return 0
+    return file_offset(stop, compressed=False)  # a plain record (`--record NAME.jsonl`): its byte offset
 
 
 def _keepers() -> list[psutil.Process]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.events import DataLoaderInfo, End, Event, Hello, Loss, Model, Runtime, Sample, Step, encode
+from pitstop.events import SCHEMA_VERSION, DataLoaderInfo, End, Event, Hello, Loss, Model, Runtime, Sample, Step, encode
 from pitstop.profiling.record import ReadResult, iter_record
 
 from .conftest import SCRIPTS, events_of, pitstop, wait_for
@@ -163,7 +163,7 @@ def test_view_reads_records_and_refuses_newer_ones(tmp_path: Path, env: dict[str
     assert result.returncode == 0 and "10 (7 measured" in result.stdout
     newer = tmp_path / "newer.jsonl"
     lines = record.read_text().splitlines()
-    newer.write_text("\n".join([lines[0].replace('"schema":1', '"schema":7'), *lines[1:]]) + "\n")
+    newer.write_text("\n".join([lines[0].replace(f'"schema":{SCHEMA_VERSION}', '"schema":7'), *lines[1:]]) + "\n")
     result = pitstop(["view", str(newer), "--summary"], env)
     assert result.returncode == 2 and "newer pitstop" in result.stderr
     corrupt = tmp_path / "corrupt.jsonl"
