@@ -49,6 +49,9 @@ def loading_cores(ctx: Context, workers: int) -> float | None:
     With workers, their measured CPU per worker (each loads all the time when the
     loader sets the pace). Without, the main process's CPU over the share of the
     step it waits for data: an upper bound, since compute's own CPU is in it too.
+    The main process's wait for a free core counts as CPU it wanted: a CPU-bound
+    2-rank job on a busy 2-core machine ran at 0.3 of a core a rank and read as a
+    loader waiting on I/O, and had more workers than cores suggested.
     """
     run = ctx.run
     if workers:
@@ -59,10 +62,11 @@ def loading_cores(ctx: Context, workers: int) -> float | None:
     # Samples while it trains: each reading covers the time since the one before,
     # so the first after the first step still holds the imports and the set-up.
     training = [s for s in run.samples if s.t > run.first_step_t][1:]
-    cpus = [p.cpu for s in training for p in s.procs if p.role == "main" and p.cpu is not None]
+    cpus = [p.cpu / 100.0 + (s.cpu_wait or 0.0) for s in training for p in s.procs
+            if p.role == "main" and p.cpu is not None]
     if len(cpus) < MIN_CPU_SAMPLES:
         return None
-    return min(1.0, sum(cpus) / len(cpus) / 100.0 / ctx.data_frac)
+    return min(1.0, sum(cpus) / len(cpus) / ctx.data_frac)
 
 
 def data_wait(ctx: Context) -> Finding | None:

@@ -131,27 +131,29 @@ def test_data_wait_on_saturated_cpus_tempers_the_promise() -> None:
     assert quiet is not None and "saturated" not in quiet.gain
 
 
-def _cpu_samples(run: RunState, t0: float, main: float | None = None, workers: tuple[float, ...] = ()) -> None:
-    """Sampler readings while it trains: the main process's and each worker's CPU percent."""
+def _cpu_samples(run: RunState, t0: float, main: float | None = None, workers: tuple[float, ...] = (),
+                 waited: float | None = None) -> None:
+    """Sampler readings while it trains: the main process's and each worker's CPU percent, the main's run delay."""
     for i in range(4):
         procs = [Proc(pid=10, role="main", cpu=main, rss=1)] if main is not None else []
         procs += [Proc(pid=20 + k, role="worker", cpu=c, rss=1, loader=1) for k, c in enumerate(workers)]
-        run.add(Sample(t=t0 + 0.25 * (i + 1), procs=procs, system_cpu=40.0))
+        run.add(Sample(t=t0 + 0.25 * (i + 1), procs=procs, system_cpu=40.0, cpu_wait=waited))
 
 
-@pytest.mark.parametrize("main,fix,free", [
-    (20.0, "num_workers=4", "enough for 4 that wait on I/O"),  # 0.2 of a core over a 93% wait: sleeping
-    (95.0, "num_workers=1", None),  # the main process loads on its core: one free core, one worker
+@pytest.mark.parametrize("main,waited,fix,free", [
+    (20.0, 0.0, "num_workers=4", "enough for 4 that wait on I/O"),  # 0.2 of a core over a 93% wait: sleeping
+    (95.0, 0.0, "num_workers=1", None),  # the main process loads on its core: one free core, one worker
+    (30.0, 0.65, "num_workers=1", None),  # it loads on a busy machine: it waited for a core, not for I/O
 ])
 def test_data_wait_on_a_loader_that_waits_on_io_suggests_workers_beyond_the_cores(
-        main: float, fix: str, free: str | None) -> None:
+        main: float, waited: float, fix: str, free: str | None) -> None:
     # The test suite's tune_relative.py: 3 ms of sleep a sample, 8 a batch, 2 cores.
     run = RunState()
     run.add(runtime(device="cpu", usable=2))
     run.add(loader(workers=0, batch=8))
     end = add_steps(run, 60, wall=0.029, wait=0.027)
-    _cpu_samples(run, t0=1.1, main=main)
-    _cpu_samples(run, t0=end - 1.0, main=main)
+    _cpu_samples(run, t0=1.1, main=main, waited=waited)
+    _cpu_samples(run, t0=end - 1.0, main=main, waited=waited)
     f = rule(run, "data-wait")
     assert f is not None and fix in f.fix
     assert ("waits on I/O" in " ".join(f.evidence)) == (free is not None)
