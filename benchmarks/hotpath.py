@@ -1,0 +1,133 @@
+"""Prints where the agent's microseconds per step go on the training thread, call by call.
+
+    python benchmarks/hotpath.py [--pairs 300] [--workload _workload_1ms]
+
+Runs the ~1 ms workload under `pitstop run --headless --profile off`. The loop
+times each call it makes into torch with perf_counter_ns: the batch
+(`next(it)`: the DataLoader hook), the model's forward (the root module's
+`__call__` hook), the loss, `zero_grad`, `backward` (the `Tensor.backward`
+wrapper) and `opt.step()` (the optimizer pre- and post-hooks). The agent is
+switched off (`disabled`: every hook passes straight through) and on in
+alternating 25-step blocks, ABBA, in one process; a call's cost is its mean
+time on minus its mean time off, so what each hook adds is measured in place,
+with the caches cold from the step's own work, not in a tight loop. "step" is
+the whole iteration (the calls plus the loop). Each figure comes with a
+bootstrap 90% interval over the pairs of blocks; then the training thread's
+own CPU time per step (`time.thread_time`: what it spent running, whatever
+else the shared machine ran meanwhile, but not its waits for the GIL) and the
+whole process's (the agent's threads too). Figures only: nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CALLS = ("next", "forward", "loss", "zero_grad", "backward", "step", "total")
+BLOCK = 25
+
+
+def child(pairs: int, out: str) -> None:
+    """Under `pitstop run`: the timed loop, agent off / on (ABBA); writes each block's per-call sums."""
+    import importlib
+
+    import torch
+
+    from pitstop.profiling import agent as agent_mod
+
+    workload = importlib.import_module(os.environ.get("PITSTOP_HOTPATH_WORKLOAD", "_workload_1ms"))
+    agent = agent_mod.current()
+    if agent is None:
+        sys.exit("run this under `pitstop run`")
+    model, opt, loader = workload.build(200 + 2 * BLOCK * pairs + 10)
+    batches = iter(loader)
+    ns = time.perf_counter_ns
+    cpu, thread_cpu = time.process_time_ns, time.thread_time_ns
+
+    def block(n: int) -> list[int]:
+        sums = [0] * (len(CALLS) + 2)  # the calls, then the thread's and the process's CPU time
+        c0, tc0 = cpu(), thread_cpu()
+        for _ in range(n):
+            t0 = ns()
+            x, y = next(batches)
+            t1 = ns()
+            out = model(x)
+            t2 = ns()
+            loss = torch.nn.functional.cross_entropy(out, y)
+            t3 = ns()
+            opt.zero_grad()
+            t4 = ns()
+            loss.backward()
+            t5 = ns()
+            opt.step()
+            t6 = ns()
+            for i, (a, b) in enumerate(((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5), (t5, t6), (t0, t6))):
+                sums[i] += b - a
+        sums[-2], sums[-1] = thread_cpu() - tc0, cpu() - c0
+        return sums
+
+    block(200)  # warm-up: step 0 (the model found, the reports) and the first blocks' caches
+    blocks: dict[str, list[list[int]]] = {"off": [], "on": []}
+    for i in range(pairs):
+        for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
+            agent.disabled = name == "off"
+            blocks[name].append(block(BLOCK))
+    agent.disabled = False
+    Path(out).write_text(json.dumps(blocks))
+
+
+def interval(off: list[list[int]], on: list[list[int]], i: int, rounds: int = 1000) -> tuple[float, float, float]:
+    """Mean us per step on minus off for column i, with a bootstrap 90% interval over pairs of blocks."""
+    def diff(idx: list[int]) -> float:
+        return sum(on[j][i] - off[j][i] for j in idx) / (len(idx) * BLOCK) / 1e3
+
+    n = len(off)
+    rng = random.Random(0)
+    values = sorted(diff([rng.randrange(n) for _ in range(n)]) for _ in range(rounds))
+    return diff(list(range(n))), values[int(0.05 * rounds)], values[int(0.95 * rounds) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=300, help="pairs of 25-step blocks, agent off / on")
+    parser.add_argument("--workload", default="_workload_1ms", help="workload module in benchmarks/")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.pairs, args.child)
+        return
+    print(f"command: python benchmarks/hotpath.py --pairs {args.pairs} --workload {args.workload}; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "blocks.json"
+        env = dict(os.environ, PITSTOP_STATUS_INTERVAL="3600", PITSTOP_HOTPATH_WORKLOAD=args.workload)
+        subprocess.run([sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--record",
+                        str(Path(tmp) / "run.jsonl"), str(Path(__file__).resolve()), "--pairs", str(args.pairs),
+                        "--child", str(out)], check=True, env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        blocks = json.loads(out.read_text())
+    off, on = blocks["off"], blocks["on"]
+    steps = len(off) * BLOCK
+    print(f"{args.pairs} pairs of {BLOCK}-step blocks; per step, mean over {steps} steps each way:")
+    print(f"  {'call':10s} {'off us':>8s} {'on us':>8s} {'added us':>9s}  90% interval")
+    for i, name in enumerate(CALLS):
+        mean_off = statistics.fmean(b[i] for b in off) / BLOCK / 1e3
+        mean_on = statistics.fmean(b[i] for b in on) / BLOCK / 1e3
+        added, low, high = interval(off, on, i)
+        print(f"  {name:10s} {mean_off:8.1f} {mean_on:8.1f} {added:9.1f}  {low:.1f}..{high:.1f}")
+    added, low, high = interval(off, on, len(CALLS))
+    print(f"  training thread's CPU time: {added:+.1f} us per step on - off ({low:.1f}..{high:.1f})")
+    added, low, high = interval(off, on, len(CALLS) + 1)
+    print(f"  process CPU time (every thread): {added:+.1f} us per step on - off ({low:.1f}..{high:.1f})")
+
+
+if __name__ == "__main__":
+    main()
