@@ -3,9 +3,10 @@
 One process's RunState keeps up to 20,000 steps, 3,600 samples, 20,000 loss
 steps and 50 profiler windows: read back from a record that is ~35 MiB of
 objects and ~0.3 s of decoding (a rank of a synthetic 10 ms-step job: steps
-19 MiB, samples 13 MiB, losses 2.5 MiB, profiler windows 0.6 MiB). A viewer
-of 64 such ranks held 3.1 GiB (5.2 GiB at its peak) and had not drawn its
-first screen after 4 minutes (benchmarks/replay_memory.py --job 64:1).
+19 MiB, samples 13 MiB, losses 2.5 MiB, profiler windows 0.6 MiB). Restoring
+the 64 ranks of benchmarks/replay_memory.py --job 64:1 from their indexes,
+as a viewer and `view --summary` do first, took 35 s (22.5 s of CPU) and
+2.5 GiB; the viewer then peaked at 5.1 GiB.
 
 A job of more than JOB_FULL_RANKS ranks shares a budget of each series out
 between its ranks instead, never below what the job's figures read: the
