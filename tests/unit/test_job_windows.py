@@ -24,6 +24,10 @@ SLOW = 5  # the rank that waits for its data
 
 @pytest.fixture
 def shares(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    return use_shares(monkeypatch)
+
+
+def use_shares(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Budgets a test-sized job divides: 30 steps, 5 samples, 8 loss steps and 2 profiler windows a rank."""
     monkeypatch.setattr(_index, "CHECKPOINT_EVENTS", 97)
     monkeypatch.setattr(_index, "STEP_STRIDE", 8)
