@@ -334,7 +334,8 @@ def _report(path: Path, seeks: int, how: str, fresh: bool = False) -> None:
         index.unlink(missing_ok=True)
     viewer = _measure("--viewer", path, seeks)
     print(f"[{how}]")
-    print(f"viewer: opened (over {viewer['events']:,} events) in {viewer['open_s']:.1f} s")
+    print(f"viewer: opened (over {viewer['events']:,} events) in {viewer['open_s']:.1f} s, first screen "
+          f"{viewer['first_screen_s']:.1f} s (process CPU {viewer['first_screen_cpu_s']:.1f} s, imports included)")
     worst = 0.0
     for s in viewer["seeks"]:  # type: ignore[union-attr]
         worst = max(worst, s["total_s"])
