@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import tempfile
 import time
 from multiprocessing import Pool
@@ -137,7 +136,8 @@ async def attach_viewer(socket_path: Path, last_step: int) -> dict[str, object]:
         out = {"first_screen_s": first, "steps_held": len(run.steps), "total_steps": run.total_steps,
                "device": run.device_type, "loaders": len(run.dataloaders),
                "train_loader": run.training_loader() is not None}
-    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    with open("/proc/self/status") as status:  # VmHWM: ru_maxrss carries the forking parent's peak across exec
+        out["peak_rss_mib"] = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024.0
     return out
 
 
