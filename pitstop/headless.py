@@ -40,7 +40,7 @@ from pitstop.errors import reason_of
 from pitstop.events import Note
 from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts (issue 13)
 from pitstop.profiling.sources import SocketSource
-from pitstop.recorded import annotate, job_lines, load_runs, sessions  # load_runs re-exported, as exit_code_of
+from pitstop.recorded import JOB_FULL_RANKS, annotate, job_lines, load_runs, primary, sessions  # load_runs re-exported, as exit_code_of
 
 STATUS_INTERVAL_S = float(os.environ.get("PITSTOP_STATUS_INTERVAL", "5"))
 # A line is printed when it changed (a new step, a rank that ended); an unchanged
@@ -86,8 +86,14 @@ def summary_text(
             except Exception as err:  # noqa: BLE001 - said; each rank's own summary follows
                 blocks.append(f"pitstop: job summary failed: {reason_of(err)}")
             else:
-                blocks.append(job_text(figures, job_advice(job), job_lines(members)))
-        for run in members:
+                blocks.append(job_text(figures, job_advice(job, summary=figures), job_lines(members)))
+        own = members
+        if len(members) > JOB_FULL_RANKS:
+            # A job of 64 ranks read as 64 summaries of 30 lines each did not read as one job; its
+            # ranks' rows and stragglers are in the block above, one rank's own summary on demand.
+            own = [primary(members)]
+            blocks.append(_own_summaries_line(own[0], members))
+        for run in own:
             summary = summarize(run)
             title = f"pitstop summary: {_label(run)}"
             code = exit_code if pid is not None and run.pid == pid else None
@@ -97,6 +103,13 @@ def summary_text(
     if notes:
         blocks.append("\n".join(notes))
     return "\n\n".join(blocks)
+
+
+def _own_summaries_line(shown: RunState, members: list[RunState]) -> str:
+    """"pitstop: 64 ranks: the summary of train.py rank 0 (pid 10) follows; another rank's: pitstop view ... --summary"."""
+    other = next((r.hello.record for r in members if r is not shown and r.hello is not None and r.hello.record), None)
+    how = f"pitstop view {other} --summary" if other else "pitstop view RECORD --summary on its record"
+    return f"pitstop: {len(members)} ranks: the summary of {_label(shown)} follows; another rank's own: {how}"
 
 
 def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None) -> str:

@@ -57,15 +57,19 @@ class Keeper:
 
     def step(self) -> int:
         """One pass over every record file; returns the lines (events) its indexes gained."""
+        from pitstop.analysis import SERIES
         from pitstop.errors import PitstopError
         from pitstop.recorded import index_file
 
+        # What the keeper saves (checkpoints of the totals, where the series lie) needs none of the
+        # series a RunState holds: with them the first pass over 8 one-hour ranks took 334 MiB.
+        no_series = {kind: 0 for kind in SERIES}
         folded = 0
         for path in self.files():
             old = self.indexes.get(path)
             before = old.total if old is not None else 0
             try:
-                self.indexes[path] = index = index_file(path, old)
+                self.indexes[path] = index = index_file(path, old, limits=no_series)
             except (PitstopError, OSError):
                 self.indexes.pop(path, None)  # unreadable now (moved, foreign): the next pass starts it afresh
                 continue

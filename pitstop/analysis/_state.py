@@ -336,6 +336,26 @@ class RunState:
         return {"step": self.steps.maxlen or 0, "sample": self.samples.maxlen or 0,
                 "profile": self.profiles.maxlen or 0, "note": self.notes.maxlen or 0, "loss": MAX_LOSSES}
 
+    def keep_last(self, limits: dict[str, int]) -> None:
+        """Drop the oldest entries of the series past `limits` ({SERIES kind: entries}; losses count steps).
+
+        A reader holding many processes at once keeps shorter windows than one
+        process's (pitstop/recorded/_windows.py); the running totals are untouched.
+        """
+        dropped = False
+        for name, kind in _SERIES_KINDS:
+            series = getattr(self, name)
+            limit = limits.get(kind)
+            while limit is not None and len(series) > limit:
+                series.popleft()
+                dropped = True
+        limit = limits.get("loss")
+        while limit is not None and len(self.losses) > limit:
+            self.losses.popitem(last=False)
+            dropped = True
+        if dropped:
+            self.version += 1
+
     def refill(self, event: Event) -> None:
         """Put an event back into its series only: the totals of a checkpoint already count it."""
         if isinstance(event, Step):
@@ -410,6 +430,7 @@ class RunState:
 
 
 _SERIES_FIELDS = frozenset({"steps", "samples", "losses", "profiles", "notes"})
+_SERIES_KINDS = (("steps", "step"), ("samples", "sample"), ("profiles", "profile"), ("notes", "note"))  # deques
 _EVENT_FIELDS = frozenset({"hello", "runtime", "model", "end", "applied"})
 
 

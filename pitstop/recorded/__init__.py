@@ -13,25 +13,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pitstop.analysis import RunState
+from pitstop.analysis import JobState, RunState
 from pitstop.profiling.record import is_record_name, record_files, siblings
 from pitstop.recorded import _sidecar
 from pitstop.recorded._index import StreamIndex
 from pitstop.recorded._streams import FileStream
+from pitstop.recorded._windows import JOB_FULL_RANKS, job_limits
 from pitstop.recorded._trained import FINDINGS_NONE, annotate, children_of, job_lines
 
 
-def index_file(path: Path, index: StreamIndex | None = None) -> StreamIndex:
+def index_file(path: Path, index: StreamIndex | None = None, limits: dict[str, int] | None = None) -> StreamIndex:
     """The index of one record file, folded to its end: restored from the saved index where it can be trusted.
 
     The index is saved again (atomically) when this pass read lines it did not cover:
     a record indexed for the first time, or one that grew since (a live run, the
     lines a run killed with SIGKILL wrote after the index it left). `index`: one this
     returned before for `path` (the keeper's, between its passes), folded on from there.
+    `limits`: the most of each series its RunState holds (`StreamIndex.limits`: a job's ranks).
     """
     loaded = True
     if index is None:
         index = StreamIndex(FileStream(path))
+        index.limits = limits
         loaded = _sidecar.load(index, path)
         index.stream.cover(index.checkpoints[-1].pos)
     covered = index.checkpoints[-1].fed
@@ -65,12 +68,18 @@ def job_files(target: Path) -> tuple[list[Path], list[Path]]:
 
 
 def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
-    """RunStates of every record file `target` names (with its children's), and notes about torn files."""
-    runs = []
+    """RunStates of every record file `target` names (with its children's), and notes about torn files.
+
+    The ranks of a job of more than JOB_FULL_RANKS hold a share of the series windows
+    (`job_limits`), but its first rank (`primary`) and every run of a smaller job hold their own.
+    """
+    indexes: dict[int, StreamIndex] = {}
+    runs: list[RunState] = []
     notes = []
     files, children = job_files(target)
+    limits = job_limits(len(files) + len(children))
     for path in files + children:
-        index = index_file(path)
+        index = index_file(path, limits=limits)
         run = index.run
         assert isinstance(index.stream, FileStream)
         if path in children and not _same_session(run, runs[0] if runs else None):
@@ -78,8 +87,19 @@ def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
         if index.stream.read.torn:
             notes.append(f"note: {path} ends in a cut line (the run was killed); read up to its last whole line")
         runs.append(run)
+        indexes[id(run)] = index
+    if limits is not None:
+        for _, members in sessions(runs):
+            for run in members if len(members) <= JOB_FULL_RANKS else [primary(members)]:
+                index = indexes[id(run)]
+                runs[runs.index(run)] = index.set_limits(None, index.end) or run
     runs.sort(key=lambda r: (r.hello.rank if r.hello and r.hello.rank is not None else -1, r.hello.pid if r.hello else 0))
     return runs, notes
+
+
+def primary(runs: list[RunState]) -> RunState:
+    """The run a job is shown by (`JobState.primary`): rank 0's, else the first by rank, then pid."""
+    return JobState.of_runs(runs).primary() or runs[0]
 
 
 def _same_session(run: RunState, main: RunState | None) -> bool:
@@ -100,5 +120,5 @@ def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
     return [(None if key.startswith("\0") else key, members) for key, members in sorted(groups.items(), key=started)]
 
 
-__all__ = ["FINDINGS_NONE", "annotate", "children_of", "index_file", "job_files", "job_lines", "load_runs",
-           "sessions"]
+__all__ = ["FINDINGS_NONE", "JOB_FULL_RANKS", "annotate", "children_of", "index_file", "job_files", "job_limits",
+           "job_lines", "load_runs", "primary", "sessions"]

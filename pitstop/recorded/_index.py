@@ -101,6 +101,10 @@ class StreamIndex:
         self.run = RunState()
         self._folded = False  # self.run is the fold of the whole stream, as index() left it
         self.total = 0  # events in the stream (after `index`)
+        # The reader's caps on the series its RunState holds ({SERIES kind: entries}), below the
+        # RunState's own windows: a job's many ranks each keep less (pitstop/recorded/_windows.py).
+        # The saved checkpoints keep the RunState's own windows: another reader reads them whole.
+        self.limits: dict[str, int] | None = None
 
     # -- the indexing pass -------------------------------------------------
     def index(self) -> RunState:
@@ -137,6 +141,8 @@ class StreamIndex:
             self._checkpoint(run)  # the end: a reader that comes back restores the whole stream from it
         self.run, self.total = run, self.fed
         self._folded = True
+        if self.limits is not None:
+            run.keep_last(self.limits)
         return run
 
     def _checkpoint(self, run: RunState) -> None:
@@ -173,7 +179,21 @@ class StreamIndex:
             # nowhere known, so the next seek starts from a checkpoint.
             self.last_t = math.inf
             raise
+        if self.limits is not None:
+            self.run.keep_last(self.limits)
         return self.run if self.fed else None
+
+    def set_limits(self, limits: dict[str, int] | None, cursor: float) -> RunState | None:
+        """Hold at most `limits` of each series from now on (None: the RunState's own windows); the run at `cursor`.
+
+        Narrower, the oldest entries go at once; wider, the windows are read back from
+        the record (a restore at `cursor`, where the reading stands).
+        """
+        old, self.limits = self.limits, limits
+        wider = old is not None and (limits is None or any(limits.get(k, math.inf) > v for k, v in old.items()))
+        if wider and self.fed:
+            self.last_t = math.inf  # moves the next seek to a restore, which reads the windows back
+        return self.seek(cursor)
 
     def _checkpoint_at(self, cursor: float) -> Checkpoint:
         if len(self._times) != len(self.checkpoints):  # appended (an end checkpoint popped resets it)
@@ -222,6 +242,8 @@ class StreamIndex:
         run = ck.state.without_series()
         stream = self.stream
         limits = run.series_limits()
+        if self.limits is not None:
+            limits = {kind: min(limit, self.limits.get(kind, limit)) for kind, limit in limits.items()}
         for k, kind in enumerate(SERIES):
             n, offsets, limit = ck.counts[k], self.offsets[k], limits[kind]
             if kind == "loss":

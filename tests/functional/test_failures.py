@@ -68,7 +68,7 @@ def test_a_stream_that_broke_says_which_rank_and_why() -> None:
 
 
 def test_job_findings_that_fail_are_said(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(job: object, warmup: int = 3) -> list[object]:
+    def broken(job: object, warmup: int = 3, summary: object = None) -> list[object]:
         raise ZeroDivisionError("float division by zero")
 
     monkeypatch.setattr(job_module, "job_findings", broken)

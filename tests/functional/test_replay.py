@@ -92,3 +92,27 @@ def test_a_record_gone_while_viewed_makes_a_seek_say_so_and_the_viewer_stays(tmp
             await wait_for(pilot, lambda: last_step(app) == 299)
 
     run(scenario())
+
+
+def test_r_in_a_large_jobs_replay_shows_the_next_rank_with_its_own_windows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.test_job_windows import RANKS, STEPS, _job, use_shares
+
+    limits = use_shares(monkeypatch)
+    directory = tmp_path / "job"
+    _job(directory)
+
+    async def scenario() -> None:
+        app = PitstopApp(RecordSource(directory), clock=lambda: FIXED + 30)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.timeline is not None, timeout=60)
+            held = {run.rank: len(run.steps) for run in app.job.runs.values()}
+            assert app.current_run()[0] == "rank 0" and held[0] == STEPS  # the rank shown: its own windows
+            assert all(held[r] == limits["step"] for r in range(1, RANKS))  # the others: their share
+            await pilot.press("r")
+            label, shown = app.current_run()
+            assert label == "rank 1" and shown is not None and len(shown.steps) == STEPS
+            held = {run.rank: len(run.steps) for run in app.job.runs.values()}
+            assert held[0] == limits["step"] and held[1] == STEPS
+
+    run(scenario())

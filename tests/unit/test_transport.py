@@ -208,3 +208,43 @@ def test_a_stranger_that_sends_no_token_is_closed_after_the_auth_timeout(
         stranger.close()
     finally:
         server.close()
+
+
+def test_a_viewer_attaching_after_a_long_run_gets_its_device_rank_and_loader_and_a_bounded_history(
+    rundir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pitstop.analysis import RunState
+    from pitstop.events import DataLoaderInfo, Hello, Rank, Runtime, Step, decode, encode
+
+    monkeypatch.setattr(_server, "HISTORY_LINES", 500)
+    server = AgentServer(lambda cmd: "ok", {"pid": os.getpid()})
+    try:
+        def loader(i: int) -> str:
+            return encode(DataLoaderInfo(t=float(i), id=i, num_workers=2, batch_size=8, pin_memory=False,
+                                         persistent_workers=False, prefetch_factor=2))
+
+        server.publish([encode(Hello(schema=1, pitstop_version="0", session="s", pid=1, ppid=0, host="h", argv=[],
+                                     cwd="/", started=0.0, python="3")),
+                        encode(Runtime(t=0.0, torch_version="2", cuda_version=None, device_type="cuda")),
+                        loader(1), encode(Rank(t=0.0, rank=3, world_size=8))])
+        # A day in small: an eval DataLoader built every "epoch" (300 of them), the train loader's steps between.
+        for epoch in range(2, 302):
+            server.publish([loader(epoch)] + [encode(Step(t=float(epoch), step=epoch * 10 + k, wall=0.01,
+                                                          data_wait=0.0, loader=1)) for k in range(10)])
+        client = Client(server.path)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        for batch in client.lines(poll=0.1):  # up to the last step published: the whole replay
+            got += batch
+            if any(b'"step":3019,' in line for line in batch) or time.monotonic() > deadline:
+                break
+        client.close()
+    finally:
+        server.close()
+    run = RunState()
+    for line in got:
+        run.add(decode(line.decode()))
+    assert run.device_type == "cuda" and run.rank == 3  # the day's first events still reach a late viewer
+    assert run.training_loader() is not None and run.training_loader().id == 1  # type: ignore[union-attr]
+    assert run.last_step == 3019
+    assert len(got) <= 500 + 1 + len(_server.LATEST_KINDS) + _server.FIRST_LOADERS + _server.LATEST_LOADERS

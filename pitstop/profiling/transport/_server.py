@@ -32,7 +32,14 @@ from pitstop.profiling.transport._wire import parse_command, parse_token, reply_
 
 MAX_BACKLOG = 16 << 20  # bytes queued for one client before it is dropped (~60 s of a busy run)
 HISTORY_LINES = 20_000  # recent events replayed to a client on connect, besides sticky ones
-STICKY_KINDS = frozenset({"hello", "runtime", "model", "dataloader", "applied"})
+# Sticky events are replayed to every viewer however old: the latest of each of these kinds...
+LATEST_KINDS = frozenset({"runtime", "model", "applied", "rank"})
+# ...and DataLoaders: the first ones built (the training loader, usually) and the latest. A script
+# that builds its eval loader every epoch sends one a few minutes: in a one-day run fed to this
+# server (benchmarks/replay_memory.py) 432 of them pushed the Runtime event and the training loader
+# out of the 256 sticky lines kept before, and a viewer attaching showed "device n/a".
+FIRST_LOADERS = 8
+LATEST_LOADERS = 56
 
 
 def _peer_uid(conn: socket.socket) -> int | None:
@@ -82,7 +89,9 @@ class AgentServer:
         self._lock = threading.Lock()  # clients, their buffers and the history: publisher vs server thread
         self._history: deque[bytes] = deque(maxlen=HISTORY_LINES)
         self._hello = b""
-        self._sticky: deque[bytes] = deque(maxlen=256)  # bounded: a DataLoader per epoch adds one each
+        self._latest: dict[str, bytes] = {}  # LATEST_KINDS, in the order first seen
+        self._first_loaders: list[bytes] = []
+        self._loaders: deque[bytes] = deque(maxlen=LATEST_LOADERS)
         self._clients: dict[int, _Client] = {}
         self._stop = threading.Event()
         directory = runtime_dir()
@@ -140,8 +149,13 @@ class AgentServer:
                 kind = line[9:].split('"', 1)[0] if line.startswith('{"kind":"') else ""
                 if kind == "hello":
                     self._hello = raw
-                elif kind in STICKY_KINDS:
-                    self._sticky.append(raw)
+                elif kind in LATEST_KINDS:
+                    self._latest[kind] = raw
+                elif kind == "dataloader":
+                    if len(self._first_loaders) < FIRST_LOADERS:
+                        self._first_loaders.append(raw)
+                    else:
+                        self._loaders.append(raw)
                 else:
                     self._history.append(raw)
             wake = False
@@ -283,7 +297,14 @@ class AgentServer:
         sel.register(conn, selectors.EVENT_READ | selectors.EVENT_WRITE, conn.fileno())
 
     def _replay(self) -> bytearray:
-        return bytearray(self._hello + b"".join(self._sticky) + b"".join(self._history))
+        sticky = (*self._latest.values(), *self._first_loaders, *self._loaders)
+        return bytearray(self._hello + b"".join(sticky) + b"".join(self._history))
+
+    def replay_size(self) -> tuple[int, int]:
+        """(lines, bytes) a viewer that connects now is sent before the live events."""
+        with self._lock:
+            replay = self._replay()
+        return replay.count(b"\n"), len(replay)
 
     def _accept_tcp(self, sel: selectors.BaseSelector) -> None:
         """Accept every connection waiting (up to ACCEPT_BURST), keeping unauthenticated ones within their caps."""
