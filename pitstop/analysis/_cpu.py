@@ -15,6 +15,10 @@ from pitstop.analysis._state import RunState
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.events import Sample, Step
 
+# A process's threads waited, ready to run, a quarter of a core's time for a CPU (Linux run
+# delay; ~0 on a quiet machine, 1.3-1.6 cores with torch's 2 threads beside the test suite on
+# the 2-core VM): the machine is contended (the cpu-contended rule, the straggler floor).
+CONTENDED_WAIT_CORES = 0.25
 # The latest reading within the last 5 samples (2-5 s at 1-2 Hz): older is stale for a live line.
 STATUS_SAMPLES = 5
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import WARMUP, Advice, Finding, RuleFailure
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES
 from pitstop.analysis._rankphases import PhaseExcess, lagging_phases, main_phase, phase_excesses, rank_phases
 from pitstop.analysis._state import JobState, RunState
 from pitstop.analysis._stats import percentile
@@ -38,6 +39,11 @@ STRAGGLER_THRESHOLD = 1.0
 MIN_SHARE = 0.25
 # Below this the extra time is noise in any basis (a timer tick on a 1 ms step).
 MIN_EXCESS_S = 0.0005
+# ...and below a scheduler timeslice when the ranks waited for a free core (the median rank's
+# threads ready to run but waiting, as cpu-contended reads it): the balanced 2-rank gloo job in a
+# quiet test-suite run on 2 cores, its ranks waiting ~0.3 cores' worth, had rank 1 at 4.2 ms a step
+# outside collectives against rank 0's 2.1 ms (+103%, 30% of the job's step).
+TIMESLICE_S = 0.003
 
 
 @dataclass(frozen=True)
@@ -333,6 +339,16 @@ def _evidence(job: JobState, warmup: int) -> list[_Evidence]:
     return out
 
 
+def _waited_for_cores(ev: list[_Evidence]) -> bool:
+    """Whether the job's median rank waited for a free core (Linux run delay) at least CONTENDED_WAIT_CORES."""
+    waits = []
+    for e in ev:
+        mine = [s.cpu_wait for s in e.run.samples if s.cpu_wait is not None]
+        if mine:
+            waits.append(percentile(mine, 50))
+    return bool(waits) and percentile(waits, 50) >= CONTENDED_WAIT_CORES
+
+
 def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: int = WARMUP) -> list[Straggler]:
     """Ranks persistently slower than the median of the other ranks, slowest first.
 
@@ -351,6 +367,7 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
         return []
     windowed = all(e.outside is not None for e in ev)
     job_step = percentile((e.wall for e in ev), 50)
+    floor = TIMESLICE_S if _waited_for_cores(ev) else MIN_EXCESS_S
     excesses = phase_excesses([e.phases for e in ev])
     anatomy = all("forward" in e.phases for e in ev)
     found: dict[int, Straggler] = {}
@@ -366,7 +383,7 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
             candidates.append(("data-wait", e.data, ref_data))
         for basis, time_s, ref in candidates:
             extra = time_s - ref
-            if extra < MIN_EXCESS_S or extra < threshold * ref or extra < MIN_SHARE * job_step:
+            if extra < floor or extra < threshold * ref or extra < MIN_SHARE * job_step:
                 continue
             data_part = min(max(extra_data, 0.0), extra)
             found[i] = Straggler(

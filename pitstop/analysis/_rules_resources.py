@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding
-from pitstop.analysis._cpu import contention
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, contention
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 from pitstop.analysis._rules_share import OVERSUBSCRIBED_EXCESS, cpu_oversubscribed
 
@@ -27,10 +27,7 @@ SHM_TINY_BYTES = 256 << 20
 # steps "swing" when their p95 is 1.5x their p50 (a quiet CPU loop keeps it under ~1.2x).
 CONTENDED_OTHER_CORES = 0.25
 CONTENDED_SWING = 1.5
-# Or, however steady the steps: its threads waited, ready to run, a quarter of a core's
-# time for a CPU (Linux run delay; ~0 on a quiet machine, 1.3-1.6 cores with torch's 2
-# threads beside the test suite on the 2-core VM).
-CONTENDED_WAIT_CORES = 0.25
+# Or, however steady the steps: its threads waited for a CPU (CONTENDED_WAIT_CORES, in _cpu).
 
 
 def _gpu_mem(ctx: Context) -> tuple[int | None, int | None, int]:

@@ -16,7 +16,7 @@ from pitstop.analysis import (
     job_summary,
     stragglers,
 )
-from pitstop.events import End, Event, Hello, ProfileWindow, Step
+from pitstop.events import End, Event, Hello, ProfileWindow, Sample, Step
 from pitstop.headless import summary_text
 
 
@@ -138,6 +138,23 @@ def test_straggler_named_with_its_numbers_when_the_others_wait_in_the_collective
     f = job_findings(job)
     assert [x.rule for x in f] == ["straggler"] and f[0].severity == "high"
     assert job_summary(job).stragglers == tuple(found)
+
+
+@pytest.mark.parametrize("waited,named", [(0.3, []), (0.0, ["rank 1"])])
+def test_on_a_machine_whose_ranks_wait_for_cores_an_excess_under_a_timeslice_names_no_straggler(
+        waited: float, named: list[str]) -> None:
+    # The balanced 2-rank gloo job in a quiet test-suite run: its ranks waited ~0.3 cores' worth for a
+    # free core, and rank 1 spent 4.2 ms a step outside collectives against rank 0's 2.1 ms (here 4.4: +110%).
+    streams: dict[int, list[Event]] = {}
+    step_wall = 0.007
+    for r in range(2):
+        outside = 0.0044 if r == 1 else 0.0021
+        wins = [window(s, step_wall, step_wall - outside) for s in (10, 30, 50)]
+        readings = [Sample(t=1001.0 + 0.1 * k, procs=[], cpu_wait=waited) for k in range(1, 5)]
+        streams[r] = [*steps(60, step_wall, wait=0.001), *readings, *wins, end()]
+    assert [s.label for s in stragglers(job_of(streams))] == named
+    # A rank 30 ms slower stands out however busy the machine.
+    assert [s.label for s in stragglers(_ddp(slow=1, extra_s=0.030, ranks=2))] == ["rank 1"]
 
 
 def test_no_straggler_when_all_ranks_spend_the_same_time_outside_the_collective() -> None:
