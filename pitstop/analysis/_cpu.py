@@ -203,6 +203,12 @@ class Contention:
         return max(1, int(left + 0.5))
 
 
+def run_delay(run: RunState, since: float | None = None) -> float | None:
+    """Median cores' worth of the process's threads that waited for a CPU (`cpu_wait`) in samples from `since` on."""
+    waits = [s.cpu_wait for s in run.samples if s.cpu_wait is not None and (since is None or s.t >= since)]
+    return median_and_spread(waits)[0] if waits else None
+
+
 def contention(run: RunState, steps: list[Step], workers: int, worker_cores: float) -> Contention | None:
     """The CPU demand over `steps` (the measured ones), from the sampler's readings while they ran.
 
@@ -228,8 +234,7 @@ def contention(run: RunState, steps: list[Step], workers: int, worker_cores: flo
         (busy_walls if near > other else quiet_walls).append(step.wall)
     follows = bool(busy_walls and quiet_walls) and (
         median_and_spread(busy_walls)[0] > median_and_spread(quiet_walls)[0] * 1.2)
-    waits = [s.cpu_wait for s in run.samples if s.t >= start and s.cpu_wait is not None]
     return Contention(threads=rt.torch_threads, workers=workers, worker_cores=worker_cores, other=other,
                       cores=rt.cpu_count, usable=rt.usable_cpus or rt.cpu_count,
                       p50=median_and_spread(walls)[0], p95=percentile(walls, 95), follows=follows,
-                      waiting=median_and_spread(waits)[0] if waits else None)
+                      waiting=run_delay(run, start))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import WARMUP, Advice, Finding, RuleFailure
-from pitstop.analysis._cpu import CONTENDED_WAIT_CORES
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
 from pitstop.analysis._rankphases import PhaseExcess, lagging_phases, main_phase, phase_excesses, rank_phases
 from pitstop.analysis._state import JobState, RunState
 from pitstop.analysis._stats import percentile
@@ -341,11 +341,7 @@ def _evidence(job: JobState, warmup: int) -> list[_Evidence]:
 
 def _waited_for_cores(ev: list[_Evidence]) -> bool:
     """Whether the job's median rank waited for a free core (Linux run delay) at least CONTENDED_WAIT_CORES."""
-    waits = []
-    for e in ev:
-        mine = [s.cpu_wait for s in e.run.samples if s.cpu_wait is not None]
-        if mine:
-            waits.append(percentile(mine, 50))
+    waits = [w for e in ev if (w := run_delay(e.run)) is not None]
     return bool(waits) and percentile(waits, 50) >= CONTENDED_WAIT_CORES
 
 

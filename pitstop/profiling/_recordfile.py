@@ -53,6 +53,11 @@ def is_compressed(path: Path) -> bool:
         return False
 
 
+def in_member(line: int) -> tuple[int, int]:
+    """(file offset of its member, offset in the member's lines) of a compressed record's line position."""
+    return line >> _IN_BLOCK_BITS, line & ((1 << _IN_BLOCK_BITS) - 1)
+
+
 def file_offset(pos: int, compressed: bool) -> int:
     """The byte of the file an event position starts in (for a compressed file, its member's start)."""
     line = pos >> LINE_BITS
@@ -121,6 +126,13 @@ class Lines:
         self.cut = False
         self.tail = b""  # the cut line's bytes
 
+    @classmethod
+    def of(cls, handle: BinaryIO) -> Lines:
+        """The lines of an open record file, plain or compressed by its first bytes."""
+        compressed = handle.read(2) == GZIP_MAGIC
+        handle.seek(0)
+        return cls(handle, compressed)
+
     def read(self, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
         if not self.compressed:
             yield from self._plain(start)
@@ -139,7 +151,7 @@ class Lines:
             yield begin, offset, raw
 
     def _gzip(self, start: int) -> Iterator[tuple[int, int, bytes]]:
-        member, skip = start >> _IN_BLOCK_BITS, start & ((1 << _IN_BLOCK_BITS) - 1)
+        member, skip = in_member(start)
         carry = b""
         carry_start = 0
         for base, data in self.members(member):
@@ -205,18 +217,7 @@ class Lines:
 
 def one_member(handle: BinaryIO, member: int) -> bytes:
     """The lines the member at file offset `member` holds (to its last flush when it is open)."""
-    handle.seek(member)
-    unzip = zlib.decompressobj(31)
-    out = []
-    while not unzip.eof:
-        chunk = handle.read(_READ)
-        if not chunk:
-            break
-        try:
-            out.append(unzip.decompress(chunk))
-        except zlib.error:
-            break
-    return b"".join(out)
+    return next(Lines(handle, True).members(member), (member, b""))[1]
 
 
 def write_all(fd: int, data: bytes) -> None:

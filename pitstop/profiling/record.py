@@ -23,6 +23,7 @@ from pitstop.profiling._recordfile import (
     SUFFIX_GZ,
     GzipBlocks,
     Lines,
+    in_member,
     is_compressed,
     one_member,
     open_record,
@@ -164,7 +165,7 @@ class ReadResult:
 def first_line(path: Path) -> bytes:
     """The first line of a record file, plain or compressed (b"" when it has none yet)."""
     with open_record(path) as handle:
-        lines = Lines(handle, handle.read(2) == b"\x1f\x8b")
+        lines = Lines.of(handle)
         return next(iter(lines.read()), (0, 0, b""))[2]
 
 
@@ -185,7 +186,7 @@ def scan_record(path: Path, result: ReadResult | None = None, start: int = 0) ->
     result = result if result is not None else ReadResult()
     handle = open_record(path)
     with handle:
-        lines = Lines(handle, handle.read(2) == b"\x1f\x8b")
+        lines = Lines.of(handle)
         line_start, skip = split(start)
         lineno = 0
         resumed = start > 0
@@ -264,7 +265,7 @@ class RecordReader:
             for pos in positions:
                 line, k = split(pos)
                 if self.compressed:
-                    member, at = line >> 17, line & ((1 << 17) - 1)
+                    member, at = in_member(line)
                     if member != cached:
                         cached, data = member, one_member(handle, member)
                     nl = data.find(b"\n", at)
