@@ -6,6 +6,7 @@ import math
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding, describe_loader
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
 
 # Above 20% of the step spent blocked on the DataLoader the loader, not the
 # model, sets the pace: a healthy loader with prefetching keeps this near 0-5%.
@@ -51,10 +52,16 @@ def loading_cores(ctx: Context, workers: int) -> float | None:
     step it waits for data: an upper bound, since compute's own CPU is in it too.
     The main process's wait for a free core counts as CPU it wanted: a CPU-bound
     2-rank job on a busy 2-core machine ran at 0.3 of a core a rank and read as a
-    loader waiting on I/O, and had more workers than cores suggested.
+    loader waiting on I/O, and had more workers than cores suggested. The workers'
+    own wait is not read: when the main process waited for a core, theirs is
+    unknown, and their low CPU no sign of I/O (2 CPU-bound workers beside 2 hogs
+    read as waiting on I/O, and 8 workers were suggested and tuned).
     """
     run = ctx.run
     if workers:
+        waited = run_delay(run, run.first_step_t) if run.first_step_t is not None else None
+        if waited is not None and waited >= CONTENDED_WAIT_CORES:
+            return None
         cpu = ctx.loader_worker_cpu(ctx.loader())
         return cpu[1] / 100.0 / max(1, cpu[0]) if cpu is not None else None
     if run.first_step_t is None or not ctx.data_frac:

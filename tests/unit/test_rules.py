@@ -173,6 +173,18 @@ def test_data_wait_with_idle_workers_suggests_more_of_them() -> None:
     assert "num_workers=6" in f.fix and "loading keeps at most 0.10 of a core busy" in " ".join(f.evidence)
 
 
+def test_data_wait_with_workers_starved_of_cores_does_not_read_as_io() -> None:
+    # The same workers' 10% each, but the main process waited half a core's time for a CPU: two
+    # CPU-bound workers beside two hogs on 2 cores read as waiting on I/O, and 8 workers were tuned.
+    run = RunState()
+    run.add(runtime(device="cpu", usable=4))
+    run.add(loader(workers=2, batch=32))
+    end = add_steps(run, 30, wall=0.03, wait=0.02)
+    _cpu_samples(run, t0=end - 1.0, workers=(10.0, 10.0), waited=0.5)
+    f = rule(run, "data-wait")
+    assert f is not None and "waits on I/O" not in " ".join(f.evidence) and "num_workers=6" not in f.fix
+
+
 @pytest.mark.parametrize("n,wait", [(30, 0.005), (8, 0.02)])
 def test_data_wait_quiet_when_low_or_too_few_steps(n: int, wait: float) -> None:
     run = cuda_run(loader())
