@@ -78,6 +78,16 @@ def _shm_bytes() -> int | None:
     return st.f_blocks * st.f_frsize
 
 
+def _wrapper_optimizer(frame: Any) -> Any:
+    """The optimizer whose step runs in `frame` (torch's step wrapper binds `self`, from `args`)."""
+    local = frame.f_locals
+    found = local.get("self")
+    if found is None:
+        args = local.get("args") or (None,)
+        found = args[0]
+    return found
+
+
 class Hooks:
     """The patches one agent installs into torch."""
 
@@ -95,6 +105,7 @@ class Hooks:
         self.overrides: Any = None
         self.runtime: Runtime | None = None
         self.device_type = "cpu"
+        self.step_code: Any = None  # the code of torch's optimizer-step wrapper (its pre-hook's caller)
 
     def install(self, torch: Any) -> None:
         agent = self.agent
@@ -261,6 +272,7 @@ class Hooks:
     def _hook_optimizer(self) -> None:
         agent = self.agent
         clock = agent.clock
+        hooks = self
         perf = _PERF
 
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -269,15 +281,23 @@ class Hooks:
             if not agent.disabled:
                 try:
                     # The token is torch's step wrapper's frame, which called this hook: while it is
-                    # on the stack the step runs (`_abandon_raised`).
-                    clock.on_optimizer_start(id(optimizer), perf(), sys._getframe(1))
+                    # on the stack the step runs. Taken until the first step ended (the sampler names
+                    # the optimizer from it) and once to learn the wrapper's code: a frame object
+                    # made at every step is several us a step in place (docs/internals.md). Later
+                    # steps are told by that code on the stack (`_abandon_raised`).
+                    if clock.index == 0 or hooks.step_code is None:
+                        token = sys._getframe(1)
+                        hooks.step_code = token.f_code
+                        clock.on_optimizer_start(id(optimizer), perf(), token)
+                    else:
+                        clock.on_optimizer_start(id(optimizer), perf())
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step pre-hook", err)
 
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if not agent.disabled:
                 try:
-                    agent.on_optimizer_step(optimizer)
+                    clock.on_optimizer_step(id(optimizer), perf())
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step hook", err)
 
@@ -384,14 +404,22 @@ class Hooks:
                     loss = None
                     if hooks.capture_loss:
                         try:
-                            if tensor.numel() == 1:
-                                # On the CPU the value is there: read it now (no sync, nothing
-                                # held). Elsewhere keep it for one batched async copy.
-                                loss = tensor.item() if tensor.is_cpu else tensor.detach()
+                            if tensor.is_cpu:
+                                # The value is there: read now (no sync). Not held for the writer
+                                # thread to read: the tensor holds its graph, and what a custom
+                                # autograd Function kept on its ctx. Without a gradient argument
+                                # backward() itself refused a tensor of more than one element.
+                                if not args or tensor.numel() == 1:
+                                    loss = tensor.item()
+                            elif tensor.numel() == 1:  # on a GPU: kept for one batched async copy
+                                loss = tensor.detach()
                         except Exception:
                             loss = None
                     try:
-                        agent.on_backward(loss, started, token, tensor)
+                        if agent.first_backward:  # finds the model, picks the phases' clock
+                            agent.on_backward(loss, started, token, tensor)
+                        else:
+                            clock.on_backward(perf(), loss, started, token)
                     except Exception as err:  # never into the training loop
                         agent.fail("the backward hook", err)
                 return result
@@ -406,14 +434,17 @@ class Hooks:
         A walk up the stack at each backward, only while a step is open: a closure's
         backward (LBFGS: seconds each) or the first backward after a step raised."""
         clock = self.agent.clock
+        code = self.step_code
         try:
-            alive = set()
+            alive = set()  # frames on the stack, and the optimizers whose step wrapper runs
             frame = sys._getframe(1)
             while frame is not None:
                 alive.add(id(frame))
+                if frame.f_code is code:
+                    alive.add(id(_wrapper_optimizer(frame)))
                 frame = frame.f_back
             for key, token in list(clock.open_steps):
-                if token is not None and id(token) not in alive:
+                if (id(token) if token is not None else key) not in alive:
                     clock.abandon(key)
                     break  # and every step opened inside it
         except Exception as err:

@@ -14,6 +14,11 @@ _PERF = time.perf_counter
 
 def leading_dim(batch: Any, tensor_type: type) -> int | None:
     """Samples in a batch: the leading dimension of its first tensor."""
+    kind = type(batch)
+    if (kind is tuple or kind is list) and batch and type(batch[0]) is tensor_type:  # (inputs, targets): per batch
+        shape = batch[0].shape
+        if shape:
+            return shape[0]
     if isinstance(batch, tensor_type):
         return int(batch.shape[0]) if batch.dim() > 0 else None
     if isinstance(batch, (list, tuple)):
@@ -135,7 +140,7 @@ class RootWatch:
                 try:
                     training = module.training and grad_enabled()
                     samples = None
-                    if training and clock.wants_forward_samples:
+                    if training and clock.train_loader is None and clock.wants_forward_samples:
                         found = args if args else kwargs
                         samples = (batch_dim(found, tensor_type, 1) if watcher._seq_first
                                    else leading_dim(found, tensor_type))

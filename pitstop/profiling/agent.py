@@ -79,6 +79,7 @@ class Agent:
         self.failed = False  # switched off by an internal error (fail): the record still gets its End
         self.pid = os.getpid()
         self.rank = _env_int("RANK")
+        self._trial_steps = settings.trial_steps  # a tune trial ends the process after this many steps
         self._queue: deque[Event | tuple[Any, ...]] = deque(maxlen=QUEUE_MAX)  # tuples: steps (_on_step)
         self.dropped = 0
         self._stop = threading.Event()
@@ -87,6 +88,8 @@ class Agent:
         # step clock (training thread only). Step 0 goes to `_on_first_step`, which
         # hands the clock on to `_on_step`: no "is this the first step?" test per step.
         self.clock = StepClock(self._on_first_step, self._on_eval)
+        self.clock.on_new_optimizer = self._new_optimizer
+        self.first_backward = True  # the hooks hand backward calls to the clock directly after the first
         self.phases = PhaseClock(self.clock, self.note)  # the steps' phases on CUDA (profiling/phases.py)
         self._steps = StepEvents(self.phases)  # the writer's side of the queue: steps and CPU losses to events
         self._model_optimizers = 0  # optimizers counted in the last Model event
@@ -345,14 +348,7 @@ class Agent:
         """Steps emitted so far (the index of the step being accumulated)."""
         return self.clock.index
 
-    def on_optimizer_step(self, optimizer: Any) -> None:
-        clock = self.clock
-        known = len(clock.optimizers)
-        clock.on_optimizer_step(id(optimizer), _perf())
-        if len(clock.optimizers) != known:
-            self._new_optimizer(optimizer)
-
-    def _new_optimizer(self, optimizer: Any) -> None:
+    def _new_optimizer(self) -> None:
         """A new optimizer stepped (rare): say so when the Model event was already sent without it.
 
         The first optimizer's first step is also step 0, whose Model event already
@@ -363,16 +359,16 @@ class Agent:
     def on_backward(self, loss: Any, started: float | None = None, token: Any = None, tensor: Any = None) -> None:
         """A backward call (the hooks') of `tensor`, begun at `started` (`token`: the clock's marker's
         token then); the first one also finds the model and picks the phases' clock, then hands over."""
-        # The first backward finds the model; later ones go straight to the clock
-        # (an instance attribute shadows this method: no "first?" test per backward).
-        self.on_backward = self._on_backward  # type: ignore[method-assign]
-        if self.cuda_device and tensor is not None:
-            self.phases.start(self.torch, tensor)
-        self._on_backward(loss, started, token)
-        if self.hooks is not None:
-            self.hooks.watch_model()
-
-    def _on_backward(self, loss: Any, started: float | None = None, token: Any = None, tensor: Any = None) -> None:
+        # The first backward finds the model; the hooks hand later ones to the clock
+        # themselves (`first_backward`): a call less per step.
+        if self.first_backward:
+            self.first_backward = False
+            if self.cuda_device and tensor is not None:
+                self.phases.start(self.torch, tensor)
+            self.clock.on_backward(_perf(), loss, started, token)
+            if self.hooks is not None:
+                self.hooks.watch_model()
+            return
         self.clock.on_backward(_perf(), loss, started, token)
 
     def manual_step(self, samples: int | None = None) -> None:
@@ -467,7 +463,7 @@ class Agent:
             except Exception as err:
                 self.windows = None
                 self.note("warn", "profiler", f"profiler windows off: {err}")
-        trial = self.settings.trial_steps
+        trial = self._trial_steps
         if trial is not None and index + 1 >= trial:
             self.finish_trial()
 

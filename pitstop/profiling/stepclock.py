@@ -97,6 +97,9 @@ class StepClock:
         # Optimizer steps running now, [key, token] (the pre-hook came, the post-hook not yet),
         # innermost last: a wrapping optimizer (Lookahead) steps an inner one inside its own.
         self._open: list[list[Any]] = []
+        self.open_steps = self._open  # (read by the hooks and the sampler; the list is never replaced)
+        # Called when an optimizer steps for the first time (after the clock took its step in).
+        self.on_new_optimizer: Callable[[], None] | None = None
         self.closure = False  # a backward ran inside an optimizer step: training forwards are there
         # Counters the sampler thread reads while no step has ended (events.Progress): a first
         # LBFGS step of ~100 s otherwise looked like a hang. One increment each, nothing else.
@@ -104,17 +107,18 @@ class StepClock:
         self.backwards = 0
         self.closures = 0  # backward calls inside a running optimizer step
         self.opened_at = 0.0  # perf_counter stamp of the outermost running optimizer step's start
+        self.fast = True  # plain steps cut by `_fast_cut` (a test turns it off to compare with `_cut`)
         self._reset()
 
     def _reset(self) -> None:
         # loader -> [wait, samples|None, first start, last end, batches, eval wait, eval samples, eval batches]
         self._fetch: dict[Any, list[Any]] = {}
         self._last_loader: Any = None
-        self._unused: list[Any] | None = None  # the last batch no root forward took yet: [loader, start, wait, samples]
+        self._unused: tuple[Any, ...] | None = None  # the last batch no root forward took yet: (loader, start, wait, samples)
         self._fwd_samples: int | None = None
         self._seg_t0: float | None = None  # open stretch of eval forwards
         self._seg_n = 0
-        self._seg_batches: list[list[Any]] = []  # the batches its forwards took
+        self._seg_batches: list[tuple[Any, ...]] = []  # the batches its forwards took
         self._seg_need = EVAL_FORWARDS  # forwards that make it an evaluation
         self._fwd_end: float | None = None  # where the latest forward without grad ended
         self._eval_t0: float | None = None  # evidence of evaluation in this step
@@ -144,11 +148,12 @@ class StepClock:
         if self.marker is not None:
             self._mark_tok = self.marker()
         self._last_loader = loader
-        self._unused = [loader, started, waited, samples]
+        self._unused = (loader, started, waited, samples)
 
     @property
     def wants_forward_samples(self) -> bool:
-        """True until a DataLoader is seen feeding steps: samples then come from the model's input."""
+        """True until a DataLoader is seen feeding steps: samples then come from the model's input
+        (the hooks read `train_loader` first: None no more once a loader fed a step)."""
         return self.train_loader is None and not self._fetch
 
     def on_forward(self, training: bool, samples: int | None, now: float) -> None:
@@ -181,8 +186,17 @@ class StepClock:
         self.backwards += 1
         if loss is not None:
             self._loss = loss
-        if started is not None:
-            self._stamp_backward(started, now, token)
+        if started is not None:  # the phases: forward from the latest boundary to here, then backward
+            mark = self._mark
+            if mark is None:
+                mark = self.t_last if self.t_last is not None else started
+            if started > mark:
+                self._fwd += started - mark
+            self._bwd += now - started
+            self._phased = True
+            self._mark = now
+            if self.marker is not None:
+                self._spans_to_now((FORWARD, BACKWARD), token)
         if self._seg_t0 is not None:
             # Forwards that a backward follows were training (eval-mode fine-tuning).
             self._seg_t0, self._seg_n, self._seg_batches, self._seg_need = None, 0, [], EVAL_FORWARDS
@@ -224,11 +238,6 @@ class StepClock:
         evaluated, eval_s = self._eval_span(acc, now)
         return eval_s if evaluated else None
 
-    @property
-    def open_steps(self) -> list[list[Any]]:
-        """[key, token] of each optimizer step running (or that raised unseen), innermost last."""
-        return self._open
-
     def abandon(self, key: Any) -> None:
         """That optimizer's step raised (its post-hook never came): it and steps opened inside it ended."""
         opened = self._open
@@ -246,7 +255,8 @@ class StepClock:
 
     def on_optimizer_start(self, key: Any, now: float, token: Any = None) -> None:
         """An optimizer's step() begins (the optimizer's pre-hook); `token`: what the hooks use to see it end."""
-        self.abandon(key)  # still open: its previous step raised
+        if self._open:
+            self.abandon(key)  # still open: its previous step raised
         if not self._open:
             self.opened_at = now
         self._open.append([key, token])
@@ -259,6 +269,17 @@ class StepClock:
 
     def on_optimizer_step(self, key: Any, now: float) -> int:
         """An optimizer stepped. Returns how many held backward boundaries merged into this step."""
+        opened = self._open
+        if key == self.primary and self.mode == "optimizer" and len(opened) == 1 and opened[0][0] == key \
+                and self.fast and self._fast_cut(now):
+            return 0
+        known = len(self.optimizers)
+        merged = self._optimizer_step(key, now)
+        if len(self.optimizers) != known and self.on_new_optimizer is not None:
+            self.on_new_optimizer()
+        return merged
+
+    def _optimizer_step(self, key: Any, now: float) -> int:
         if self._opt_open:
             self._stamp_optimizer(now)
         self.abandon(key)  # ended; so did any step opened inside it that raised
@@ -293,18 +314,6 @@ class StepClock:
             self._mark_tok = self.marker()
 
     # ---- phases ---------------------------------------------------------------
-    def _stamp_backward(self, started: float, now: float, token: Any) -> None:
-        mark = self._mark
-        if mark is None:
-            mark = self.t_last if self.t_last is not None else started
-        if started > mark:
-            self._fwd += started - mark
-        self._bwd += now - started
-        self._phased = True
-        self._mark = now
-        if self.marker is not None:
-            self._spans_to_now((FORWARD, BACKWARD), token)
-
     def _stamp_optimizer(self, now: float) -> None:
         # From the later of its start and the end of a backward inside it (a closure's).
         self._opt_open = False
@@ -394,6 +403,51 @@ class StepClock:
         if self._eval_t1:
             ends.append(self._eval_t1)
         return True, max(0.0, max(ends, default=now) - min(starts))
+
+    def _fast_cut(self, now: float) -> bool:
+        """The primary optimizer's step ended a plain training step: cut it in few operations, or False.
+
+        Plain: no evaluation evidence, no held backward boundaries, no phase tokens, and no
+        loader but the training one fed it. Whatever `_cut` would compute here this computes
+        the same way (`test_stepclock.py` runs random event streams both ways); anything else
+        goes to `_cut`. Per-step Python is what a 1 ms step pays for (docs/internals.md).
+        """
+        if self._seg_t0 is not None or self._eval_t0 is not None or self._pending or self.marker is not None:
+            return False
+        fetched = self._fetch
+        train = self.train_loader
+        if fetched:
+            acc = fetched.get(train) if len(fetched) == 1 else None
+            if acc is None:
+                return False
+            wait = acc[0]
+            samples = acc[1] if acc[1] is not None else self._fwd_samples
+            self._fetch = {}
+            self._last_loader = None
+        else:  # (and no loader last fetched: `_last_loader` is reset with `_fetch`)
+            wait = 0.0
+            samples = self._fwd_samples
+            if samples is None and train is not None:
+                samples = 0  # its batch came in an earlier step (fetched one ahead), which counted it
+        phased = self._phased
+        if self._opt_open:
+            if self._mark is not None:
+                self._opt += now - self._mark
+            phased = True
+        self._opt_open = False
+        self._open.clear()
+        self._others = 0
+        start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
+        phases = (self._fwd, self._bwd, self._opt, None) if phased else None
+        loss = self._loss
+        self._mark = self.t_last = now
+        self._unused = self._fwd_samples = self._fwd_end = self._loss = None
+        self._fwd = self._bwd = self._opt = 0.0
+        self._phased = False
+        index = self.index
+        self.index = index + 1
+        self.on_step(index, start, now, wait, samples, "optimizer", None, 0.0, train, loss, phases)
+        return True
 
     def _cut(self, source: str, now: float) -> None:
         step = self._measure(now)

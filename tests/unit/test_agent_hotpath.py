@@ -41,7 +41,7 @@ def train(agent: Agent, losses: list[float]) -> None:
         started = time.perf_counter()
         agent.clock.on_optimizer_start(id(optimizer), started)
         agent.on_backward(loss, started)
-        agent.on_optimizer_step(optimizer)
+        agent.clock.on_optimizer_step(id(optimizer), time.perf_counter())
 
 
 def test_per_step_the_training_thread_builds_no_event_and_encodes_nothing(tmp_path: Path,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,8 +209,8 @@ def test_the_model_is_reported_once_at_step_0_and_again_only_when_another_optimi
     agent.hooks = hooks
     generator, discriminator = object(), object()
     for _ in range(5):
-        agent.on_optimizer_step(discriminator)
+        agent.clock.on_optimizer_step(id(discriminator), time.perf_counter())
     assert hooks.calls["report_model"] == 1  # step 0 (its optimizer already counted)
-    agent.on_optimizer_step(generator)  # a GAN's second optimizer: the Model event now says 2
-    agent.on_optimizer_step(discriminator)
+    agent.clock.on_optimizer_step(id(generator), time.perf_counter())  # GAN's second optimizer: the Model event now says 2
+    agent.clock.on_optimizer_step(id(discriminator), time.perf_counter())
     assert hooks.calls["report_model"] == 2 and agent._model_optimizers == 2

@@ -110,7 +110,7 @@ def train_step(agent: Agent, opt: Any, forward_ms: float = 30.0, backward_ms: fl
     agent.on_backward(None, started, token, FakeTensor())
     clock.on_optimizer_start(id(opt), time.perf_counter())
     launch(optimizer_ms)
-    agent.on_optimizer_step(opt)
+    agent.clock.on_optimizer_step(id(opt), time.perf_counter())
 
 
 def written(tmp_path: Path) -> list[Event]:

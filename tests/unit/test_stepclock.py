@@ -359,3 +359,81 @@ def test_one_batch_of_another_loader_without_a_forward_is_not_an_evaluation() ->
         r.train_step()
     assert [s["mark"] for s in r.steps] == [None, None, None]
     assert r.steps[0]["samples"] == 16
+
+
+def _random_run(seed: int, fast: bool) -> tuple[list[dict[str, Any]], int, float | None, int]:
+    """One random stream of hook calls, mostly plain training steps with evaluations, a second
+    loader, a second optimizer, steps without a batch and closures mixed in: the clock's output,
+    and how many steps the fast cut took."""
+    import random
+
+    rng = random.Random(seed)
+    r = Recorder()
+    r.clock.fast = fast
+    fast_cuts = []
+    fast_cut = r.clock._fast_cut
+
+    def counted(now: float) -> bool:
+        taken = fast_cut(now)
+        fast_cuts.extend([now] if taken else [])
+        return taken
+
+    r.clock._fast_cut = counted  # type: ignore[method-assign]
+    opened: list[str] = []
+    for _ in range(400):
+        kind = rng.choices(["step", "fetch", "fwd", "nograd", "bwd", "start", "end", "eval", "manual"],
+                           [12, 2, 2, 1, 2, 2, 2, 1, 0.1])[0]
+        if kind == "step":  # the plain loop: a batch (sometimes none), forward, backward, the step
+            if rng.random() < 0.9:
+                r.fetch(rng.choice([TRAIN, TRAIN, TRAIN, VAL]), rng.random() / 100, rng.choice([16, 16, None]))
+            r.clock.on_forward(True, rng.choice([None, 8]), r.tick(0.001))
+            r.clock.on_backward(r.tick(0.01), rng.random(), r.now - 0.005)
+            key = rng.choice(["A", "A", "A", "B"])
+            r.clock.on_optimizer_start(key, r.tick(0.001))
+            if rng.random() < 0.1:
+                r.clock.on_backward(r.tick(0.01), rng.random(), r.now - 0.005)  # a closure's
+            r.clock.on_optimizer_step(key, r.tick(0.002))
+        elif kind == "fetch":
+            r.fetch(rng.choice([TRAIN, VAL, 3]), rng.random() / 100, rng.choice([16, None]))
+        elif kind == "fwd":
+            r.clock.on_forward(True, rng.choice([None, 8]), r.tick(0.001))
+        elif kind == "nograd":
+            r.clock.on_forward(False, None, r.tick(0.001))
+            r.clock.on_forward_end(r.tick(0.002))
+        elif kind == "bwd":
+            r.clock.on_backward(r.tick(0.01), rng.choice([None, 1.5]), r.now - 0.004)
+        elif kind == "start":
+            key = rng.choice(["A", "B"])
+            opened.append(key)
+            r.clock.on_optimizer_start(key, r.tick(0.001))
+        elif kind == "end" and opened:
+            r.clock.on_optimizer_step(opened.pop(), r.tick(0.001))
+        elif kind == "eval":
+            r.eval_pass(rng.randint(1, 3))
+        elif kind == "manual" and rng.random() < 0.02:
+            r.clock.manual(8, r.tick(0.001))
+    return r.steps, r.evals, r.clock.finish(r.tick(0.01)), len(fast_cuts)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_fast_cut_of_a_plain_step_emits_what_the_general_cut_does(seed: int) -> None:
+    *fast, fast_cuts = _random_run(seed, fast=True)
+    *general, none = _random_run(seed, fast=False)
+    assert fast == general
+    assert none == 0 and len(fast[0]) > 20 and fast_cuts > 5
+
+
+def test_the_fast_cut_takes_the_plain_steps_of_a_training_loop() -> None:
+    r = Recorder()
+    general = []
+    cut = r.clock._cut
+    r.clock._cut = lambda source, now: general.append(source) or cut(source, now)  # type: ignore[method-assign]
+    for _ in range(10):
+        r.fetch(TRAIN, 0.01, 16)
+        r.clock.on_forward(True, None, r.tick(0.001))
+        r.clock.on_backward(r.tick(0.05), 1.0, r.now - 0.04)
+        r.clock.on_optimizer_start("opt", r.tick(0.001))
+        r.clock.on_optimizer_step("opt", r.tick(0.02))
+    assert general == ["optimizer"] and len(r.steps) == 10  # the first step decides the clock, in `_cut`
+    assert r.steps[5]["wall"] == pytest.approx(0.082) and r.steps[5]["wait"] == pytest.approx(0.01)
+    assert r.steps[5]["samples"] == 16 and r.steps[5]["phases"][2] == pytest.approx(0.02)
