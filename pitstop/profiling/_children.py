@@ -66,7 +66,7 @@ def reset_after_fork(agent: Any) -> None:
     agent._model_optimizers = 0
     agent.cuda_mem = agent.cuda_device = False  # CUDA cannot be used in a forked child
     agent.cuda_index, agent.cuda_stats, agent.cuda_reserved, agent.cuda_peak = None, {}, None, None
-    agent.clock.__init__(agent._on_first_step, agent._on_eval)  # same object: the hooks hold it
+    agent.clock.__init__(agent._on_first_step, agent._on_eval, agent._new_optimizer)  # same object: the hooks hold it
     agent.phases.__init__(agent.clock, agent.note)
     agent.blind.__init__()
 

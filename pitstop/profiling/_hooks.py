@@ -24,6 +24,10 @@ from pitstop.profiling._patch import patch
 from pitstop.profiling._root import RootWatch, leading_dim
 
 _PERF = time.perf_counter
+# Hook calls held for the clock (`Agent.flush_stamps`): taken in at most every 32 plain
+# steps, or 50 ms after the last time (a slow loop's steps are not held back).
+BATCH_STEPS = 32
+BATCH_S = 0.05
 
 
 
@@ -275,10 +279,16 @@ class Hooks:
         hooks = self
         perf = _PERF
 
+        stamps = agent.stamps
+        on_start, on_step = clock.on_optimizer_start, clock.on_optimizer_step
+
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if agent.dormant:  # a child process's first step: its agent starts now
                 agent.wake()
-            if not agent.disabled:
+            if agent.batching and not agent.disabled:
+                stamps.append((on_start, id(optimizer), perf(), None))
+                agent.step_open = True
+            elif not agent.disabled:
                 try:
                     # The token is torch's step wrapper's frame, which called this hook: while it is
                     # on the stack the step runs. Taken until the first step ended (the sampler names
@@ -297,7 +307,22 @@ class Hooks:
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if not agent.disabled:
                 try:
-                    clock.on_optimizer_step(id(optimizer), perf())
+                    key = id(optimizer)
+                    now = perf()
+                    if agent.batching and key == clock.primary:  # a plain step: held
+                        stamps.append((on_step, key, now))
+                        agent.step_open = False
+                        held = agent.batched_steps + 1
+                        agent.batched_steps = held
+                        windows = agent.windows  # this step's index is clock.index + held - 1
+                        if held >= BATCH_STEPS or now - agent.flushed_at >= BATCH_S or (
+                                windows is not None and clock.index + held > windows.wake_step):
+                            agent.flush_stamps()
+                    else:
+                        if agent.batching:  # (takes the lock: the writer may be taking held calls in)
+                            agent.flush_stamps()
+                        clock.on_optimizer_step(key, now)
+                        agent.batching = agent.may_batch()
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step hook", err)
 
@@ -312,6 +337,8 @@ class Hooks:
         tensor_type = self.torch.Tensor
         perf = _PERF
         root = self.root
+        stamps = agent.stamps
+        on_fetch = clock.on_fetch
 
         def make_next(original_next: Any) -> Any:
             def __next__(it: Any) -> Any:
@@ -328,7 +355,10 @@ class Hooks:
                         agent.note("warn", "hooks", f"model not watched: {err}", once="root-fetch")
                 try:
                     samples = leading_dim(batch, tensor_type)
-                    clock.on_fetch(it.__dict__.get("_pitstop_loader"), started, waited, samples)
+                    if agent.batching:
+                        stamps.append((on_fetch, it.__dict__.get("_pitstop_loader"), started, waited, samples))
+                    else:
+                        clock.on_fetch(it.__dict__.get("_pitstop_loader"), started, waited, samples)
                 except Exception as err:  # never into the training loop
                     agent.fail("the DataLoader hook", err)
                 return batch
@@ -389,6 +419,8 @@ class Hooks:
         clock = agent.clock
         hooks = self
         perf = _PERF
+        stamps = agent.stamps
+        on_backward = clock.on_backward
 
         def make(original: Any) -> Any:
             def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -399,8 +431,7 @@ class Hooks:
                 token = marker() if marker is not None and not agent.disabled else None
                 result = original(tensor, *args, **kwargs)
                 if not agent.disabled:
-                    if clock.open_steps:  # inside an optimizer's step (a closure's), or one raised
-                        hooks._abandon_raised()
+                    now = perf()
                     loss = None
                     if hooks.capture_loss:
                         try:
@@ -416,10 +447,17 @@ class Hooks:
                         except Exception:
                             loss = None
                     try:
-                        if agent.first_backward:  # finds the model, picks the phases' clock
-                            agent.on_backward(loss, started, token, tensor)
+                        if agent.batching and not agent.step_open:
+                            stamps.append((on_backward, now, loss, started, None))
                         else:
-                            clock.on_backward(perf(), loss, started, token)
+                            if agent.batching:  # a closure's backward: the clock must know the step first
+                                agent.flush_stamps()
+                            if clock.open_steps:  # inside an optimizer's step (a closure's), or one raised
+                                hooks._abandon_raised()
+                            if agent.first_backward:  # finds the model, picks the phases' clock
+                                agent.on_backward(loss, started, token, tensor, now)
+                            else:
+                                on_backward(now, loss, started, token)
                     except Exception as err:  # never into the training loop
                         agent.fail("the backward hook", err)
                 return result

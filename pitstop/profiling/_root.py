@@ -130,6 +130,8 @@ class RootWatch:
         tensor_type = self.torch.Tensor
         perf = _PERF
         watcher = self
+        stamps = agent.stamps
+        on_forward, on_forward_end = clock.on_forward, clock.on_forward_end
 
         def make(original: Any) -> Any:
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -140,16 +142,22 @@ class RootWatch:
                 try:
                     training = module.training and grad_enabled()
                     samples = None
-                    if training and clock.train_loader is None and clock.wants_forward_samples:
+                    if training and clock.train_loader is None:
                         found = args if args else kwargs
                         samples = (batch_dim(found, tensor_type, 1) if watcher._seq_first
                                    else leading_dim(found, tensor_type))
-                    clock.on_forward(training, samples, perf())
+                    if agent.batching:  # held for the clock (`Agent.flush_stamps`)
+                        stamps.append((on_forward, training, samples, perf()))
+                    else:
+                        clock.on_forward(training, samples, perf())
                 except Exception as err:  # never into the training loop
                     agent.fail("the model's forward hook", err)
                 result = original(module, *args, **kwargs)
-                if not training:
-                    clock.on_forward_end(perf())  # one store: cannot raise
+                if not training:  # one store or one append: cannot raise
+                    if agent.batching:
+                        stamps.append((on_forward_end, perf()))
+                    else:
+                        clock.on_forward_end(perf())
                 return result
 
             return __call__

@@ -43,6 +43,7 @@ from pitstop.profiling.stepclock import StepClock
 
 _perf = time.perf_counter
 
+STALE_S = 0.2  # held hook calls older than this are taken in by the writer thread (`_take_stale_stamps`)
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
 WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 LOSS_BATCH, LOSS_MAX_AGE_S = _losses.LOSS_BATCH, _losses.LOSS_MAX_AGE_S
@@ -87,9 +88,17 @@ class Agent:
         self._write_lock = threading.Lock()
         # step clock (training thread only). Step 0 goes to `_on_first_step`, which
         # hands the clock on to `_on_step`: no "is this the first step?" test per step.
-        self.clock = StepClock(self._on_first_step, self._on_eval)
-        self.clock.on_new_optimizer = self._new_optimizer
+        self.clock = StepClock(self._on_first_step, self._on_eval, self._new_optimizer)
         self.first_backward = True  # the hooks hand backward calls to the clock directly after the first
+        # Held hook calls (`flush_stamps`): the hooks append (clock method, its arguments) here
+        # while `batching`, and the clock takes them in at most every BATCH_STEPS plain steps.
+        # The hooks hold this deque: it is emptied, never replaced.
+        self.stamps: deque[tuple[Any, ...]] = deque()
+        self.batching = False
+        self.step_open = False  # while batching: an optimizer step began and its post-hook has not come
+        self.batched_steps = 0  # primary optimizer steps held since the training thread last took them in
+        self.flushed_at = 0.0
+        self._stamps_lock = threading.Lock()  # one taker at a time: the training thread or the writer
         self.phases = PhaseClock(self.clock, self.note)  # the steps' phases on CUDA (profiling/phases.py)
         self._steps = StepEvents(self.phases)  # the writer's side of the queue: steps and CPU losses to events
         self._model_optimizers = 0  # optimizers counted in the last Model event
@@ -270,6 +279,7 @@ class Agent:
             next_t += WRITE_INTERVAL_S
             self._stop.wait(max(0.0, next_t - time.monotonic()))
             self._read_slow()
+            self._take_stale_stamps()
             self._drain()
 
     def _read_slow(self) -> None:
@@ -356,27 +366,94 @@ class Agent:
         if self._model_optimizers and self._model_optimizers != len(self.clock.optimizers) and self.hooks is not None:
             self.hooks.report_model()
 
-    def on_backward(self, loss: Any, started: float | None = None, token: Any = None, tensor: Any = None) -> None:
+    def on_backward(self, loss: Any, started: float | None = None, token: Any = None, tensor: Any = None,
+                    now: float | None = None) -> None:
         """A backward call (the hooks') of `tensor`, begun at `started` (`token`: the clock's marker's
         token then); the first one also finds the model and picks the phases' clock, then hands over."""
         # The first backward finds the model; the hooks hand later ones to the clock
         # themselves (`first_backward`): a call less per step.
+        now = _perf() if now is None else now
         if self.first_backward:
             self.first_backward = False
             if self.cuda_device and tensor is not None:
                 self.phases.start(self.torch, tensor)
-            self.clock.on_backward(_perf(), loss, started, token)
+            self.clock.on_backward(now, loss, started, token)
             if self.hooks is not None:
                 self.hooks.watch_model()
             return
-        self.clock.on_backward(_perf(), loss, started, token)
+        self.clock.on_backward(now, loss, started, token)
 
     def manual_step(self, samples: int | None = None) -> None:
         if self.dormant:
             self.wake()
         if self.disabled:
             return
-        self.clock.manual(samples, _perf())
+        now = _perf()
+        self.flush_stamps()
+        self.clock.manual(samples, now)
+
+    # ---- held hook calls (training thread) ---------------------------------
+    def flush_stamps(self) -> None:
+        """The clock takes in the hook calls held in `stamps`, in order; then whether to go on holding them.
+
+        Why hold them: each call into the clock right after the step's own work finds
+        the interpreter's caches cold and costs several times its tight-loop time
+        (docs/internals.md, "What the agent costs the training thread"); taken in
+        together they run warm. The clock sees the same calls, with the same stamps,
+        in the same order, so it decides the same. The hooks hold calls only between
+        plain steps of the clock's optimizer (`may_batch`) and hand the clock at once,
+        after this, what must be decided when it happens: a backward inside a running
+        optimizer step (is it still on the stack?), another optimizer's step, a manual
+        step, the step a profiler window starts at; `stop` takes the rest in.
+        """
+        with self._stamps_lock:
+            self.batched_steps = 0
+            self._take_stamps()
+            self.batching = self.may_batch()
+
+    def _take_stamps(self, writer: bool = False) -> None:
+        stamps = self.stamps
+        if stamps:
+            take = stamps.popleft
+            cut = self.clock.on_optimizer_step
+            windows = self.windows
+            while stamps:  # one at a time: a signal's `stop` in between takes in the rest, none twice
+                if writer and windows is not None and stamps[0][0] == cut and self.clock.index >= windows.wake_step:
+                    break  # a step a profiler window starts at: the training thread's to cut
+                call = take()
+                call[0](*call[1:])
+            self.flushed_at = _perf()
+
+    def _take_stale_stamps(self) -> None:
+        """Writer thread: calls held STALE_S after the training thread last took them in, taken in here.
+
+        The training thread takes its held calls in at its next optimizer step; one that
+        stops stepping (a hang, a long checkpoint, a sleep before a SIGKILL) would leave
+        its last steps out of the record and off the viewers' screens. The clock is safe
+        here: the training thread takes the lock before it calls the clock while holding,
+        and a held call is one the clock may take whenever (`may_batch`: no profiler
+        window due, nothing that must be decided on the training thread).
+        """
+        if self.stamps and _perf() - self.flushed_at > STALE_S:
+            with self._stamps_lock:
+                try:
+                    self._take_stamps(writer=True)
+                except Exception as err:
+                    self.fail("the step clock (held calls)", err)
+
+    def may_batch(self) -> bool:
+        """True while the hooks may hold their calls: after step 0, steps cut by the clock's optimizer,
+        none running, no phase tokens (CUDA), no trial, profiler windows idle. Not where the calls
+        would be taken in at every step anyway (a second optimizer's steps, a closure's backward
+        inside each step): held a step at a time they cost more than taken at once."""
+        if self._trial_steps is not None or self.cuda_device or self.disabled or self.finished:
+            return False
+        clock = self.clock
+        if clock.mode != "optimizer" or clock.index == 0 or clock.marker is not None or clock.open_steps \
+                or clock.closure or len(clock.optimizers) > 1:
+            return False
+        windows = self.windows
+        return windows is None or windows.idle
 
     def fail(self, where: str, err: BaseException) -> None:
         """An error of ours reached a hook: switch the agent off, loudly, once; training goes on."""
@@ -523,6 +600,11 @@ class Agent:
                 self.windows.close()
         except Exception:
             pass
+        try:
+            self.flush_stamps()  # the steps the hooks still hold (no window starts now: closed)
+        except Exception:
+            pass
+        self.batching = False
         eval_after = None
         try:
             eval_after = self.clock.finish(_perf())  # held steps out; an evaluation after the last step
@@ -561,6 +643,9 @@ class Agent:
         # but not our threads: dormant there until it steps, touching no lock.
         global _current
         try:
+            self.stamps.clear()  # the parent's held calls (the hooks hold this deque)
+            self.batching = self.step_open = False
+            self._stamps_lock = threading.Lock()  # it may have been held by the parent's writer
             _children.reset_after_fork(self)
             self._steps = StepEvents(self.phases)  # the parent's losses held are not ours
         except Exception:

@@ -76,9 +76,11 @@ Phases = tuple[float, float, float, "list[tuple[int, Any, Any]] | None"]
 class StepClock:
     """The step boundaries of one training thread, from stamps the hooks pass in."""
 
-    def __init__(self, on_step: StepSink, on_eval: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_step: StepSink, on_eval: Callable[[], None] | None = None,
+                 on_new_optimizer: Callable[[], None] | None = None) -> None:
         self.on_step = on_step
         self.on_eval = on_eval
+        self.on_new_optimizer = on_new_optimizer  # an optimizer stepped for the first time (after its step)
         self.index = 0  # the step being accumulated now (steps emitted so far)
         self.t_start: float | None = None  # where step 0 starts when nothing else says (torch imported)
         self.t_last: float | None = None  # end of the previous step (or first fetch)
@@ -98,8 +100,6 @@ class StepClock:
         # innermost last: a wrapping optimizer (Lookahead) steps an inner one inside its own.
         self._open: list[list[Any]] = []
         self.open_steps = self._open  # (read by the hooks and the sampler; the list is never replaced)
-        # Called when an optimizer steps for the first time (after the clock took its step in).
-        self.on_new_optimizer: Callable[[], None] | None = None
         self.closure = False  # a backward ran inside an optimizer step: training forwards are there
         # Counters the sampler thread reads while no step has ended (events.Progress): a first
         # LBFGS step of ~100 s otherwise looked like a hang. One increment each, nothing else.
@@ -152,8 +152,9 @@ class StepClock:
 
     @property
     def wants_forward_samples(self) -> bool:
-        """True until a DataLoader is seen feeding steps: samples then come from the model's input
-        (the hooks read `train_loader` first: None no more once a loader fed a step)."""
+        """True until a DataLoader is seen feeding steps: samples then come from the model's input.
+        The hooks measure them while `train_loader` is None (never again once a loader fed a step);
+        `on_forward` keeps them while this holds."""
         return self.train_loader is None and not self._fetch
 
     def on_forward(self, training: bool, samples: int | None, now: float) -> None:
@@ -173,7 +174,7 @@ class StepClock:
             # Training resumed where its batch began to load (ignite's next epoch after an
             # evaluator run over the training loader), else here.
             self._close_segment(unused[1] if unused is not None and unused[1] >= self._seg_t0 else now)
-        if samples is not None:
+        if samples is not None and self.wants_forward_samples:
             self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
 
     def on_forward_end(self, now: float) -> None:

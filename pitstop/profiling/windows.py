@@ -216,6 +216,16 @@ class ProfilerWindows:
 
     # ------------------------------------------------------------ training thread
 
+    @property
+    def idle(self) -> bool:
+        """No window open, no tables being built, no steps to mark: nothing happens before `wake_step`."""
+        return self._open is None and not self._busy and self.mark is None and not self._demand
+
+    @property
+    def wake_step(self) -> int:
+        """The first step whose `on_step` may do anything (0 while anything is under way)."""
+        return self._wake
+
     def on_step(self, step: int) -> None:
         """Call right after step `step` (0-based) ended, after reading `mark`. One compare when idle."""
         if step < self._wake:

@@ -1,0 +1,146 @@
+"""The hooks hold plain steps' calls for the clock: the steps it emits are the ones it emits when it takes each call at once.
+
+A real torch loop in a child process (the hooks patch torch in the process they
+run in): an epoch of training batches (the last one short), an evaluation pass
+over another loader without grad, a second optimizer's step, a closure's step
+(LBFGS), a loop without a DataLoader and profiler windows, run twice: with calls
+held (the default) and with `may_batch` refusing. Every step's index, samples,
+source and loss must be the same, and each run's profiler windows must span the
+steps their schedule names and have profiled their work (whether a window is skipped because the previous
+one's tables are still being built depends on a thread: not compared).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = r'''
+import json, sys, time
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from pitstop.profiling.agent import Agent
+from pitstop.profiling._hooks import Hooks
+from pitstop.profiling.launch import SessionSettings
+
+held = sys.argv[1] == "held"
+agent = Agent(SessionSettings(session="unit", record=sys.argv[2], script="train.py",
+                              profile={"every": 25, "active": 3, "first": 0}))
+if not held:
+    agent.may_batch = lambda: False
+Hooks(agent).install(torch)
+flushes = []
+flush = agent.flush_stamps
+def counted():
+    flushes.append(len(agent.stamps))
+    flush()
+agent.flush_stamps = counted
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+other = torch.optim.SGD(model[0].parameters(), lr=0.01)
+lbfgs = torch.optim.LBFGS(model.parameters(), max_iter=3)
+train = DataLoader(TensorDataset(torch.randn(205, 8), torch.randint(0, 3, (205,))), batch_size=10)
+val = DataLoader(TensorDataset(torch.randn(30, 8), torch.randint(0, 3, (30,))), batch_size=7)
+for epoch in range(4):
+    for x, y in train:
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        for x, y in val:
+            model(x)
+    if epoch == 3:  # (once another optimizer stepped, or a closure ran, nothing is held any more)
+        other.step()
+        x, y = torch.randn(12, 8), torch.randint(0, 3, (12,))
+        def closure():
+            lbfgs.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+        lbfgs.step(closure)
+    for _ in range(30):  # no DataLoader: the model's input gives the samples
+        x, y = torch.randn(6, 8), torch.randint(0, 3, (6,))
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+agent.flush_stamps()
+agent.windows.close()
+agent.clock.finish(time.perf_counter())
+steps = [[t[0], t[4], t[5], t[8] == "profiled", t[12]] for t in agent._queue if type(t) is tuple]
+windows = [[e.step_start, e.step_end, sum(op.calls for op in e.ops if op.name == "aten::addmm")]
+           for e in agent._queue if type(e).__name__ == "ProfileWindow"]
+print(json.dumps({"steps": steps, "held": sum(flushes), "windows": windows}))
+'''
+
+
+def run(mode: str, tmp_path: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(tmp_path / mode)], capture_output=True, text=True,
+                         timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_steps_are_the_same_whether_the_hooks_hold_their_calls_or_not(tmp_path: Path) -> None:
+    held, direct = run("held", tmp_path), run("direct", tmp_path)
+    assert held["held"] > 200 and direct["held"] == 0  # the calls were held (and were not)
+    assert [s[:3] + s[4:] for s in held["steps"]] == [s[:3] + s[4:] for s in direct["steps"]]
+    steps = held["steps"]
+    assert len(steps) == 4 * (21 + 30)  # the other optimizers' steps (SGD on a layer, LBFGS) are not the clock's
+    assert [s[1] for s in steps[:21]] == [10] * 20 + [5]  # the short last batch
+    for run_ in (held, direct):  # windows of 3 steps from step 1, every 25
+        profiled = [s[0] for s in run_["steps"] if s[3]]
+        assert len(profiled) >= 15 and all(i % 25 in (1, 2, 3) for i in profiled), profiled
+        # ...and each profiled what those steps ran: two Linear forwards a step (started on time)
+        assert len(run_["windows"]) >= 5
+        assert all(calls == 2 * (end - start) for start, end, calls in run_["windows"]), run_["windows"]
+
+
+class Windows:
+    """Profiler windows idle until `wake_step`; the steps whose `on_step` ran, and on which thread."""
+
+    def __init__(self, wake_step: int) -> None:
+        import threading
+
+        self.wake_step, self.idle, self.mark = wake_step, True, None
+        self.stepped: list[tuple[int, bool]] = []
+        self._main = threading.main_thread
+
+    def on_step(self, index: int) -> None:
+        import threading
+
+        self.stepped.append((index, threading.current_thread() is self._main()))
+
+    def on_eval(self) -> None:
+        pass
+
+
+def test_the_writer_takes_in_stale_held_steps_but_never_one_a_window_starts_at(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from pitstop.profiling.agent import STALE_S, Agent
+    from pitstop.profiling.launch import SessionSettings
+
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "r"), script="train.py", profile=None))
+    agent.windows = windows = Windows(wake_step=4)
+    clock, key, t = agent.clock, 7, time.perf_counter()
+    for _ in range(2):  # steps 0 and 1, taken at once: the clock learns its optimizer
+        clock.on_optimizer_start(key, t)
+        clock.on_optimizer_step(key, t)
+    assert agent.may_batch()
+    for _ in range(4):  # steps 2..5 held, as the hooks hold them; 4 is where a window starts
+        agent.stamps.append((clock.on_optimizer_start, key, t, None))
+        agent.stamps.append((clock.on_optimizer_step, key, t))
+    agent.flushed_at = time.perf_counter() - 2 * STALE_S  # the training thread stopped stepping
+    writer = threading.Thread(target=agent._take_stale_stamps)
+    writer.start()
+    writer.join()
+    assert clock.index == 4 and windows.stepped[-2:] == [(2, False), (3, False)]  # 2 and 3 on the writer
+    assert len(agent.stamps) == 3  # 4's end (and 5) wait for the training thread
+    agent.flush_stamps()
+    assert clock.index == 6 and windows.stepped[-2:] == [(4, True), (5, True)]
