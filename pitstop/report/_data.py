@@ -31,11 +31,12 @@ from pitstop.recorded import job_files
 from pitstop.report._job import RankSeries, drawn, rank_findings
 from pitstop.report._series import RunSeries
 
-# What the agent costs the training thread per step, measured by
-# benchmarks/overhead.py in place on the 2-core VM (docs/internals.md, "What the
-# agent costs the training thread": hooks ~30 us a step). Not measured in the
-# run itself: the report says so next to it.
-AGENT_STEP_COST_S = 30e-6
+# What the agent costs the training thread per step, measured in place on the
+# 2-core VM with ~1 ms CPU steps (docs/internals.md, "What the agent costs the
+# training thread": benchmarks/hotpath.py +15.8 to +19.4 us of the thread's CPU,
+# overhead.py +16 us on the median step). Not measured in the run itself: the
+# report says so next to it.
+AGENT_STEP_COST_S = 16e-6
 TOP_ROWS = 20
 
 
