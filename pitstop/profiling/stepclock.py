@@ -1,8 +1,10 @@
 """Provides the step clock: where training steps begin and end, and which of them evaluated.
 
 Pure and torch-free (the hooks feed it perf_counter stamps), so every rule here
-has a unit test (tests/unit/test_stepclock.py). It runs on the training thread;
-each method is a few compares and stores.
+has a unit test (tests/unit/test_stepclock.py). It runs on the training thread
+(calls the hooks held and did not hand in for 0.2 s are taken in by the agent's
+writer thread, under a lock: `Agent._take_stale_stamps`); each method is a few
+compares and stores.
 
 What it decides:
 - Step boundaries: one optimizer's steps (the first one to step; a GAN's second
