@@ -86,8 +86,9 @@ class Agent:
         self._stop = threading.Event()
         self._noted: set[str] = set()
         self._write_lock = threading.Lock()
-        # step clock (training thread only). Step 0 goes to `_on_first_step`, which
-        # hands the clock on to `_on_step`: no "is this the first step?" test per step.
+        # step clock (training thread; held calls 0.2 s old on the writer, under `_stamps_lock`).
+        # Step 0 goes to `_on_first_step`, which hands the clock on to `_on_step`: no "is this
+        # the first step?" test per step.
         self.clock = StepClock(self._on_first_step, self._on_eval, self._new_optimizer)
         self.first_backward = True  # the hooks hand backward calls to the clock directly after the first
         # Held hook calls (`flush_stamps`): the hooks append (clock method, its arguments) here
@@ -501,7 +502,7 @@ class Agent:
 
     def _on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
                  mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any) -> None:
-        """A step ended (the clock calls this): the training thread's whole cost per step.
+        """A step ended (the clock calls this): what each step costs after its stamps and the clock.
 
         Measured in place (caches cold from the step's own work) every Python
         operation costs several times its tight-loop time: building the `Step`
