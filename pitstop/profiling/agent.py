@@ -43,7 +43,7 @@ from pitstop.profiling.stepclock import StepClock
 
 _perf = time.perf_counter
 
-STALE_S = 0.2  # held hook calls older than this are taken in by the writer thread (`_take_stale_stamps`)
+STALE_S = 0.2  # held hook calls older than this (twice the hooks' BATCH_S) are taken in by the writer thread
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
 WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 LOSS_BATCH, LOSS_MAX_AGE_S = _losses.LOSS_BATCH, _losses.LOSS_MAX_AGE_S
