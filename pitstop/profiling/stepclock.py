@@ -109,7 +109,6 @@ class StepClock:
         self.backwards = 0
         self.closures = 0  # backward calls inside a running optimizer step
         self.opened_at = 0.0  # perf_counter stamp of the outermost running optimizer step's start
-        self.fast = True  # plain steps cut by `_fast_cut` (a test turns it off to compare with `_cut`)
         self._reset()
 
     def _reset(self) -> None:
@@ -274,7 +273,7 @@ class StepClock:
         """An optimizer stepped. Returns how many held backward boundaries merged into this step."""
         opened = self._open
         if key == self.primary and self.mode == "optimizer" and len(opened) == 1 and opened[0][0] == key \
-                and self.fast and self._fast_cut(now):
+                and self._fast_cut(now):
             return 0
         known = len(self.optimizers)
         merged = self._optimizer_step(key, now)

@@ -369,12 +369,11 @@ def _random_run(seed: int, fast: bool) -> tuple[list[dict[str, Any]], int, float
 
     rng = random.Random(seed)
     r = Recorder()
-    r.clock.fast = fast
     fast_cuts = []
     fast_cut = r.clock._fast_cut
 
-    def counted(now: float) -> bool:
-        taken = fast_cut(now)
+    def counted(now: float) -> bool:  # fast=False: every step goes to the general `_cut`
+        taken = fast and fast_cut(now)
         fast_cuts.extend([now] if taken else [])
         return taken
 
