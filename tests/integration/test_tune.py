@@ -152,7 +152,8 @@ def test_workers_0_with_the_scripts_persistent_workers_is_a_trial_that_runs(tmp_
     # load moves (5, 3, 5, 1 and 4 workers suggested in five runs of the same tune).
     (tmp_path / "zero.toml").write_text("[dataloader]\nnum_workers = 0\n")
     proc = tune(tmp_path, ["--confirm", "zero.toml"], ["--workers", "2", "--persistent", "--work", "2000"])
-    assert proc.returncode == 0, proc.stderr
+    # 1: measured and not confirmed (a neighbour's load spread one trial's windows by 127% once); 2+: an error
+    assert proc.returncode in (0, 1), proc.stderr
     data = report(proc)
     zero = trials(data, num_workers=0)
     assert zero and zero[0]["status"] not in ("crash",), zero[0]
