@@ -21,11 +21,14 @@ import time
 from multiprocessing import Pool
 from pathlib import Path
 
-from _synthetic import Process, record_events, record_lines, write_record
+from _synthetic import Process, record_events, write_record
+
+from pitstop.events import End, Event, Step
+from pitstop.profiling.record import record_lines as agent_lines
 
 STRAGGLE_WAIT = 0.4  # a straggler's data wait, as a share of its ~10 ms step: 4 ms
 EPOCH_STEPS = 20_000  # the attach part's script builds an eval DataLoader every epoch (200 s of steps)
-PUBLISH_LINES = 64  # lines per publish: the agent's writer sends what its queue held, tens of lines at 10 ms steps
+PUBLISH_EVENTS = 64  # events per publish: the agent's writer sends what its queue held, ~50 steps at 10 ms steps
 
 
 def parse_job(text: str) -> tuple[int, float]:
@@ -90,20 +93,22 @@ def serve_day(hours: float) -> tuple[object, dict[str, object]]:
     rss0 = _rss_mib()
     began, cpu0 = time.perf_counter(), time.process_time()
     lines = 0
-    batch: list[str] = []
+    batch: list[Event] = []
     steps = -1
-    for line in record_lines(who, hours):
-        if line.startswith('{"kind":"end"'):
+    for event in record_events(who, hours):
+        if type(event) is End:
             break  # the run goes on: the viewer attaches to a live process
-        batch.append(line)
-        if line.startswith('{"kind":"step"'):
+        batch.append(event)
+        if type(event) is Step:
             steps += 1
-        if len(batch) >= PUBLISH_LINES:
-            server.publish(batch)
-            lines += len(batch)
+        if len(batch) >= PUBLISH_EVENTS:  # what the agent's writer publishes: its record's lines
+            published = agent_lines(batch)
+            server.publish(published)
+            lines += len(published)
             batch = []
-    server.publish(batch)
-    lines += len(batch)
+    published = agent_lines(batch)
+    server.publish(published)
+    lines += len(published)
     replay = server.replay_size()  # type: ignore[attr-defined]
     return server, {"lines": lines, "last_step": steps, "publish_s": time.perf_counter() - began,
                     "publish_cpu_s": time.process_time() - cpu0, "rss_before_mib": rss0, "rss_after_mib": _rss_mib(),

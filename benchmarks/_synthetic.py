@@ -12,8 +12,7 @@ flatter the record's size.
 Every record file is written by `write_record`, through the agent's own
 `RecordWriter.write_events` in the passes its writer thread makes (every
 0.5 s): compressed blocks, `steps` lines, losses to 9 digits, as a real run of
-that length leaves them. `record_lines` gives the same events one JSON line
-each, as the agent's socket sends them to a viewer.
+that length leaves them; the agent's socket sends a viewer the same lines.
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ from pitstop.events import (
     Runtime,
     Sample,
     Step,
-    encode,
 )
 from pitstop.profiling.record import RecordWriter
 
@@ -89,11 +87,6 @@ def write_record(path: Path, events: Iterable[Event], close: bool = True) -> int
     if close:
         writer.close()
     return count
-
-
-def record_lines(who: Process, hours: float, record: str = "") -> Iterator[str]:
-    """The events of `record_events`, one JSON line each: what the agent's socket sends a viewer."""
-    return (encode(event) for event in record_events(who, hours, record))
 
 
 def _sample(t: float, k: int, pid: int, rng: random.Random) -> Sample:

@@ -28,8 +28,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CALLS = ("next", "forward", "loss", "zero_grad", "backward", "step", "total")
@@ -76,12 +78,20 @@ def child(pairs: int, out: str) -> None:
         return sums
 
     block(200)  # warm-up: step 0 (the model found, the reports) and the first blocks' caches
-    blocks: dict[str, list[list[int]]] = {"off": [], "on": []}
+    agent._drain()  # (the warm-up's steps written: the threads' clocks below count the blocks' own)
+    blocks: dict[str, Any] = {"off": [], "on": []}
+    threads = {t.name: time.pthread_getcpuclockid(t.ident) for t in threading.enumerate()
+               if t.name.startswith("pitstop-") and t.ident is not None}
+    before = {name: time.clock_gettime_ns(clock) for name, clock in threads.items()}
     for i in range(pairs):
         for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
             agent.disabled = name == "off"
             blocks[name].append(block(BLOCK))
     agent.disabled = False
+    deadline = time.monotonic() + 10
+    while (agent.stamps or agent._queue) and time.monotonic() < deadline:  # the writer's pass: all written
+        time.sleep(0.05)
+    blocks["threads"] = {name: time.clock_gettime_ns(clock) - before[name] for name, clock in threads.items()}
     Path(out).write_text(json.dumps(blocks))
 
 
@@ -127,6 +137,10 @@ def main() -> None:
     print(f"  training thread's CPU time: {added:+.1f} us per step on - off ({low:.1f}..{high:.1f})")
     added, low, high = interval(off, on, len(CALLS) + 1)
     print(f"  process CPU time (every thread): {added:+.1f} us per step on - off ({low:.1f}..{high:.1f})")
+    # The writer's work follows the steps the agent saw, whichever block it ran in (off - on cancels
+    # it): its own clock, over the steps the agent was on.
+    spent = "; ".join(f"{name} {ns / 1e3 / steps:.1f}" for name, ns in sorted(blocks["threads"].items()))
+    print(f"  the agent's threads' own CPU time, us per step it saw: {spent}")
 
 
 if __name__ == "__main__":

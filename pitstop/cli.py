@@ -93,7 +93,7 @@ def _format_age(started: float) -> str:
 def _peek(sock: Path, wait_s: float = 0.6) -> tuple[str, str]:
     """Step and samples/s of a live agent, from the history it sends on connect."""
     from pitstop.analysis import RunState, summarize
-    from pitstop.events import decode
+    from pitstop.profiling._linedecode import decode_events
     from pitstop.profiling.transport import Client
 
     run = RunState()
@@ -106,10 +106,10 @@ def _peek(sock: Path, wait_s: float = 0.6) -> tuple[str, str]:
         for batch in client.lines(poll=0.1):
             for line in batch:
                 try:
-                    event = decode(line)
+                    events = decode_events(line)  # the agent's record lines: a `steps` line holds many steps
                 except PitstopError:
                     continue
-                if event is not None:
+                for event in events:
                     run.add(event)
             if time.monotonic() > deadline or (not batch and run.hello is not None):
                 break

@@ -52,6 +52,20 @@ def _column(values: list[Any]) -> Any:
     return first
 
 
+_LINE_PREFIX = f'{{"kind":"{KIND}","n":'
+
+
+def steps_in(line: str) -> int:
+    """The events a record line holds: a `steps` line its steps (read from its prefix), any other 1."""
+    if line.startswith(_LINE_PREFIX):
+        start = len(_LINE_PREFIX)
+        try:
+            return int(line[start:line.index(",", start)])
+        except ValueError:
+            return 1
+    return 1
+
+
 def encode_steps(steps: list[Step]) -> str:
     """The `steps` line of consecutive steps (1 to MAX_STEPS), without its newline.
 

@@ -24,12 +24,11 @@ from pitstop.profiling._patch import patch
 from pitstop.profiling._root import RootWatch, leading_dim
 
 _PERF = time.perf_counter
-# Hook calls held for the clock (`Agent.flush_stamps`): taken in at most every 128 plain
-# steps, or 0.1 s after the last time (a slow loop's steps are not held back). On ~0.5 ms
-# steps 128 measured 14.2-16.3 us a step against 32's 16.0-17.9 (benchmarks/hotpath.py,
-# four runs each, alternating); viewers see steps at the writer's 0.5 s anyway.
-BATCH_STEPS = 128
-BATCH_S = 0.1
+# Hook calls held for the clock (`Agent.flush_stamps`): the writer thread takes them in at each
+# of its passes (`Agent._take_held`); the training thread itself only at a profiler window's
+# step, at a call the clock must decide at once, or when this many are held (a writer that
+# cannot keep up: ~4 calls a step, a few MB at most).
+HOLD_MAX = 16_384
 
 
 
@@ -316,14 +315,15 @@ class Hooks:
                         agent.step_open = False
                         held = agent.batched_steps + 1
                         agent.batched_steps = held
-                        windows = agent.windows  # this step's index is clock.index + held - 1
-                        if held >= BATCH_STEPS or now - agent.flushed_at >= BATCH_S or (
-                                windows is not None and clock.index + held > windows.wake_step):
+                        windows = agent.windows  # this step's index is held_base + held - 1
+                        if len(stamps) >= HOLD_MAX or (
+                                windows is not None and agent.held_base + held > windows.wake_step):
                             agent.flush_stamps()
                     else:
                         if agent.batching:  # (takes the lock: the writer may be taking held calls in)
                             agent.flush_stamps()
                         clock.on_optimizer_step(key, now)
+                        agent.held_base, agent.batched_steps = clock.index, 0
                         agent.batching = agent.may_batch()
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step hook", err)

@@ -38,12 +38,11 @@ from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling._stepevents import StepEvents
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
-from pitstop.profiling.record import RecordWriter, record_path_for
+from pitstop.profiling.record import RecordWriter, record_lines, record_path_for
 from pitstop.profiling.stepclock import StepClock
 
 _perf = time.perf_counter
 
-STALE_S = 0.2  # held hook calls older than this (twice the hooks' BATCH_S) are taken in by the writer thread
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
 WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 LOSS_BATCH, LOSS_MAX_AGE_S = _losses.LOSS_BATCH, _losses.LOSS_MAX_AGE_S
@@ -86,20 +85,24 @@ class Agent:
         self._stop = threading.Event()
         self._noted: set[str] = set()
         self._write_lock = threading.Lock()
-        # step clock (training thread; held calls 0.2 s old on the writer, under `_stamps_lock`).
+        # step clock (training thread; the hooks' held calls on the writer, under `_stamps_lock`).
         # Step 0 goes to `_on_first_step`, which hands the clock on to `_on_step`: no "is this
         # the first step?" test per step.
         self.clock = StepClock(self._on_first_step, self._on_eval, self._new_optimizer)
         self.first_backward = True  # the hooks hand backward calls to the clock directly after the first
         # Held hook calls (`flush_stamps`): the hooks append (clock method, its arguments) here
-        # while `batching`, and the clock takes them in at most every BATCH_STEPS plain steps.
-        # The hooks hold this deque: it is emptied, never replaced.
+        # while `batching`; the writer thread takes them in at each pass (`_take_held`). The
+        # hooks hold this deque: it is emptied, never replaced.
         self.stamps: deque[tuple[Any, ...]] = deque()
         self.batching = False
         self.step_open = False  # while batching: an optimizer step began and its post-hook has not come
-        self.batched_steps = 0  # primary optimizer steps held since the training thread last took them in
-        self.flushed_at = 0.0
-        self._stamps_lock = threading.Lock()  # one taker at a time: the training thread or the writer
+        # The training thread's count (the writer's takes leave both alone): the clock's index when
+        # it last took the calls in itself, and the primary optimizer's steps held since then.
+        self.held_base = 0
+        self.batched_steps = 0
+        # One taker at a time, the training thread or the writer. Reentrant: a signal handler's
+        # `stop` (a child's SIGTERM) may run on the training thread while it takes calls in.
+        self._stamps_lock = threading.RLock()
         self.phases = PhaseClock(self.clock, self.note)  # the steps' phases on CUDA (profiling/phases.py)
         self._steps = StepEvents(self.phases)  # the writer's side of the queue: steps and CPU losses to events
         self._model_optimizers = 0  # optimizers counted in the last Model event
@@ -280,7 +283,7 @@ class Agent:
             next_t += WRITE_INTERVAL_S
             self._stop.wait(max(0.0, next_t - time.monotonic()))
             self._read_slow()
-            self._take_stale_stamps()
+            self._take_held()
             self._drain()
 
     def _read_slow(self) -> None:
@@ -312,9 +315,12 @@ class Agent:
 
     def _drain(self, final: bool = False) -> None:
         """Write what the queue holds. A step whose CUDA phase events the GPU has not reached yet
-        stops the pass (it and what follows wait for the next, in order), unless `final`."""
+        stops the pass (it and what follows wait for the next, in order), unless `final`.
+
+        The lines are the record's (`record_lines`: runs of steps as `steps` lines), encoded
+        once for the record and the viewers: one JSON line per event as well had been ~a
+        third of the writer's time (~15 us a step of ~0.3 ms steps, benchmarks/hotpath.py)."""
         with self._write_lock:
-            lines = []
             events: list[Event] = []
             queue = self._queue
             perf = _perf()
@@ -324,18 +330,20 @@ class Agent:
                     head = queue[0]
                     if not final and type(head) is tuple and self.phases.pending(head[11], perf - head[1]):
                         break
-                    for event in self._steps.events(queue.popleft(), offset, final):
-                        lines.append(encode(event))
-                        events.append(event)
+                    events.extend(self._steps.events(queue.popleft(), offset, final))
                 except IndexError:
                     break
-                except Exception as err:  # an unencodable event is dropped, not fatal
+                except Exception as err:  # an event that cannot be built is dropped, not fatal
                     self.dropped += 1
                     self.note("warn", "writer", f"event dropped: {err}", once="encode")
-            if not lines:
+            if not events:
                 return
             try:
-                self._writer.write_events(events)
+                lines = record_lines(events)
+            except Exception:  # an unencodable event is dropped, not the batch
+                lines = self._lines_one_by_one(events)
+            try:
+                self._writer.write_lines(lines)
             except Exception as err:
                 if "writer-failed" not in self._noted:
                     self._noted.add("writer-failed")
@@ -348,6 +356,16 @@ class Agent:
                 except Exception as err:
                     self.taps.remove(tap)
                     self.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
+
+    def _lines_one_by_one(self, events: list[Event]) -> list[str]:
+        lines: list[str] = []
+        for event in events:
+            try:
+                lines.extend(record_lines([event]))
+            except Exception as err:
+                self.dropped += 1
+                self.note("warn", "writer", f"event dropped: {err}", once="encode")
+        return lines
 
     def _step_event(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
         """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
@@ -397,45 +415,46 @@ class Agent:
     def flush_stamps(self) -> None:
         """The clock takes in the hook calls held in `stamps`, in order; then whether to go on holding them.
 
-        Why hold them: each call into the clock right after the step's own work finds
-        the interpreter's caches cold and costs several times its tight-loop time
-        (docs/internals.md, "What the agent costs the training thread"); taken in
-        together they run warm. The clock sees the same calls, with the same stamps,
-        in the same order, so it decides the same. The hooks hold calls only between
-        plain steps of the clock's optimizer (`may_batch`) and hand the clock at once,
-        after this, what must be decided when it happens: a backward inside a running
-        optimizer step (is it still on the stack?), another optimizer's step, a manual
-        step, the step a profiler window starts at; `stop` takes the rest in.
+        Why hold them: the issue's rule for the training thread is stamps and a queue
+        push; and each call into the clock right after the step's own work finds the
+        interpreter's caches cold and costs several times its tight-loop time
+        (docs/internals.md, "What the agent costs the training thread"). The writer
+        thread takes them in at each pass (`_take_held`). The clock sees the same calls,
+        with the same stamps, in the same order, so it decides the same. The hooks hold
+        calls only between plain steps of the clock's optimizer (`may_batch`) and hand
+        the clock at once, after this, what must be decided when it happens: a backward
+        inside a running optimizer step (is it still on the stack?), another optimizer's
+        step, a manual step, the step a profiler window starts at; `stop` takes the rest in.
         """
         with self._stamps_lock:
-            self.batched_steps = 0
             self._take_stamps()
+            self.batched_steps = 0
+            self.held_base = self.clock.index
             self.batching = self.may_batch()
 
     def _take_stamps(self, writer: bool = False) -> None:
         stamps = self.stamps
-        if stamps:
-            take = stamps.popleft
-            cut = self.clock.on_optimizer_step
-            windows = self.windows
-            while stamps:  # one at a time: a signal's `stop` in between takes in the rest, none twice
-                if writer and windows is not None and stamps[0][0] == cut and self.clock.index >= windows.wake_step:
-                    break  # a step a profiler window starts at: the training thread's to cut
-                call = take()
-                call[0](*call[1:])
-            self.flushed_at = _perf()
+        take = stamps.popleft
+        cut = self.clock.on_optimizer_step
+        windows = self.windows
+        # One at a time: a signal's `stop` in between takes in the rest, none twice. The writer
+        # takes what was there when it began: the training thread appends meanwhile.
+        for _ in range(len(stamps)):
+            if writer and windows is not None and stamps[0][0] == cut and self.clock.index >= windows.wake_step:
+                break  # a step a profiler window starts at: the training thread's to cut
+            call = take()
+            call[0](*call[1:])
 
-    def _take_stale_stamps(self) -> None:
-        """Writer thread: calls held STALE_S after the training thread last took them in, taken in here.
+    def _take_held(self) -> None:
+        """Writer thread: the calls the hooks hold, taken in at each pass (before the queue is written).
 
-        The training thread takes its held calls in at its next optimizer step; one that
-        stops stepping (a hang, a long checkpoint, a sleep before a SIGKILL) would leave
-        its last steps out of the record and off the viewers' screens. The clock is safe
-        here: the training thread takes the lock before it calls the clock while holding,
-        and a held call is one the clock may take whenever (`may_batch`: no profiler
-        window due, nothing that must be decided on the training thread).
+        The clock is safe here: the training thread takes the lock before it calls the
+        clock while the hooks hold calls, and a held call is one the clock may take
+        whenever (`may_batch`: no profiler window due, nothing that must be decided on
+        the training thread). A step's calls may be taken in two passes: the clock
+        holds a step open between its calls as it does between the hooks'.
         """
-        if self.stamps and _perf() - self.flushed_at > STALE_S:
+        if self.stamps:
             with self._stamps_lock:
                 try:
                     self._take_stamps(writer=True)
@@ -507,9 +526,11 @@ class Agent:
         Measured in place (caches cold from the step's own work) every Python
         operation costs several times its tight-loop time: building the `Step`
         here took ~11 us of ~38. The step goes to the queue as a tuple and the
-        writer thread builds the event (`_stepevents.py`).
+        writer thread builds the event (`_stepevents.py`). A step whose calls the hooks
+        held is recorded when the writer takes them in, even where the agent was switched
+        off since (an internal error; the benchmarks switch it off and on).
         """
-        if self.disabled or self.finished:
+        if self.finished:
             return
         mem = None
         if self.cuda_mem:  # reserved and peak: as the writer thread last read them (`_read_cuda`)
@@ -646,7 +667,7 @@ class Agent:
         try:
             self.stamps.clear()  # the parent's held calls (the hooks hold this deque)
             self.batching = self.step_open = False
-            self._stamps_lock = threading.Lock()  # it may have been held by the parent's writer
+            self._stamps_lock = threading.RLock()  # it may have been held by the parent's writer
             _children.reset_after_fork(self)
             self._steps = StepEvents(self.phases)  # the parent's losses held are not ours
         except Exception:

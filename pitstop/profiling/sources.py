@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Protocol
 
 from pitstop.errors import SchemaError, TransportError, reason_of
-from pitstop.events import Event, Hello, Note, Rank, decode
+from pitstop.events import Event, Hello, Note, Rank
+from pitstop.profiling._linedecode import decode_events
 from pitstop.profiling.record import iter_record, record_files
 from pitstop.profiling.transport import COMMAND_TIMEOUT_S, Client, PendingReply, TcpEndpoint, list_agents
 from pitstop.streams import Answer, Replies, StreamBatch, process_name
@@ -176,13 +177,14 @@ class SocketSource:
                         return
                     events: list[Event] = []
                     for line in raw:
-                        try:
-                            event = decode(line)
+                        try:  # the agent sends its record's lines: a `steps` line holds many steps
+                            decoded = decode_events(line)
                         except SchemaError as err:
                             if "newer pitstop" in str(err):
                                 raise
-                            event = malformed.drop(err)
-                        if event is not None:
+                            dropped = malformed.drop(err)
+                            decoded = [dropped] if dropped is not None else []
+                        for event in decoded:
                             events.append(event)
                             if type(event) is Hello or type(event) is Rank:  # who answers this stream's commands
                                 self._learn(path, event)

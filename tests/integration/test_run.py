@@ -258,13 +258,13 @@ def test_live_run_is_listed_profiled_and_serves_history(tmp_path: Path, env: dic
         wait_for(lambda: any(isinstance(e, ProfileWindow) and e.trigger == "demand" for e in _safe_events(record)),
                  what="the on-demand profiler window")
         # a new client gets the history at once: hello first, then steps
-        from pitstop.events import decode
+        from pitstop.profiling._linedecode import decode_events
         from pitstop.profiling.transport import Client
 
         client = Client(sock)
         got = []
-        for batch in client.lines(poll=0.2):
-            got += [decode(line) for line in batch]
+        for batch in client.lines(poll=0.2):  # the record's lines: a `steps` line holds many steps
+            got += [event for line in batch for event in decode_events(line)]
             if sum(isinstance(e, Step) for e in got) >= 5:
                 break
         client.close()

@@ -13,6 +13,7 @@ import pytest
 
 from pitstop.errors import TransportError
 from pitstop.events import Hello, Step, decode
+from pitstop.profiling._linedecode import decode_events
 from pitstop.profiling.record import iter_record
 from pitstop.profiling.transport import Client, TcpEndpoint
 
@@ -48,7 +49,7 @@ def test_tcp_attach_needs_the_right_token(tmp_path: Path, env: dict[str, str]) -
         client = Client(TcpEndpoint("127.0.0.1", port, token))
         got = []
         for batch in client.lines(poll=0.2):
-            got += [decode(line) for line in batch]
+            got += [event for line in batch for event in decode_events(line)]
             if any(isinstance(e, Step) for e in got):
                 break
         client.close()

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from pitstop import events
-from pitstop.events import Event, encode
+from pitstop.events import encode
+from pitstop.profiling._linedecode import decode_events
 from pitstop.profiling import agent as agent_mod
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
@@ -24,8 +25,8 @@ class FakeWriter:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def write_events(self, events: list[Event]) -> None:
-        self.lines.extend(encode(event) for event in events)
+    def write_lines(self, lines: list[str]) -> None:  # the record's lines: a `steps` line a step each here
+        self.lines.extend(encode(event) for line in lines for event in decode_events(line.encode()))
 
 
 def new_agent(tmp_path: Path) -> Agent:
@@ -75,9 +76,11 @@ def test_cpu_losses_reach_the_record_in_batches_after_their_steps_and_before_its
     agent._drain(final=True)
     lines = [json.loads(line) for line in agent._writer.lines]  # type: ignore[union-attr]
     kinds = [line["kind"] for line in lines]
-    assert kinds == ["step"] * 32 + ["loss"] + ["step"] * 8 + ["loss", "end"]
-    first, second = lines[32], lines[41]
+    # the record's order: a loss read while its steps wait for their line follows that line
+    assert kinds == ["step"] * 40 + ["loss", "loss", "end"]
+    first, second = lines[40], lines[41]
     assert first["steps"] == list(range(32)) and second["steps"] == list(range(32, 40))
     assert first["values"][:5] == values[:5] and first["values"][5] is None and first["nonfinite"] == [5]
-    assert first["values"][6:] == values[6:32] and second["values"] == values[32:]
+    nine = [float(f"{v:.9g}") for v in values]  # the record keeps 9 digits: every float32 loss exactly
+    assert first["values"][6:] == nine[6:32] and second["values"] == nine[32:]
     assert [line["step"] for line in lines if line["kind"] == "step"] == list(range(40))

@@ -87,7 +87,8 @@ def run(mode: str, tmp_path: Path) -> dict:
 
 def test_steps_are_the_same_whether_the_hooks_hold_their_calls_or_not(tmp_path: Path) -> None:
     held, direct = run("held", tmp_path), run("direct", tmp_path)
-    assert held["held"] > 200 and direct["held"] == 0  # the calls were held (and were not)
+    # the calls were held (and were not): how many depends on how long each window's tables took
+    assert held["held"] > 50 and direct["held"] == 0
     assert [s[:3] + s[4:] for s in held["steps"]] == [s[:3] + s[4:] for s in direct["steps"]]
     steps = held["steps"]
     assert len(steps) == 4 * (21 + 30)  # the other optimizers' steps (SGD on a layer, LBFGS) are not the clock's
@@ -119,11 +120,11 @@ class Windows:
         pass
 
 
-def test_the_writer_takes_in_stale_held_steps_but_never_one_a_window_starts_at(tmp_path: Path) -> None:
+def test_the_writer_takes_in_held_steps_but_never_one_a_window_starts_at(tmp_path: Path) -> None:
     import threading
     import time
 
-    from pitstop.profiling.agent import STALE_S, Agent
+    from pitstop.profiling.agent import Agent
     from pitstop.profiling.launch import SessionSettings
 
     agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "r"), script="train.py", profile=None))
@@ -136,11 +137,18 @@ def test_the_writer_takes_in_stale_held_steps_but_never_one_a_window_starts_at(t
     for _ in range(4):  # steps 2..5 held, as the hooks hold them; 4 is where a window starts
         agent.stamps.append((clock.on_optimizer_start, key, t, None))
         agent.stamps.append((clock.on_optimizer_step, key, t))
-    agent.flushed_at = time.perf_counter() - 2 * STALE_S  # the training thread stopped stepping
-    writer = threading.Thread(target=agent._take_stale_stamps)
+    agent.stamps.append((clock.on_optimizer_start, key, t, None))  # step 6 began: half a step
+    writer = threading.Thread(target=agent._take_held)  # a pass of the writer thread
     writer.start()
     writer.join()
     assert clock.index == 4 and windows.stepped[-2:] == [(2, False), (3, False)]  # 2 and 3 on the writer
-    assert len(agent.stamps) == 3  # 4's end (and 5) wait for the training thread
+    assert len(agent.stamps) == 4  # 4's end (and what follows) wait for the training thread
     agent.flush_stamps()
     assert clock.index == 6 and windows.stepped[-2:] == [(4, True), (5, True)]
+    assert clock.open_steps and agent.held_base == 6  # step 6 runs; the hooks count held steps from here
+    windows.wake_step = 100
+    agent.stamps.append((clock.on_optimizer_step, key, t))
+    writer = threading.Thread(target=agent._take_held)
+    writer.start()
+    writer.join()
+    assert clock.index == 7 and not agent.stamps and windows.stepped[-1] == (6, False)

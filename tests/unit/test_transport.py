@@ -216,7 +216,7 @@ def test_a_viewer_attaching_after_a_long_run_gets_its_device_rank_and_loader_and
     from pitstop.analysis import RunState
     from pitstop.events import DataLoaderInfo, Hello, Rank, Runtime, Step, decode, encode
 
-    monkeypatch.setattr(_server, "HISTORY_LINES", 500)
+    monkeypatch.setattr(_server, "HISTORY_EVENTS", 500)
     server = AgentServer(lambda cmd: "ok", {"pid": os.getpid()})
     try:
         def loader(i: int) -> str:

@@ -29,9 +29,12 @@ from typing import Any
 from pitstop.errors import TransportError
 from pitstop.profiling.rundir import runtime_dir
 from pitstop.profiling.transport._wire import parse_command, parse_token, reply_line
+from pitstop.stepcolumns import steps_in
 
 MAX_BACKLOG = 16 << 20  # bytes queued for one client before it is dropped (~60 s of a busy run)
-HISTORY_LINES = 20_000  # recent events replayed to a client on connect, besides sticky ones
+# Recent events replayed to a client on connect, besides sticky ones: a `steps` line (the agent
+# publishes the record's lines) counts as the steps it holds.
+HISTORY_EVENTS = 20_000
 # Sticky events are replayed to every viewer however old: the latest of each of these kinds...
 LATEST_KINDS = frozenset({"runtime", "model", "applied", "rank"})
 # ...and DataLoaders: the first ones built (the training loader, usually) and the latest. A script
@@ -87,7 +90,8 @@ class AgentServer:
     ) -> None:
         self._on_command = on_command
         self._lock = threading.Lock()  # clients, their buffers and the history: publisher vs server thread
-        self._history: deque[bytes] = deque(maxlen=HISTORY_LINES)
+        self._history: deque[tuple[bytes, int]] = deque()  # (line, the events it holds)
+        self._history_events = 0
         self._hello = b""
         self._latest: dict[str, bytes] = {}  # LATEST_KINDS, in the order first seen
         self._first_loaders: list[bytes] = []
@@ -157,7 +161,12 @@ class AgentServer:
                     else:
                         self._loaders.append(raw)
                 else:
-                    self._history.append(raw)
+                    held = steps_in(line)
+                    history = self._history
+                    history.append((raw, held))
+                    self._history_events += held
+                    while self._history_events > HISTORY_EVENTS and len(history) > 1:
+                        self._history_events -= history.popleft()[1]
             wake = False
             for client in self._clients.values():
                 if not client.authed or client.dead:
@@ -298,7 +307,7 @@ class AgentServer:
 
     def _replay(self) -> bytearray:
         sticky = (*self._latest.values(), *self._first_loaders, *self._loaders)
-        return bytearray(self._hello + b"".join(sticky) + b"".join(self._history))
+        return bytearray(self._hello + b"".join(sticky) + b"".join(raw for raw, _ in self._history))
 
     def replay_size(self) -> tuple[int, int]:
         """(lines, bytes) a viewer that connects now is sent before the live events."""
