@@ -26,8 +26,8 @@ from pitstop.profiling._root import RootWatch, leading_dim
 _PERF = time.perf_counter
 # Hook calls held for the clock (`Agent.flush_stamps`): the writer thread takes them in at each
 # of its passes (`Agent._take_held`); the training thread itself only at a profiler window's
-# step, at a call the clock must decide at once, or when this many are held (a writer that
-# cannot keep up: ~4 calls a step, a few MB at most).
+# step, at a call the clock must decide at once, before a probe on CUDA (`agent.PROBE_S`), or
+# when this many are held (a writer that cannot keep up: ~4 calls a step, a few MB at most).
 HOLD_MAX = 16_384
 
 
@@ -316,9 +316,9 @@ class Hooks:
                         held = agent.batched_steps + 1
                         agent.batched_steps = held
                         windows = agent.windows  # this step's index is held_base + held - 1
-                        if len(stamps) >= HOLD_MAX or (
+                        if len(stamps) >= HOLD_MAX or now >= agent.probe_due or (
                                 windows is not None and agent.held_base + held > windows.wake_step):
-                            agent.flush_stamps()
+                            agent.flush_stamps(now)  # (on CUDA, a probe due: the next step is one)
                     else:
                         if agent.batching:  # (takes the lock: the writer may be taking held calls in)
                             agent.flush_stamps()

@@ -46,6 +46,10 @@ _perf = time.perf_counter
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
 WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 LOSS_BATCH, LOSS_MAX_AGE_S = _losses.LOSS_BATCH, _losses.LOSS_MAX_AGE_S
+# On CUDA the training thread takes one step in itself at most this often (a probe): it times that
+# step's phases with CUDA events, reads the allocated bytes and starts the losses' copy. The steps
+# between are held for the writer thread like a CPU run's and carry no phases and the last reading.
+PROBE_S = 0.1
 
 _current: Agent | None = None
 
@@ -100,6 +104,11 @@ class Agent:
         # it last took the calls in itself, and the primary optimizer's steps held since then.
         self.held_base = 0
         self.batched_steps = 0
+        self._taking = False  # the held calls are being taken in (by either thread): no step is direct
+        # On CUDA: when the hooks hand the next step to the training thread (a probe: `_time_next`),
+        # and when the last one was. Never on the CPU.
+        self.probe_due = float("inf")
+        self._probed_at = float("-inf")
         # One taker at a time, the training thread or the writer. Reentrant: a signal handler's
         # `stop` (a child's SIGTERM) may run on the training thread while it takes calls in.
         self._stamps_lock = threading.RLock()
@@ -116,12 +125,15 @@ class Agent:
         # writer thread sets `cuda_mem` once the script itself initialised CUDA
         # (never per step: a script that trains on the CPU of a GPU machine would
         # ask torch on every step), and reads the allocator's reserved and peak
-        # bytes at 2 Hz for the steps to carry. Per step only the allocated bytes
-        # are read: each torch.cuda memory getter builds and flattens the whole
-        # allocator statistics dict, and the step path read three of them.
+        # bytes at 2 Hz for the steps to carry. The allocated bytes are read by the
+        # training thread at the end of a probe's step (`PROBE_S`), not per step:
+        # `torch.cuda.memory_allocated` builds, flattens and sorts the whole allocator
+        # statistics dict (~100 us of Python alone here, a dict of its shape, tight loop).
         self.cuda_device = False
         self.cuda_mem = False
         self.cuda_index: int | None = None  # the training thread's device, read at its first CUDA step
+        self.cuda_allocated: int | None = None  # allocated bytes at the latest probe's step (training thread)
+        self._mem_probe: float | None = None  # the probe whose step last read them (`_probed_at`)
         self.cuda_stats: dict[str, Any] = {}  # torch.cuda.memory_stats(cuda_index), writer thread, 2 Hz
         self.cuda_reserved: int | None = None
         self.cuda_peak: int | None = None
@@ -412,7 +424,7 @@ class Agent:
         self.clock.manual(samples, now)
 
     # ---- held hook calls (training thread) ---------------------------------
-    def flush_stamps(self) -> None:
+    def flush_stamps(self, step_end: float | None = None) -> None:
         """The clock takes in the hook calls held in `stamps`, in order; then whether to go on holding them.
 
         Why hold them: the issue's rule for the training thread is stamps and a queue
@@ -425,11 +437,15 @@ class Agent:
         the clock at once, after this, what must be decided when it happens: a backward
         inside a running optimizer step (is it still on the stack?), another optimizer's
         step, a manual step, the step a profiler window starts at; `stop` takes the rest in.
+        `step_end`: called where a held step just ended (the hooks, when a probe is due on
+        CUDA): the next step may be the probe (`_time_next`).
         """
         with self._stamps_lock:
             self._take_stamps()
             self.batched_steps = 0
             self.held_base = self.clock.index
+            if step_end is not None:
+                self._time_next(step_end)
             self.batching = self.may_batch()
 
     def _take_stamps(self, writer: bool = False) -> None:
@@ -439,11 +455,32 @@ class Agent:
         windows = self.windows
         # One at a time: a signal's `stop` in between takes in the rest, none twice. The writer
         # takes what was there when it began: the training thread appends meanwhile.
-        for _ in range(len(stamps)):
-            if writer and windows is not None and stamps[0][0] == cut and self.clock.index >= windows.wake_step:
-                break  # a step a profiler window starts at: the training thread's to cut
-            call = take()
-            call[0](*call[1:])
+        self._taking = True
+        try:
+            for _ in range(len(stamps)):
+                if writer and windows is not None and stamps[0][0] == cut and self.clock.index >= windows.wake_step:
+                    break  # a step a profiler window starts at: the training thread's to cut
+                call = take()
+                call[0](*call[1:])
+        finally:
+            self._taking = False
+
+    def _time_next(self, now: float) -> None:
+        """On CUDA, as a step the training thread cut ends: whether the next step is a probe.
+
+        A probe is taken in at once (`may_batch` is False while the clock's marker is set),
+        its phases are timed with CUDA events and it reads the allocated bytes (`_on_step`);
+        the steps between carry no phases (the host's stamps time launches there, not work)."""
+        if not self.cuda_device:  # (a CPU run, or CUDA readings switched off): no probes
+            self.probe_due = float("inf")
+            return
+        if now - self._probed_at >= PROBE_S:
+            self._probed_at = now
+            self.probe_due = now + PROBE_S
+            if self.phases.marker is not None:
+                self.clock.time_next(self.phases.marker)
+        elif self.clock.marker is not None:
+            self.clock.time_next(None)
 
     def _take_held(self) -> None:
         """Writer thread: the calls the hooks hold, taken in at each pass (before the queue is written).
@@ -463,10 +500,10 @@ class Agent:
 
     def may_batch(self) -> bool:
         """True while the hooks may hold their calls: after step 0, steps cut by the clock's optimizer,
-        none running, no phase tokens (CUDA), no trial, profiler windows idle. Not where the calls
-        would be taken in at every step anyway (a second optimizer's steps, a closure's backward
+        none running, no phase tokens (a probe, on CUDA), no trial, profiler windows idle. Not where the
+        calls would be taken in at every step anyway (a second optimizer's steps, a closure's backward
         inside each step): held a step at a time they cost more than taken at once."""
-        if self._trial_steps is not None or self.cuda_device or self.disabled or self.finished:
+        if self._trial_steps is not None or self.disabled or self.finished:
             return False
         clock = self.clock
         if clock.mode != "optimizer" or clock.index == 0 or clock.marker is not None or clock.open_steps \
@@ -528,20 +565,20 @@ class Agent:
         here took ~11 us of ~38. The step goes to the queue as a tuple and the
         writer thread builds the event (`_stepevents.py`). A step whose calls the hooks
         held is recorded when the writer takes them in, even where the agent was switched
-        off since (an internal error; the benchmarks switch it off and on).
+        off since (an internal error; the benchmarks switch it off and on). A held step
+        (`_taking`) reads nothing of CUDA's and starts no copy: the training thread's probes do.
         """
         if self.finished:
             return
+        direct = not self._taking
         mem = None
         if self.cuda_mem:  # reserved and peak: as the writer thread last read them (`_read_cuda`)
-            try:
-                cuda = self.torch.cuda
-                if self.cuda_index is None:
-                    self.cuda_index = cuda.current_device()  # per thread in CUDA: only this one knows
-                mem = (cuda.memory_allocated(), self.cuda_reserved, self.cuda_peak)
-            except Exception as err:  # stop trying: steps go on without CUDA memory
-                self.cuda_mem = self.cuda_device = False
-                self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
+            if direct and self._mem_probe != self._probed_at:  # the first step since a probe began
+                self._read_allocated()
+            if self.cuda_allocated is not None:
+                mem = (self.cuda_allocated, self.cuda_reserved, self.cuda_peak)
+        if phases is not None and phases[3] is None and self.phases.marker is not None:
+            phases = None  # on CUDA, a step not timed on the GPU: its host stamps time launches
         windows = self.windows
         if mark is None and windows is not None:
             mark = getattr(windows, "mark", None)
@@ -554,7 +591,7 @@ class Agent:
         if loss is not None and type(loss) is not float:  # a tensor (GPU): copied in batches, from this thread
             pending = self._pending_losses
             pending[index] = loss
-            if len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S:
+            if direct and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):
                 self.flush_losses(block=False)
         if windows is not None:
             try:
@@ -562,9 +599,26 @@ class Agent:
             except Exception as err:
                 self.windows = None
                 self.note("warn", "profiler", f"profiler windows off: {err}")
+        if direct and self.cuda_device:
+            self._time_next(now)
         trial = self._trial_steps
         if trial is not None and index + 1 >= trial:
             self.finish_trial()
+
+    def _read_allocated(self) -> None:
+        """The training device's allocated bytes, at the end of a probe's step (at most every
+        `PROBE_S`): the allocator's statistics as torch holds them, not flattened and sorted."""
+        self._mem_probe = self._probed_at
+        try:
+            cuda = self.torch.cuda
+            if self.cuda_index is None:
+                self.cuda_index = cuda.current_device()  # per thread in CUDA: only this one knows
+            self.cuda_allocated = int(cuda.memory_stats_as_nested_dict(self.cuda_index)
+                                      ["allocated_bytes"]["all"]["current"])
+        except Exception as err:  # stop trying: steps go on without CUDA memory
+            self.cuda_mem = self.cuda_device = False
+            self.cuda_allocated = None
+            self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
 
     # ---- losses -----------------------------------------------------------
     def flush_losses(self, block: bool) -> None:

@@ -101,20 +101,22 @@ class PhaseClock:
     """The agent's step phases: picks the clock at the first backward, and reads the steps' events (writer thread)."""
 
     def __init__(self, clock: Any, note: Callable[..., None]) -> None:
-        self.clock = clock  # the StepClock: its `marker` is set here and cleared on an error
+        self.clock = clock  # the StepClock: its `marker` is set for the steps timed (`Agent._time_next`)
         self.note = note  # Agent.note
+        self.marker: Callable[[], Any] | None = None  # the CUDA marker while the CUDA clock is on
 
     def start(self, torch: Any, tensor: Any) -> None:
-        """At the first backward (training thread): a loss on CUDA puts the phases on the GPU's clock too."""
+        """At the first backward (training thread): a loss on CUDA puts the phases on the GPU's clock too.
+        The step it starts in is timed from here (its forward had no token: it keeps no phases)."""
         try:
             if tensor.device.type == "cuda":
-                self.clock.marker = cuda_marker(torch.cuda.Event, self.off)
+                self.marker = self.clock.marker = cuda_marker(torch.cuda.Event, self.off)
         except Exception as err:
             self.off(err)
 
     def off(self, err: BaseException) -> None:
         """The CUDA clock failed: the host's stamps alone from now on."""
-        self.clock.marker = None
+        self.marker = self.clock.marker = None
         self.note("warn", "agent", f"step phases on the CUDA clock off (host clock from now on): "
                   f"{type(err).__name__}: {err}", once="cuda-phases")
 

@@ -1,10 +1,10 @@
 """Provides the step clock: where training steps begin and end, and which of them evaluated.
 
 Pure and torch-free (the hooks feed it perf_counter stamps), so every rule here
-has a unit test (tests/unit/test_stepclock.py). It runs on the training thread
-(calls the hooks held and did not hand in for 0.2 s are taken in by the agent's
-writer thread, under a lock: `Agent._take_stale_stamps`); each method is a few
-compares and stores.
+has a unit test (tests/unit/test_stepclock.py). Its calls come from the hooks:
+at once on the training thread, or, between plain steps, held and taken in by
+the agent's writer thread at each of its passes, under a lock (`Agent._take_held`);
+each method is a few compares and stores.
 
 What it decides:
 - Step boundaries: one optimizer's steps (the first one to step; a GAN's second
@@ -42,7 +42,9 @@ What it decides:
   accumulation's micro-steps, a GAN's two optimizers. What no phase covers is
   "other" (the agent: compute minus the three). With a `marker` (CUDA), each
   stamp also records an opaque token, and the step carries the token pairs that
-  bound each phase for a reader to time later (profiling/phases.py).
+  bound each phase for a reader to time later (profiling/phases.py). The agent
+  sets the marker for the steps it times (`time_next`: one every `PROBE_S` on
+  CUDA), not for every step.
 """
 
 from __future__ import annotations
@@ -314,6 +316,13 @@ class StepClock:
         self._cut("manual", now)
         if self.marker is not None:  # the next step's forward starts here, on the device too
             self._mark_tok = self.marker()
+
+    def time_next(self, marker: Callable[[], Any] | None) -> None:
+        """At a step boundary (the agent, as a step ends): the steps from here on are timed with
+        `marker` (a token now, where the next forward starts), or, with None, not."""
+        self.marker = marker
+        self._spans = [] if marker is not None else None
+        self._mark_tok = marker() if marker is not None else None
 
     # ---- phases ---------------------------------------------------------------
     def _stamp_optimizer(self, now: float) -> None:

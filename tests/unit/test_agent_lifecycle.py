@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pitstop.events import End, Event, Hello, Sample, Step
+from pitstop.profiling import agent as agent_module
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
 from pitstop.profiling.record import iter_record, record_files
@@ -117,6 +118,10 @@ class FakeCuda:
         self.calls["memory_allocated"] += 1
         return 1000
 
+    def memory_stats_as_nested_dict(self, device: Any = None) -> dict[str, Any]:
+        self.calls["memory_stats_as_nested_dict"] += 1
+        return {"allocated_bytes": {"all": {"current": 1000, "peak": 2000}}, "num_ooms": 0}
+
     def memory_reserved(self, device: Any = None) -> int:
         self.calls["memory_reserved"] += 1
         return 4000
@@ -162,7 +167,8 @@ def queued_steps(agent: Agent) -> list[Step]:
     return [agent._step_event(item, 0.0) for item in agent._queue if type(item) is tuple]
 
 
-def test_per_step_the_training_thread_asks_torch_only_for_the_allocated_bytes(tmp_path: Path) -> None:
+def test_the_training_thread_asks_torch_only_for_the_allocated_bytes_and_once_a_probe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     agent = Agent(settings(tmp_path))  # never started: the writer thread's tick is called by hand
     torch = FakeTorch()
     hooks = FakeHooks(torch)
@@ -181,13 +187,20 @@ def test_per_step_the_training_thread_asks_torch_only_for_the_allocated_bytes(tm
     for _ in range(20):
         agent.manual_step(8)
     steps = queued_steps(agent)[50:]
-    assert torch.cuda.calls["memory_allocated"] == 21
+    # 21 steps in well under PROBE_S: one read, at the first CUDA step; every step carries it.
+    assert torch.cuda.calls["memory_stats_as_nested_dict"] == 1
+    assert torch.cuda.calls["memory_allocated"] == 0  # (flattens and sorts the whole statistics)
     assert torch.cuda.calls["memory_reserved"] == torch.cuda.calls["max_memory_allocated"] == 0
     assert torch.cuda.calls["memory_stats"] == 1 and torch.cuda.stats_devices == [1]
     assert all(s.mem_allocated == 1000 for s in steps)
     assert (steps[0].mem_reserved, steps[0].mem_peak) == (None, None)  # before the writer's first read
     assert all((s.mem_reserved, s.mem_peak) == (4000, 2000) for s in steps[1:])
     assert hooks.calls["report_model"] == 1
+    monkeypatch.setattr(agent_module, "PROBE_S", 0.0)  # a probe at every step from here:
+    agent.manual_step(8)  # this step ends by deciding one,
+    agent.manual_step(8)  # which reads them at its end, and so on
+    agent.manual_step(8)
+    assert torch.cuda.calls["memory_stats_as_nested_dict"] == 3
 
 
 def test_the_sampler_reports_allocator_retries_of_the_training_device(tmp_path: Path) -> None:

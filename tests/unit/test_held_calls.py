@@ -26,17 +26,26 @@ from pitstop.profiling.agent import Agent
 from pitstop.profiling._hooks import Hooks
 from pitstop.profiling.launch import SessionSettings
 
-held = sys.argv[1] == "held"
+held = sys.argv[1] != "direct"
 agent = Agent(SessionSettings(session="unit", record=sys.argv[2], script="train.py",
                               profile={"every": 25, "active": 3, "first": 0}))
 if not held:
     agent.may_batch = lambda: False
 Hooks(agent).install(torch)
+marked = []  # the steps a CUDA marker was called in
+if sys.argv[1] == "cuda":  # as on a GPU: the hooks hold plain steps between probes, which a marker times
+    import pitstop.profiling.agent as agent_module
+    agent_module.PROBE_S = 0.02  # a few probes in this short run
+    agent.cuda_device = True
+    def marker():
+        marked.append(agent.clock.index)
+        return object()
+    agent.phases.marker = agent.clock.marker = marker
 flushes = []
 flush = agent.flush_stamps
-def counted():
+def counted(*args):
     flushes.append(len(agent.stamps))
-    flush()
+    flush(*args)
 agent.flush_stamps = counted
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
@@ -73,9 +82,10 @@ agent.flush_stamps()
 agent.windows.close()
 agent.clock.finish(time.perf_counter())
 steps = [[t[0], t[4], t[5], t[8] == "profiled", t[12]] for t in agent._queue if type(t) is tuple]
+timed = [t[0] for t in agent._queue if type(t) is tuple and t[11] is not None and t[11][3]]
 windows = [[e.step_start, e.step_end, sum(op.calls for op in e.ops if op.name == "aten::addmm")]
            for e in agent._queue if type(e).__name__ == "ProfileWindow"]
-print(json.dumps({"steps": steps, "held": sum(flushes), "windows": windows}))
+print(json.dumps({"steps": steps, "held": sum(flushes), "windows": windows, "timed": timed, "marked": marked}))
 '''
 
 
@@ -99,6 +109,18 @@ def test_steps_are_the_same_whether_the_hooks_hold_their_calls_or_not(tmp_path: 
         # ...and each profiled what those steps ran: two Linear forwards a step (started on time)
         assert len(run_["windows"]) >= 5
         assert all(calls == 2 * (end - start) for start, end, calls in run_["windows"]), run_["windows"]
+
+
+def test_on_cuda_the_hooks_hold_the_steps_between_probes_and_only_probes_are_timed(tmp_path: Path) -> None:
+    cuda, direct = run("cuda", tmp_path), run("direct", tmp_path)
+    assert cuda["held"] > 50  # plain steps' calls held, as on the CPU
+    assert [s[:3] + s[4:] for s in cuda["steps"]] == [s[:3] + s[4:] for s in direct["steps"]]
+    steps, timed, marked = len(cuda["steps"]), cuda["timed"], cuda["marked"]
+    # Probes every 0.02 s of a run of ~1 ms steps: a few of its steps carry CUDA tokens, and
+    # the marker is called in those steps only (~5 tokens a step), never between them.
+    assert 2 <= len(timed) < steps, timed
+    assert set(marked) <= set(timed) | {0}, (sorted(set(marked) - set(timed)), timed)
+    assert len(marked) <= 8 * (len(timed) + 1)
 
 
 class Windows:

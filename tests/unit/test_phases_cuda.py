@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pitstop.events import Event, Note, Step
+from pitstop.profiling import agent as agent_module
 from pitstop.profiling import phases
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
@@ -84,6 +85,12 @@ def fresh_gpu() -> None:
     GPU.__init__()  # type: ignore[misc]
 
 
+@pytest.fixture
+def every_step_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe at every step: each step's phases are timed on the GPU (the reader's tests)."""
+    monkeypatch.setattr(agent_module, "PROBE_S", 0.0)
+
+
 def agent_on_cuda(tmp_path: Path) -> Agent:
     """An agent as the hooks leave it on a GPU machine, writing to a record (its writer thread is driven by hand)."""
     agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="t.py", profile=None))
@@ -151,7 +158,8 @@ def test_a_step_the_gpu_is_far_behind_on_keeps_its_host_figures() -> None:
     assert phases.figures(None, 0.010, 0.0) is None  # no backward, no optimizer: no phases
 
 
-def test_the_writer_holds_a_step_until_its_events_are_done_and_never_syncs_per_step(tmp_path: Path) -> None:
+def test_the_writer_holds_a_step_until_its_events_are_done_and_never_syncs_per_step(
+        tmp_path: Path, every_step_timed: None) -> None:
     agent = agent_on_cuda(tmp_path)
     opt = object()
     train_step(agent, opt)  # step 0: the first backward sees the loss on CUDA and starts the CUDA clock
@@ -160,7 +168,7 @@ def test_the_writer_holds_a_step_until_its_events_are_done_and_never_syncs_per_s
         train_step(agent, opt)
     assert GPU.records > 0 and GPU.syncs == 0
     agent._drain()  # the writer's pass: the GPU has run nothing yet
-    # Step 0 (host clock) is written; step 1's events are ahead of the GPU: it and all after it wait.
+    # Step 0 (no phases) is written; step 1's events are ahead of the GPU: it and all after it wait.
     assert [s.step for s in steps_written(tmp_path)] == [0]
     GPU.progress = GPU.launched - 85.0  # the GPU ran all but the last step (30 + 50 + 5 ms)
     agent._drain()
@@ -169,7 +177,9 @@ def test_the_writer_holds_a_step_until_its_events_are_done_and_never_syncs_per_s
     agent._drain()
     steps = steps_written(tmp_path)
     assert [s.step for s in steps] == [0, 1, 2, 3, 4]
-    assert steps[0].phase_clock == "host"  # its forward started before the CUDA clock did
+    # Its forward started before the CUDA clock did, and a step the GPU did not time has no phases on
+    # CUDA (the host's stamps time launches there).
+    assert (steps[0].phase_clock, steps[0].forward_s) == (None, None)
     for s in steps[1:]:
         assert s.phase_clock == "cuda"
         assert (s.forward_s, s.backward_s, s.optimizer_s) == pytest.approx((0.030, 0.050, 0.005))
@@ -177,19 +187,20 @@ def test_the_writer_holds_a_step_until_its_events_are_done_and_never_syncs_per_s
     assert GPU.syncs == 0  # nothing waited for the GPU
 
 
-def test_the_last_write_at_exit_waits_for_the_gpu(tmp_path: Path) -> None:
+def test_the_last_write_at_exit_waits_for_the_gpu(tmp_path: Path, every_step_timed: None) -> None:
     agent = agent_on_cuda(tmp_path)
     opt = object()
     for _ in range(3):
         train_step(agent, opt)
     agent._drain(final=True)  # stop(): the script is ending, one sync is fine
     steps = steps_written(tmp_path)
-    assert [s.phase_clock for s in steps] == ["host", "cuda", "cuda"]
+    assert [s.phase_clock for s in steps] == [None, "cuda", "cuda"]
     assert steps[2].backward_s == pytest.approx(0.050)
     assert GPU.syncs >= 1
 
 
-def test_a_failing_event_switches_the_cuda_clock_off_and_training_goes_on(tmp_path: Path) -> None:
+def test_a_failing_event_switches_the_cuda_clock_off_and_training_goes_on(
+        tmp_path: Path, every_step_timed: None) -> None:
     agent = agent_on_cuda(tmp_path)
     opt = object()
     train_step(agent, opt)
@@ -199,7 +210,8 @@ def test_a_failing_event_switches_the_cuda_clock_off_and_training_goes_on(tmp_pa
     agent._drain(final=True)
     steps = steps_written(tmp_path)
     assert [s.step for s in steps] == [0, 1, 2, 3]
-    assert all(s.phase_clock == "host" and s.forward_s is not None for s in steps)
+    assert steps[0].forward_s is None  # the CUDA clock was on, and had not timed it
+    assert all(s.phase_clock == "host" and s.forward_s is not None for s in steps[1:])
     assert agent.clock.marker is None and not agent.failed
     notes = [e for e in written(tmp_path) if isinstance(e, Note)]
     assert any("CUDA clock off" in n.message for n in notes)
@@ -214,3 +226,53 @@ def test_a_loss_on_the_cpu_keeps_the_host_clock(tmp_path: Path) -> None:
 
     agent.on_backward(None, None, None, CpuTensor())
     assert agent.clock.marker is None
+
+
+def test_between_probes_the_training_thread_makes_no_cuda_call_and_the_steps_carry_no_phases(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A probe every hour: step 0 ends the first one's wait, step 1 is timed, none after it.
+    monkeypatch.setattr(agent_module, "PROBE_S", 3600.0)
+    agent = agent_on_cuda(tmp_path)
+    opt = object()
+    train_step(agent, opt)
+    train_step(agent, opt)
+    after_probe = GPU.records
+    assert after_probe > 0 and agent.clock.marker is None
+    for _ in range(5):
+        train_step(agent, opt)
+    assert GPU.records == after_probe  # no CUDA event recorded on a step between probes
+    GPU.progress = GPU.launched
+    agent._drain(final=True)
+    steps = steps_written(tmp_path)
+    assert [s.step for s in steps] == list(range(7))
+    assert [s.phase_clock for s in steps] == [None, "cuda", None, None, None, None, None]
+    assert steps[1].backward_s == pytest.approx(0.050)
+    assert agent.may_batch()  # and the hooks hold the plain steps' calls between probes, as on the CPU
+
+
+def test_probes_come_at_most_every_probe_s_whatever_the_step_time(tmp_path: Path) -> None:
+    agent = agent_on_cuda(tmp_path)
+    clock, opt = agent.clock, object()
+    t = 1000.0
+
+    def step(seconds: float) -> None:  # one step of `seconds`, as the hooks stamp it
+        nonlocal t
+        clock.on_fetch(1, t, 0.0, 16)
+        token = clock.marker() if clock.marker is not None else None
+        launch(1.0)
+        agent.on_backward(None, t + seconds / 2, token, FakeTensor(), t + seconds * 0.9)
+        clock.on_optimizer_start(id(opt), t + seconds * 0.9)
+        t += seconds
+        clock.on_optimizer_step(id(opt), t)
+
+    for _ in range(200):  # 2 s of 10 ms steps
+        step(0.010)
+    for _ in range(10):  # 2 s of 200 ms steps: each is a probe
+        step(0.200)
+    GPU.progress = GPU.launched
+    agent._drain(final=True)
+    timed = [s.step for s in steps_written(tmp_path) if s.phase_clock == "cuda"]
+    fast = [i for i in timed if i < 200]
+    assert 19 <= len(fast) <= 21  # one in ~10 steps of 10 ms
+    assert all(b - a >= 10 for a, b in zip(fast, fast[1:]))
+    assert set(range(201, 210)) <= set(timed)  # 200 ms steps: every one
