@@ -62,8 +62,10 @@ PENDING_S = 60.0
 EVAL_FORWARDS = 2
 # Another optimizer takes over as the clock after this many of its steps in a row
 # with none of the clock's between: a later training phase with a new optimizer
-# (accelerate's test script trains 8 in turn). A GAN's optimizers alternate and
-# never switch; the first step of a new phase is counted into the second.
+# (accelerate's test script trains 8 in turn; pytorch/examples' mnist_forward_forward
+# trains each layer with its own, one after the other). A GAN's optimizers alternate
+# and never switch. Another optimizer's step is held as a boundary (as backward
+# calls are): merged into the clock's next step, a step of its own once it switches.
 SWITCH_AFTER = 2
 
 # Phase indexes of a step's token spans (`Phases.spans`).
@@ -91,7 +93,8 @@ class StepClock:
         self.mode: str | None = None  # "optimizer" | "backward" | "manual" once decided
         self.primary: Any = None  # key of the optimizer whose steps are the clock
         self.optimizers: set[Any] = set()
-        self._others = 0  # steps of other optimizers since the primary's last
+        self._others = 0  # steps in a row of one other optimizer (`_other`) since the primary's last
+        self._other: Any = None
         self.train_loader: Any = None
         self._pending: list[list[Any]] = []  # held backward boundaries (see module doc)
         # Phase stamps: `marker()` records a token (a CUDA event) where one is set (the agent,
@@ -296,14 +299,25 @@ class StepClock:
         self.optimizers.add(key)
         if self.primary is None:
             self.primary = key
+        switched = False
         if key != self.primary:
-            self._others += 1
+            self._others = self._others + 1 if key == self._other else 1
+            self._other = key
             if self._others < SWITCH_AFTER:
+                # Held: the clock's next step takes it in, or it is a new phase's first step.
+                self._pending.append(self._measure(now))
+                self.t_last = now
+                self._reset()
                 return 0
-            self.primary = key
+            self.primary, switched = key, True
         self._others = 0
         self.mode = "optimizer"
         merged = len(self._pending)
+        if switched:  # a new phase: its first steps were steps (held while they could have been a GAN's)
+            held, self._pending = self._pending, []
+            for step in held:
+                self._emit(step, "optimizer")
+            merged = 0
         self._cut("optimizer", now)
         return merged
 

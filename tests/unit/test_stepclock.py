@@ -186,8 +186,24 @@ def test_a_new_optimizer_for_a_later_phase_becomes_the_clock() -> None:
         r.train_step(opt="phase1")
     for _ in range(10):
         r.train_step(opt="phase2")  # phase 1's optimizer never steps again
-    assert len(r.steps) == 19  # the first step of phase 2 is counted into the second
-    assert r.steps[10]["wall"] == pytest.approx(2 * 0.111)
+    # pytorch/examples' mnist_forward_forward (a layer at a time, each with its own Adam) recorded
+    # 99 steps of 100 when the new phase's first step was counted into its second.
+    assert len(r.steps) == 20
+    assert all(s["wall"] == pytest.approx(0.111) and s["samples"] == 16 for s in r.steps)
+    assert [s["index"] for s in r.steps] == list(range(20))
+
+
+def test_optimizers_stepped_in_turn_within_a_step_are_one_step() -> None:
+    r = Recorder()
+    c = r.clock
+    for _ in range(6):  # three optimizers, one after the other in each iteration (a GAN's two, and a third)
+        r.fetch(TRAIN, 0.01, 8)
+        c.on_backward(r.tick(0.05))
+        for opt in ("A", "B", "C"):
+            c.on_optimizer_step(opt, r.tick(0.01))
+    assert len(r.steps) == 6  # A's; B and C never take over: neither steps twice in a row
+    assert all(s["samples"] == 8 for s in r.steps)
+    assert all(s["wall"] == pytest.approx(0.09) and s["wait"] == pytest.approx(0.01) for s in r.steps[1:])
 
 
 def test_a_step_fed_by_a_batch_fetched_ahead_counts_no_samples_of_its_own() -> None:
