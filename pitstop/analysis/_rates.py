@@ -44,7 +44,7 @@ class Rates:
     steps: int
     seconds: float  # the time the rates are per: wall time, or compute alone
     steps_per_s: float | None
-    samples_per_s: float | None  # None unless every step reported its batch size
+    samples_per_s: float | None  # None unless every step reported its batch size, and some fetched a batch
     data_wait_frac: float | None  # data wait / wall time
 
     @property
@@ -72,7 +72,9 @@ def rates_of(steps: int, seconds: float, samples: int, with_samples: int, data_w
         steps=steps,
         seconds=seconds,
         steps_per_s=steps / seconds if timed else None,
-        samples_per_s=samples / seconds if timed and with_samples == steps else None,
+        # None, not 0, where none of these steps fetched a batch (mnist_forward_forward trains 100
+        # steps on one batch fetched before them: "0.00 samples/s" said it was not training).
+        samples_per_s=samples / seconds if timed and with_samples == steps and samples > 0 else None,
         data_wait_frac=data_wait / wall if steps > 0 and wall > 0 else None,
     )
 

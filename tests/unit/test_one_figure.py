@@ -109,6 +109,17 @@ def test_the_status_line_the_header_the_summary_and_the_tuner_share_one_throughp
     assert (m.unit, m.throughput) == (pace.unit, pytest.approx(summarize(run).samples_per_s))
 
 
+def test_steps_that_fetched_no_batch_have_no_samples_per_second_not_zero() -> None:
+    # pytorch/examples' mnist_forward_forward: one batch fetched, then 100 steps on it (each counts 0).
+    run = RunState()
+    run.add_all([hello(), *(Step(t=100.0 + i, step=i, wall=1.0, data_wait=0.0, samples=1000 if i == 0 else 0)
+                            for i in range(20))])
+    pace = summarize(run)
+    assert pace.samples_per_s is None and pace.steps_per_s == pytest.approx(1.0)
+    text = summary_text([run])
+    assert "0.00 samples/s" not in text and "1.00 steps/s" in text, text
+
+
 def test_a_rule_that_raises_is_said_in_the_headless_summary() -> None:
     text = summary_text([slow_run(broken=True)])
     assert "advice rule host-sync failed: TypeError: must be real number, not str" in text
