@@ -7,11 +7,14 @@ threads and chains the exit hooks; `stop()` ends the record and gives all of
 it back, and may be called any number of times. The bootstrap does both in
 the main process of every rank (`start_from_env`). Until torch is imported the
 agent only holds its queue, writer thread and socket; `_hooks` installs the
-torch hooks when torch finishes importing. The hot path (`_on_step`, called
-once per step on the training thread) stamps times, reads cheap counters, and
-appends one tuple to a deque that drops the oldest on overflow; the writer
-thread builds the events (steps, and the losses read on the CPU), does all
-encoding and I/O, and takes the readings that need not be per step.
+torch hooks when torch finishes importing. On the training thread the hooks
+stamp times and append them to a deque (`stamps`); the writer thread takes
+them in (`_take_held`), runs the step clock, whose `_on_step` appends one
+tuple per step to a queue that drops the oldest on overflow, builds the events
+(steps, and the losses read on the CPU), does all encoding and I/O, and takes
+the readings that need not be per step. The training thread runs the clock
+itself where it must decide at once (`flush_stamps`, `may_batch`), and on CUDA
+once a probe (`PROBE_S`).
 
 Every part fails closed: an error is logged once as a Note and that part
 switches off; nothing raises into the training loop.

@@ -31,11 +31,11 @@ from pitstop.recorded import job_files
 from pitstop.report._job import RankSeries, drawn, rank_findings
 from pitstop.report._series import RunSeries
 
-# What the agent costs the training thread per step, measured in place on the
-# 2-core VM with ~1 ms CPU steps (docs/internals.md, "What the agent costs the
-# training thread": benchmarks/hotpath.py +15.8 to +19.4 us of the thread's CPU,
-# overhead.py +16 us on the median step). Not measured in the run itself: the
-# report says so next to it.
+# What the agent costs the training thread per step, measured in place on 2-core
+# VMs with ~1 ms CPU steps (docs/internals.md, "What the agent costs the training
+# thread": benchmarks/hotpath.py +4.5 to +7.9 us of the thread's CPU on one VM,
+# +11.7 to +26.7 on another, runs of one code). Not measured in the run itself:
+# the report says so next to it.
 AGENT_STEP_COST_S = 16e-6
 TOP_ROWS = 20
 
