@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from pitstop.profiling._patch import patch
@@ -27,7 +28,8 @@ def leading_dim(batch: Any, tensor_type: type) -> int | None:
             if found is not None:
                 return found
         return None
-    if isinstance(batch, dict):
+    if isinstance(batch, dict) or isinstance(batch, Mapping):  # (a dict first: the ABC's check is slower)
+        # transformers' BatchEncoding (a tokenizer's `pad`, its collators) is a Mapping, not a dict.
         for item in batch.values():
             found = leading_dim(item, tensor_type)
             if found is not None:
@@ -39,7 +41,7 @@ def batch_dim(batch: Any, tensor_type: type, dim: int) -> int | None:
     """Samples in a sequence-first batch: dimension `dim` of its first tensor that has it."""
     if isinstance(batch, tensor_type):
         return int(batch.shape[dim]) if batch.dim() > dim else None
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
     for item in items:
         found = batch_dim(item, tensor_type, dim)
         if found is not None:
