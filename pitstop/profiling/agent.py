@@ -724,6 +724,7 @@ class Agent:
         try:
             self.stamps.clear()  # the parent's held calls (the hooks hold this deque)
             self.batching = self.step_open = False
+            self.probe_due = float("inf")  # CUDA is not the child's (`_children.reset_after_fork`)
             self._stamps_lock = threading.RLock()  # it may have been held by the parent's writer
             _children.reset_after_fork(self)
             self._steps = StepEvents(self.phases)  # the parent's losses held are not ours
