@@ -616,8 +616,9 @@ class Agent:
             cuda = self.torch.cuda
             if self.cuda_index is None:
                 self.cuda_index = cuda.current_device()  # per thread in CUDA: only this one knows
-            self.cuda_allocated = int(cuda.memory_stats_as_nested_dict(self.cuda_index)
-                                      ["allocated_bytes"]["all"]["current"])
+            stats = cuda.memory_stats_as_nested_dict(self.cuda_index)
+            # (0 where torch has none, as `memory_allocated` says: CUDA not initialised yet)
+            self.cuda_allocated = int(stats.get("allocated_bytes", {}).get("all", {}).get("current", 0))
         except Exception as err:  # stop trying: steps go on without CUDA memory
             self.cuda_mem = self.cuda_device = False
             self.cuda_allocated = None
