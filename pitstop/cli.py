@@ -233,13 +233,13 @@ def _color(args: argparse.Namespace) -> bool:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from pitstop.headless import summary_text
+    from pitstop.headless import still_running, summary_text
     from pitstop.recorded import load_runs, sessions
 
     target = Path(args.record)
     if args.summary or args.plot or not sys.stdout.isatty():
         runs, notes = load_runs(target)
-        print(summary_text(runs, notes))
+        print(summary_text(runs, notes, alive=still_running(runs)))
         if args.plot:
             _plot(args, runs)
         return 0

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TextIO
 
 from pitstop.analysis import (
@@ -57,8 +57,32 @@ def _label(run: RunState) -> str:
     return f"{hello.script or 'run'}{rank} (pid {hello.pid})"
 
 
+def still_running(runs: list[RunState]) -> set[int]:
+    """The pids of these records' processes that still run, here, without an End: a hogwild child left
+    training after `kill -TERM` of its parent (as without pitstop) read as "gone (killed, e.g. SIGKILL or
+    OOM killer)". A pid taken since by another process (created after the record's Hello) is not it."""
+    import socket
+
+    import psutil
+
+    host = socket.gethostname()
+    alive = set()
+    for run in runs:
+        hello = run.hello
+        if hello is None or run.end is not None or hello.host != host:
+            continue
+        try:
+            proc = psutil.Process(hello.pid)
+            if proc.create_time() <= hello.started + 1.0 and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.add(hello.pid)
+        except (psutil.Error, OSError):
+            continue
+    return alive
+
+
 def summary_text(
-    runs: list[RunState], notes: list[str] | None = None, pid: int | None = None, exit_code: int | None = None
+    runs: list[RunState], notes: list[str] | None = None, pid: int | None = None, exit_code: int | None = None,
+    alive: Collection[int] = (),
 ) -> str:
     """The end-of-run summary for one or several processes; several get a job block first.
 
@@ -66,8 +90,8 @@ def summary_text(
     ranks of one job: each run gets its own summary, after a line saying so.
     `pid` and `exit_code`: the process the front started and how it ended,
     which wins over what that process's record says.
-    Called once every stream has ended (after the run, or on records), so a
-    rank whose stream has no End event is reported as gone.
+    Called once the run ended (or on records): a rank whose stream has no End
+    event is reported as gone, unless its pid is in `alive` (`still_running`).
     """
     groups = sessions(runs)
     blocks = []
@@ -81,6 +105,11 @@ def summary_text(
             blocks.append(f"== run {session or 'unknown'}: {script}, {len(members)} process(es) ==")
         if len(members) > 1:
             job = JobState.of_runs(members, closed=True)
+            for stream, member in job.runs.items():
+                if member.pid is not None and member.pid in alive:
+                    job.closed.discard(stream)  # still running: not gone
+                if pid is not None and exit_code is not None and member.pid == pid:
+                    job.exits[stream] = exit_code
             try:
                 figures = job_summary(job)
             except Exception as err:  # noqa: BLE001 - said; each rank's own summary follows

@@ -104,9 +104,9 @@ def _viewer(source: EventSource, **options: Any) -> int:
 
 
 def _summary_text(runs: list[Any], notes: list[str], pid: int, exit_code: int) -> str:
-    from pitstop.headless import summary_text
+    from pitstop.headless import still_running, summary_text
 
-    return summary_text(runs, notes, pid=pid, exit_code=exit_code)
+    return summary_text(runs, notes, pid=pid, exit_code=exit_code, alive=still_running(runs))
 
 
 def _job_plot(runs: list[Any], width: int, color: bool) -> str:

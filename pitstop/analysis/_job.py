@@ -10,7 +10,7 @@ from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
 from pitstop.analysis._rankphases import PhaseExcess, lagging_phases, main_phase, phase_excesses, rank_phases
 from pitstop.analysis._state import JobState, RunState
 from pitstop.analysis._stats import percentile
-from pitstop.analysis._summary import summarize
+from pitstop.analysis._summary import exit_code_text, summarize
 from pitstop.errors import reason_of
 from pitstop.events import ProfileWindow
 
@@ -187,10 +187,13 @@ def _streams(job: JobState) -> list[tuple[str, str, RunState]]:
     return [(by_id[id(run)], label, run) for label, run in job.ranks()]
 
 
-def rank_status(run: RunState, closed: bool) -> tuple[str, str | None]:
-    """("running" | "finished" | "gone", why gone). A stream is only gone once it closed."""
+def rank_status(run: RunState, closed: bool, exit_code: int | None = None) -> tuple[str, str | None]:
+    """("running" | "finished" | "gone", why gone). A stream is only gone once it closed.
+    `exit_code`: how the process ended where the front that started it saw it (no End in its record)."""
     end = run.end
     if end is None:
+        if closed and exit_code is not None:
+            return "gone", f"killed before it could record its end ({exit_code_text(exit_code)})"
         if closed:
             return "gone", "stream ended without an End event (killed, e.g. SIGKILL or OOM killer)"
         return "running", None
@@ -216,7 +219,7 @@ def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLE
     step_rates = []
     for stream, label, run in _streams(job):
         s = summarize(run, warmup)
-        status, why = rank_status(run, stream in job.closed)
+        status, why = rank_status(run, stream in job.closed, job.exits.get(stream))
         hello = run.hello
         if hello is not None:
             session = session or hello.session

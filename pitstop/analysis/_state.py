@@ -465,6 +465,9 @@ class JobState:
         # Streams known to have closed (socket gone, record read to its end): a
         # closed stream without an End event is a rank that died (see `job_summary`).
         self.closed: set[str] = set()
+        # How a stream's process ended where the front that started it saw it (its exit code), for
+        # a record without its End: a SIGTERM's 143 names the signal, not "SIGKILL or OOM".
+        self.exits: dict[str, int] = {}
 
     @classmethod
     def of_runs(cls, runs: list[RunState], closed: bool = True) -> JobState:
