@@ -332,7 +332,8 @@ class End:
     t: float
     steps: int
     dropped: int  # events dropped by the bounded queue
-    reason: str = "exit"  # "exit" | "exception" | "interrupted" | "trial-complete" (docs/events.md)
+    # "exit" | "exception" | "interrupted" | "terminated" | "trial-complete" | "signal" (docs/events.md)
+    reason: str = "exit"
     exit_code: int | None = None
     # Seconds of an evaluation pass after the last step (in no step: HF Trainer's final
     # evaluation); 0.0 when there was none. See docs/events.md.

@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,33 @@ class Fronts:
     viewer: Callable[..., int] = _viewer  # the TUI: run_viewer(source, log_path=, detach_hint=, tune=)
     summary: Callable[[list[Any], list[str], int, int], str] = _summary_text  # (runs, notes, pid, exit code)
     plot: Callable[[list[Any], int, bool], str] = _job_plot  # --plot: (runs, width, colour) -> text charts
+
+
+def record_end(runs: list[Any], pid: int, code: int) -> None:
+    """The process pitstop started died of a signal (a SIGTERM from a scheduler, a SIGKILL) before its
+    agent could write its `End`: the record gets the one pitstop saw, said on screen, so that a later
+    `pitstop view` says how it ended, not "still running (or the stream was cut)"."""
+    if not 128 < code < 128 + 65:
+        return
+    from pitstop.events import End
+    from pitstop.profiling.record import append_end
+
+    for run in runs:
+        hello = run.hello
+        if run.end is not None or hello is None or hello.pid != pid or not hello.record:
+            continue
+        end = End(t=time.time(), steps=run.total_steps, dropped=0, reason="signal", exit_code=code)
+        try:
+            written = append_end(Path(hello.record), end)
+        except OSError as err:
+            print(f"pitstop: the end of pid {pid} not recorded: {reason_of(err)}", file=sys.stderr)
+            continue
+        if written:
+            run.add(end)
+            print(f"pitstop: pid {pid} was killed before it could record its end ({code}); pitstop recorded it "
+                  f"in {hello.record}", file=sys.stderr)
+        else:
+            print(f"pitstop: the end of pid {pid} not recorded: {hello.record} ends in a cut write", file=sys.stderr)
 
 
 def tune_in_view(options: Sequence[str], target: Target) -> int:
@@ -308,6 +336,7 @@ class Run:
         assert self.settings is not None
         try:
             runs, notes = load_runs(Path(self.settings.record))
+            record_end(runs, pid, code)
             return self.fronts.summary(runs, notes, pid, code), runs
         except PitstopError as err:
             print(f"pitstop: no summary: {err}", file=sys.stderr)

@@ -202,6 +202,8 @@ def rank_status(run: RunState, closed: bool, exit_code: int | None = None) -> tu
         # A child that trained (hogwild), ended by SIGTERM from its parent: `with Pool()` ends
         # its workers that way once their work is done. Called "gone" (high), it read as a crash.
         return "finished", None
+    if end.reason == "signal" and end.exit_code is not None:  # its launcher recorded it (`runflow.record_end`)
+        return "gone", f"killed before it could record its end ({exit_code_text(end.exit_code)})"
     if end.reason not in ("exit", "trial-complete"):
         code = f", exit code {end.exit_code}" if end.exit_code is not None else ""
         return "gone", f"ended by {end.reason}{code}"

@@ -24,6 +24,8 @@ END_REASONS = {
     "exception": "died of an uncaught exception",
     "interrupted": "interrupted by SIGINT (Ctrl-C, or k in the viewer)",
     "trial-complete": "trial complete",
+    "terminated": "terminated by SIGTERM",
+    "signal": "killed by a signal before it could record its end",  # written by `pitstop run`, which saw it
 }
 # How each Step.mark reads where steps are counted (docs/events.md).
 MARK_WORDS = {"eval": "with evaluation", "profiled": "in profiler windows", "after-profile": "after profiler windows"}
@@ -132,7 +134,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         last_loss=run.last_loss(),
         nonfinite_losses=run.nonfinite_total,
         first_nonfinite_step=min(run.nonfinite_steps) if run.nonfinite_steps else None,
-        dropped=end.dropped if end is not None else None,
+        dropped=end.dropped if end is not None and end.reason != "signal" else None,  # (not counted: killed)
         end_reason=end.reason if end is not None else None,
         exit_code=end.exit_code if end is not None else None,
         device_type=run.device_type,

@@ -225,3 +225,42 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+# The end of a deflate stream after a sync flush: an empty final block (fixed Huffman, end-of-block).
+_EMPTY_FINAL_BLOCK = b"\x03\x00"
+_SYNC_MARK = b"\x00\x00\xff\xff"
+# A member holds at most BLOCK bytes of lines; compressed, far less: its start is in the last 256 KiB.
+_TAIL_SCAN = 1 << 18
+
+
+def closing_tail(handle: BinaryIO, size: int) -> tuple[int, bytes] | None:
+    """(where its last member starts, the bytes that make a compressed record whole again after its
+    writer died mid-member).
+
+    b"" when it already ends with a whole member; None when its end is not one a writer
+    left between two writes (a torn write, foreign bytes): then nothing may be appended.
+    The open member's deflate stream ends at a sync flush (`GzipBlocks.compress`), so an
+    empty final block and the gzip trailer (CRC-32 and length of its lines) close it.
+    """
+    start = max(0, size - _TAIL_SCAN)
+    handle.seek(start)
+    tail = handle.read(size - start)
+    at = len(tail)
+    while True:
+        at = tail.rfind(GZIP_MAGIC + b"\x08", 0, at)
+        if at < 0:
+            return None
+        unzip = zlib.decompressobj(31)
+        try:
+            data = unzip.decompress(tail[at:])
+        except zlib.error:
+            continue  # not a member's start (the bytes happened to look like one)
+        if unzip.unused_data:
+            continue  # a whole member that more bytes follow: the open one starts later (or not at all)
+        if unzip.eof:
+            return start + at, b""
+        if not (data.endswith(b"\n") and tail.endswith(_SYNC_MARK)):
+            return None
+        return start + at, _EMPTY_FINAL_BLOCK + (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little") \
+            + (len(data) & 0xFFFFFFFF).to_bytes(4, "little")

@@ -10,18 +10,21 @@ the last whole line and says so instead of failing.
 from __future__ import annotations
 
 import glob
+import gzip
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from pitstop.errors import RecordError, SchemaError
-from pitstop.events import Event, Hello, Loss, Step, encode
+from pitstop.events import End, Event, Hello, Loss, Step, encode
 from pitstop.profiling._linedecode import decode_events
 from pitstop.profiling._recordfile import (
     SUFFIX_GZ,
     GzipBlocks,
+    closing_tail,
     Lines,
     in_member,
     is_compressed,
@@ -123,6 +126,45 @@ class RecordWriter:
             finally:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def append_end(path: Path, end: End) -> bool:
+    """Append the `End` a process could not write (its launcher saw it die of a signal); False, and
+    the file as it was, where its last line or member is not whole (a write torn by the kill).
+
+    Only the launcher calls it, once the process is gone: nobody else writes the file. A compressed
+    record's open member is closed first (`closing_tail`); the line goes in a member of its own.
+    """
+    line = (encode(end) + "\n").encode()
+    size = path.stat().st_size
+    compressed = is_compressed(path)
+    with open(path, "r+b") as handle:
+        if compressed:
+            closing = closing_tail(handle, size)
+            if closing is None:
+                return False
+            start, tail = closing
+            blocks = GzipBlocks()
+            data = tail + blocks.compress(line) + blocks.finish()
+        else:
+            start = max(0, size - 1)
+            handle.seek(start)
+            if size and handle.read(1) != b"\n":
+                return False
+            data = line
+        handle.seek(size)
+        handle.write(data)
+        handle.flush()
+        handle.seek(start)
+        written = handle.read()
+    try:  # read back from the last member (or the last byte before the line): whole, and ending with it
+        whole = gzip.decompress(written) if compressed else written
+        if whole.endswith(b"\n" + line) or whole == line:
+            return True
+    except (OSError, EOFError, zlib.error):
+        pass
+    os.truncate(path, size)
+    return False
 
 
 def record_lines(events: list[Event]) -> list[str]:

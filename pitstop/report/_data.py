@@ -236,7 +236,11 @@ def _overhead(data: ReportData) -> list[tuple[str, str]]:
     run, s = data.primary, data.summary
     out = []
     if run.end is not None:
-        out.append(("events dropped", f"{run.end.dropped} (the agent's bounded queue drops the oldest when full)"))
+        if run.end.reason == "signal":
+            out.append(("events dropped", "unknown: killed before its agent could count them (its end was "
+                        "recorded by pitstop run)"))
+        else:
+            out.append(("events dropped", f"{run.end.dropped} (the agent's bounded queue drops the oldest when full)"))
     else:
         out.append(("events dropped", "unknown: the record has no end event (killed, or still running)"))
     p50 = s.step_p50_s

@@ -67,6 +67,36 @@ def test_a_sigterm_reaches_the_trainings_handler_whenever_it_comes(
     assert (tmp_path / "checkpoint").exists() == (code == 7)
 
 
+def test_a_script_killed_by_sigterm_has_its_end_recorded_by_pitstop(tmp_path: Path, env: dict[str, str]) -> None:
+    from pitstop.events import End, Step
+    from pitstop.profiling.record import iter_record
+
+    records = tmp_path / "records"  # a session directory: compressed records, left with an open member
+    proc = _start(tmp_path, dict(env, SIG_DEFAULT_TERM="1"), "--headless", "--record", str(records))
+    try:
+        def stepped() -> bool:
+            files = list(records.glob("*.jsonl.gz"))
+            return bool(files) and any(isinstance(e, Step) for e in iter_record(files[0]))
+
+        wait_for(stepped, timeout=120, what="a recorded step")
+        proc.send_signal(signal.SIGTERM)
+        code, err = _ended(proc)
+    finally:
+        kill_group(proc)
+    assert code == 128 + signal.SIGTERM, err[-2000:]
+    assert "was killed before it could record its end (143); pitstop recorded it" in err, err[-2000:]
+    [record] = list(records.glob("*.jsonl.gz"))
+    events = list(iter_record(record))
+    end = events[-1]
+    assert isinstance(end, End) and (end.reason, end.exit_code) == ("signal", 143), end
+    assert end.steps == sum(isinstance(e, Step) for e in events) > 0
+    view = subprocess.run([sys.executable, "-m", "pitstop.cli", "view", str(records), "--summary"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert "killed by a signal before it could record its end (exit code 143 (SIGTERM))" in view.stdout, view.stdout
+    assert "still running" not in view.stdout
+    assert not _left_running()
+
+
 def test_sigusr1_reaches_the_script_and_training_goes_on(tmp_path: Path, env: dict[str, str]) -> None:
     proc = _start(tmp_path, env, "--headless")
     try:

@@ -4,7 +4,8 @@ SIG_DIR gets: `ready` once the handlers are installed (tests wait on it),
 `checkpoint` from the SIGTERM handler, a line in `usr1` and in `int` per
 SIGUSR1 / SIGINT with the step it came at, and `steps` at a normal end. A
 `finish` file in SIG_DIR ends the loop; a SIGINT ends it INT_GRACE_S later
-(the time a second, duplicated SIGINT would need to show).
+(the time a second, duplicated SIGINT would need to show). With SIG_DEFAULT_TERM
+set, SIGTERM keeps its default action (the process dies of it).
 """
 import os
 import signal
@@ -35,7 +36,8 @@ def note(name: str):
     return handler
 
 
-signal.signal(signal.SIGTERM, on_term)
+if not os.environ.get("SIG_DEFAULT_TERM"):  # else SIGTERM kills it, as it kills most scripts
+    signal.signal(signal.SIGTERM, on_term)
 signal.signal(signal.SIGUSR1, note("usr1"))
 signal.signal(signal.SIGINT, note("int"))
 model = torch.nn.Linear(32, 1)
