@@ -40,7 +40,7 @@ from pitstop.errors import reason_of
 from pitstop.events import Note
 from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts (issue 13)
 from pitstop.profiling.sources import SocketSource
-from pitstop.recorded import JOB_FULL_RANKS, annotate, job_lines, load_runs, primary, sessions  # load_runs re-exported, as exit_code_of
+from pitstop.recorded import JOB_FULL_RANKS, annotate, children_of, job_lines, load_runs, primary, sessions  # load_runs re-exported, as exit_code_of
 
 STATUS_INTERVAL_S = float(os.environ.get("PITSTOP_STATUS_INTERVAL", "5"))
 # A line is printed when it changed (a new step, a rank that ended); an unchanged
@@ -258,13 +258,28 @@ class StatusPrinter:
         if len(ranks) == 1:
             line = _status(ranks[0][1])
         else:
-            line = " || ".join(f"r{i} {_status(run)}" for i, (_, run) in enumerate(ranks))
+            runs = [run for _, run in ranks]
+            line = " || ".join(f"{_short(label, run)} {_job_status(run, runs)}" for label, run in ranks)
         if key != self._key:
             self._key, self._changed_at, self._printed_at = key, now, now
             self._print(f"pitstop | {line}")
         elif now - self._printed_at >= QUIET_REPEAT_S:
             self._printed_at = now
             self._print(f"pitstop | {line} | unchanged for {now - self._changed_at:.0f} s")
+
+
+def _short(label: str, run: RunState) -> str:
+    """"r1" for rank 1; "pid 4242" for a process of no rank (a hogwild child: not rank 1 of a job)."""
+    return f"r{run.rank}" if run.rank is not None else label
+
+
+def _job_status(run: RunState, runs: list[RunState]) -> str:
+    """`_status`, but a process that has not stepped while its children train says so (not "still setting up")."""
+    if run.last_step is None and run.end is None:
+        children = children_of(run, runs)
+        if children:
+            return f"trains in {len(children)} child processes ({', '.join(str(c.pid) for c in children)})"
+    return _status(run)
 
 
 def _status(run: RunState) -> str:

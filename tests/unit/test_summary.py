@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -338,6 +339,23 @@ def test_status_lines_come_on_change_and_a_quiet_run_is_said_once_a_minute() -> 
     assert [line.split(" | ")[1] for line in lines[2:4]] == ["step 0", "step 1"]
     assert lines[4].startswith("pitstop | step 1") and lines[4].endswith("| unchanged for 60 s")
     assert len(lines) == 5
+
+
+def test_a_parent_whose_children_train_says_so_and_processes_without_a_rank_go_by_pid() -> None:
+    # pytorch/examples' mnist_hogwild: "r0 first training step not done ... still setting up" for the
+    # parent that waits for its two trainers, and r1, r2 for processes that are no job's ranks.
+    out, clock, job = io.StringIO(), _Clock(), JobState()
+    printer = StatusPrinter(out, clock=clock)
+    parent = Hello(schema=2, pitstop_version="0.1.0", session="s", pid=10, ppid=1, host="h", argv=["main.py"],
+                   cwd="/", started=100.0, python="3.11", script="main.py")
+    job.add(StreamBatch("p", [parent]))
+    for pid in (11, 12):
+        job.add(StreamBatch(f"c{pid}", [replace(parent, pid=pid, ppid=10, parent_pid=10),
+                                       Step(t=101.0, step=0, wall=1.0, data_wait=0.0)]))
+    printer.tick(job)
+    line = out.getvalue()
+    assert line.startswith("pitstop | pid 10 trains in 2 child processes (11, 12) || pid 11 step 0"), line
+    assert "setting up" not in line and "r1" not in line
 
 
 def test_the_agents_warnings_are_said_at_once_and_its_info_notes_are_not() -> None:
