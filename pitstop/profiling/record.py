@@ -24,8 +24,8 @@ from pitstop.profiling._linedecode import decode_events
 from pitstop.profiling._recordfile import (
     SUFFIX_GZ,
     GzipBlocks,
-    closing_tail,
     Lines,
+    closing_tail,
     in_member,
     is_compressed,
     one_member,
