@@ -218,13 +218,18 @@ class RunState:
         if worker_cpu:
             self.cpu_workers_sum += sum(worker_cpu)
             self.cpu_workers_n += 1
+        main_unread = False  # the process's first sample: its CPU has no interval yet
         for p in s.procs:
             if p.role == "main":
                 if p.cpu is not None:
                     self.cpu_main_sum += p.cpu
                     self.cpu_main_n += 1
+                else:
+                    main_unread = True
                 self.peak_rss = _max(self.peak_rss, p.rss)
-        if s.system_cpu is not None:
+        # The machine's CPU over the same samples as the process's: with the first one (from the
+        # sampler's start, often idle) in it, a run read "main 1.21 cores, machine 0.98 of 2".
+        if s.system_cpu is not None and not main_unread:
             self.system_cpu_sum += s.system_cpu
             self.system_cpu_n += 1
         if s.alloc_retries is not None:

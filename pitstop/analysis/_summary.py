@@ -377,15 +377,19 @@ def end_text(s: Summary, exit_code: int | None = None) -> str:
     `exit_code` is the process's own, where the front saw it end; it wins over
     the record's (a bare `raise SystemExit(3)` is not seen from inside).
     """
+    # The agent writes every ~0.5 s: what it held when the kill came is not in the record (a Trainer
+    # killed by SIGUSR1 had logged 565 steps, its record 559).
+    lost = "; its last ~0.5 s of steps were not written"
     if s.end_reason is None:
         if exit_code is None:
             return "still running (or the stream was cut)"
-        return f"killed before it could record its end ({exit_code_text(exit_code)})"
+        return f"killed before it could record its end ({exit_code_text(exit_code)}){lost}"
     text = END_REASONS.get(s.end_reason, s.end_reason)
     if s.stopped:
         text = "stopped from a viewer (k: SIGINT)" if s.end_reason == "interrupted" else f"stopped from a viewer (k), then {text}"
     code = exit_code if exit_code is not None else s.exit_code
-    return f"{text} ({exit_code_text(code)})" if code is not None else text
+    text = f"{text} ({exit_code_text(code)})" if code is not None else text
+    return text + lost if s.end_reason == "signal" else text
 
 
 def status_line(run: RunState, warmup: int = WARMUP) -> str:

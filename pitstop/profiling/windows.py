@@ -295,7 +295,10 @@ class ProfilerWindows:
         if _other_profiler_active():
             if scheduled and not self._demand:
                 self.skipped += 1
-            self._note_once("foreign", "info", "another torch profiler is active; pitstop's windows wait for it")
+            # Said on screen (a warning): accelerate's profiler example ran its own all along, and the
+            # headless summary had no window and no word of why.
+            self._note_once("foreign", "warn", "another torch profiler is active (the script's own?); pitstop's "
+                            "profiler windows wait for it: no kernel or op tables until it stops")
             return
         trigger = "demand" if self._demand else "schedule"
         self._demand = False

@@ -31,7 +31,7 @@ from pitstop.analysis import SERIES
 from pitstop.profiling._recordfile import file_offset, is_compressed
 from pitstop.recorded._index import Checkpoint, SavedState, StreamIndex
 
-FORMAT = 2  # 2: positions of events (compressed records, `steps` lines), not bytes
+FORMAT = 3  # 2: positions of events (compressed records, `steps` lines), not bytes; 3: machine CPU folded as the process's
 SUFFIX = ".index"
 _PROBE = 4096  # bytes of the record checked at each end of what an index covers
 

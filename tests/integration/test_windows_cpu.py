@@ -129,6 +129,19 @@ def test_profiler_failure_becomes_a_note_not_an_exception(monkeypatch: pytest.Mo
     assert not torch.autograd.profiler._is_profiler_enabled  # nothing left recording
 
 
+def test_the_scripts_own_profiler_keeps_its_trace_and_pitstops_windows_wait_said_as_a_warning() -> None:
+    # accelerate's examples/by_feature/profiler.py profiles every epoch itself.
+    sink = Sink()
+    w = ProfilerWindows(every=3, active=2, first=1, trace_dir=None, device_type="cpu", emit=sink.emit, note=sink.note)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as own:
+        _train(w, 12)
+    w.close()
+    assert sink.windows == []  # pitstop's windows waited
+    assert any(e.key == "aten::addmm" for e in own.key_averages())  # the script's own tables are whole
+    warns = [m for lvl, m in sink.notes if lvl == "warn"]
+    assert len(warns) == 1 and "another torch profiler is active" in warns[0], sink.notes
+
+
 def _classifier() -> tuple[Any, Any, Any]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))

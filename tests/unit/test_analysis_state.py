@@ -115,6 +115,17 @@ def test_sample_totals_cover_gpu_cpu_and_workers() -> None:
     assert (run.first_alloc_retries, run.last_alloc_retries, run.last_ooms) == (2, 5, 0)
 
 
+def test_the_machines_cpu_is_averaged_over_the_samples_the_process_cpu_is() -> None:
+    # accelerate's checkpointing example: "cpu main 1.21 cores, machine 0.98 of 2": the machine's mean took in
+    # the first sample (system 0.0, from the sampler's start), where the process's CPU has no reading yet.
+    run = RunState()
+    run.add(Sample(t=1.0, procs=[Proc(pid=1, role="main", cpu=None, rss=5)], system_cpu=0.0))
+    for i in range(4):
+        run.add(Sample(t=2.0 + i, procs=[Proc(pid=1, role="main", cpu=120.0, rss=5)], system_cpu=60.0))
+    assert run.cpu_main_sum / run.cpu_main_n == 120.0
+    assert run.system_cpu_sum / run.system_cpu_n == 60.0  # 2 cores: 1.2 of 2, not 0.96
+
+
 def test_losses_record_nonfinite_once_and_keep_the_latest_finite() -> None:
     run = RunState()
     run.add(Loss(t=1.0, steps=[0, 1, 2], values=[2.0, 1.5, None], nonfinite=[2]))
