@@ -55,6 +55,17 @@ class LossBatch:
         return event
 
 
+def _per_step(values: list[float], counts: list[int] | None) -> list[float]:
+    """The values read, one per step: each step's parts added up (`counts`: parts per step)."""
+    if counts is None:
+        return values
+    out, at = [], 0
+    for n in counts:
+        out.append(sum(values[at:at + n]))
+        at += n
+    return out
+
+
 def flush(agent: Any, block: bool) -> None:
     """Read the agent's pending losses (see module doc); `block`: wait for copies still in flight."""
     agent._last_loss_flush = time.perf_counter()
@@ -62,27 +73,31 @@ def flush(agent: Any, block: bool) -> None:
     try:
         read = sorted(s for s, v in pending.items() if isinstance(v, float))  # CPU: read at backward
         if read:
-            agent._loss_reads.append((read, [pending[s] for s in read], None))
+            agent._loss_reads.append((read, [pending[s] for s in read], None, None))
         steps = sorted(pending.keys() - set(read))  # tensors: read here, in one copy
         if steps:
-            tensors = [pending[s] for s in steps]
+            # A step of gradient accumulation holds its micro-steps' losses (`StepClock._combine`):
+            # copied with the rest, added up once read.
+            parts = [pending[s] if type(pending[s]) is list else [pending[s]] for s in steps]
+            tensors = [t for step in parts for t in step]
+            counts = [len(step) for step in parts] if len(tensors) > len(steps) else None
             torch = agent.torch
             if tensors[0].device.type == "cuda":
                 stacked = torch.stack([t.reshape(()).float() for t in tensors])
                 host = stacked.to("cpu", non_blocking=True)
                 done = torch.cuda.Event()
                 done.record()
-                agent._loss_reads.append((steps, host, done))
+                agent._loss_reads.append((steps, host, done, counts))
             else:
-                agent._loss_reads.append((steps, torch.stack([t.reshape(()).float() for t in tensors]), None))
+                agent._loss_reads.append((steps, torch.stack([t.reshape(()).float() for t in tensors]), None, counts))
         still = []
-        for steps, host, done in agent._loss_reads:
+        for steps, host, done, counts in agent._loss_reads:
             if done is not None and not block and not done.query():
-                still.append((steps, host, done))
+                still.append((steps, host, done, counts))
                 continue
             if done is not None:
                 done.synchronize()
-            agent.emit(loss_event(steps, host if isinstance(host, list) else host.tolist()))
+            agent.emit(loss_event(steps, _per_step(host if isinstance(host, list) else host.tolist(), counts)))
         agent._loss_reads = still
     except Exception as err:
         agent._loss_reads = []

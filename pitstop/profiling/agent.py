@@ -119,7 +119,7 @@ class Agent:
         self._steps = StepEvents(self.phases)  # the writer's side of the queue: steps and CPU losses to events
         self._model_optimizers = 0  # optimizers counted in the last Model event
         self._pending_losses: dict[int, Any] = {}  # step -> loss tensor (GPU), copied in batches (_losses.flush)
-        self._loss_reads: list[tuple[list[int], Any, Any]] = []
+        self._loss_reads: list[tuple[list[int], Any, Any, Any]] = []  # (steps, values, done event, parts per step)
         self._last_loss_flush = _perf()
         self._rss_fd: int | None = None
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

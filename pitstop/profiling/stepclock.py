@@ -31,9 +31,12 @@ What it decides:
   loader of its own to build the model (`_symbolic_build`): one batch is not
   an evaluation. The evaluation in the partial step at the process's end
   (after the last step) is `finish()`'s.
-- The loss of a step: the last loss a backward of that step passed in. Held
-  backward calls that turn out to be one optimizer step (a GAN's, gradient
-  accumulation's) give that step the last of their losses.
+- The loss of a step: the last loss a backward of that step passed in; where
+  several backward calls outside an optimizer step fed one optimizer's step
+  (gradient accumulation's micro-steps, also held backward calls that turn out
+  to be one optimizer step), their sum (`_combine`: the mean loss where the
+  script divides each by their number, as HF Trainer, accelerate, Lightning and
+  nanoGPT do). With several optimizers (a GAN), the last.
 - The step's anatomy (issue 14 §5): forward is from the latest boundary (a batch
   fetched, a backward or an optimizer step ended, an eval stretch closed, the
   step began) to the start of each backward; backward is inside each backward;
@@ -131,6 +134,7 @@ class StepClock:
         self._eval_t1 = 0.0
         self._eval_told = False
         self._loss: Any = None  # the last loss a backward of this step passed in (opaque: a float or a tensor)
+        self._losses: list[Any] = []  # the losses of its backward calls outside optimizer steps (`_step_loss`)
         self._phased = False  # a backward or an optimizer step was stamped in this step
         self._fwd = self._bwd = self._opt = 0.0
         self._spans: list[tuple[int, Any, Any]] | None = [] if self.marker is not None else None
@@ -193,6 +197,8 @@ class StepClock:
         self.backwards += 1
         if loss is not None:
             self._loss = loss
+            if not self._open:  # (a closure's backward evaluates the same step's loss again)
+                self._losses.append(loss)
         if started is not None:  # the phases: forward from the latest boundary to here, then backward
             mark = self._mark
             if mark is None:
@@ -411,7 +417,30 @@ class StepClock:
         start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
         phases = (self._fwd, self._bwd, self._opt, self._spans) if self._phased else None
         self._mark = now
-        return [now, start, wait, samples, eval_s, evaluated, train, self._loss, phases]
+        return [now, start, wait, samples, eval_s, evaluated, train, self._step_loss(), phases]
+
+    def _step_loss(self) -> Any:
+        """The step's loss: the last a backward passed in, or, where several backward calls outside
+        an optimizer step fed one optimizer's step (gradient accumulation), their sum (`_combine`)."""
+        return self._loss if len(self._losses) < 2 else self._combine(self._losses)
+
+    def _combine(self, losses: list[Any]) -> Any:
+        """One step's loss from its parts' (in order), None where none was read.
+
+        Where one optimizer trains, their sum: HF Trainer, accelerate, Lightning and nanoGPT
+        divide each micro-step's loss by the k micro-steps before its backward, so the sum is
+        the mean loss they log (the last alone read 0.17 for accelerate's 0.69 at k = 4). Where
+        several do (a GAN's), the last. Floats add up here; tensors (a GPU's) are listed, and
+        added up when read (`_losses.flush`): adding them here would launch a kernel.
+        """
+        present = [loss for loss in losses if loss is not None]
+        if len(present) < 2 or len(self.optimizers) > 1:
+            return present[-1] if present else None
+        if all(type(loss) is float for loss in present):
+            return sum(present)
+        if any(type(loss) is float for loss in present):
+            return present[-1]  # (a float and a tensor: a loss moved between devices; not added up)
+        return [part for loss in present for part in (loss if type(loss) is list else [loss])]
 
     def _eval_span(self, acc: list[Any] | None, now: float) -> tuple[bool, float]:
         """(evaluated, seconds): the stretch from the first evidence of evaluation to its last."""
@@ -464,7 +493,8 @@ class StepClock:
         self._others = 0
         start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
         phases = (self._fwd, self._bwd, self._opt, None) if phased else None
-        loss = self._loss
+        loss = self._loss if len(self._losses) < 2 else self._step_loss()
+        self._losses.clear()
         self._mark = self.t_last = now
         self._unused = self._fwd_samples = self._fwd_end = self._loss = None
         self._fwd = self._bwd = self._opt = 0.0
@@ -484,8 +514,7 @@ class StepClock:
                     step[3] = held[3] if step[3] is None else step[3] + held[3]
                 step[4] += held[4]
                 step[5] = step[5] or held[5]
-            if step[7] is None:  # the latest loss: the step's own, else the last held one's
-                step[7] = next((held[7] for held in reversed(self._pending) if held[7] is not None), None)
+            step[7] = self._combine([*(held[7] for held in self._pending), step[7]])
             for held in reversed(self._pending):
                 step[8] = _sum_phases(held[8], step[8])
             self._pending = []

@@ -84,3 +84,16 @@ def test_cpu_losses_reach_the_record_in_batches_after_their_steps_and_before_its
     nine = [float(f"{v:.9g}") for v in values]  # the record keeps 9 digits: every float32 loss exactly
     assert first["values"][6:] == nine[6:32] and second["values"] == nine[32:]
     assert [line["step"] for line in lines if line["kind"] == "step"] == list(range(40))
+
+
+def test_a_steps_micro_step_losses_held_as_tensors_are_read_in_one_copy_and_added_up(tmp_path: Path) -> None:
+    import torch
+
+    agent = new_agent(tmp_path)
+    agent.torch = torch
+    # (a GPU's losses stay tensors until read; these are on the CPU, read by the same path)
+    agent._pending_losses = {0: [torch.tensor(0.25), torch.tensor(0.5)], 1: torch.tensor(0.75),
+                             2: [torch.tensor(0.125)] * 4}
+    agent.flush_losses(block=True)
+    losses = [e for e in agent._queue if isinstance(e, events.Loss)]
+    assert [(e.steps, e.values) for e in losses] == [([0, 1, 2], [0.75, 0.75, 0.5])]

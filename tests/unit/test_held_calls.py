@@ -119,7 +119,9 @@ def test_on_cuda_the_hooks_hold_the_steps_between_probes_and_only_probes_are_tim
     # Probes every 0.02 s of a run of ~1 ms steps: a few of its steps carry CUDA tokens, and
     # the marker is called in those steps only (~5 tokens a step), never between them.
     assert 2 <= len(timed) < steps, timed
-    assert set(marked) <= set(timed) | {0}, (sorted(set(marked) - set(timed)), timed)
+    # (the token a probe takes where the step before it ends is counted in the probe's step, and the
+    # run may end right after a probe was set: its token then names the step that never came)
+    assert set(marked) <= set(timed) | {0, steps}, (sorted(set(marked) - set(timed)), timed)
     assert len(marked) <= 8 * (len(timed) + 1)
 
 

@@ -226,18 +226,41 @@ def test_a_gan_step_carries_the_loss_of_its_last_backward_even_while_backwards_a
         c.on_backward(r.tick(0.01), ("G", i))
         c.on_optimizer_step("G", r.tick(0.01))
     # D is the clock: step i ends at D's step; its last backward is errD_fake of iteration i
-    # (G's backward of iteration i is in step i + 1, before that step's own D backwards).
-    assert [s["loss"] for s in r.steps] == [("D-fake", i) for i in range(6)]
+    # (G's backward of iteration i is in step i + 1, before that step's own D backwards). Two
+    # optimizers: the last, not a sum. Step 0, before G stepped, reads as one optimizer's: its two
+    # backward calls' losses together (dcgan's errD = errD_real + errD_fake).
+    assert [s["loss"] for s in r.steps][1:] == [("D-fake", i) for i in range(1, 6)]
+    assert r.steps[0]["loss"] == [("D-real", 0), ("D-fake", 0)]
 
 
-def test_gradient_accumulation_gives_the_step_the_last_micro_step_loss() -> None:
+def test_gradient_accumulation_gives_the_step_the_sum_of_its_micro_steps_losses() -> None:
+    # HF Trainer, accelerate, Lightning, nanoGPT: each micro-step's loss divided by the 8 before its backward.
     r = Recorder()
     c = r.clock
     for step in range(3):
         for micro in range(8):
-            c.on_backward(r.tick(0.01), (step, micro))
+            c.on_backward(r.tick(0.01), (0.5 + step + micro / 100) / 8)
         c.on_optimizer_step("opt", r.tick(0.01))
-    assert [s["loss"] for s in r.steps] == [(0, 7), (1, 7), (2, 7)]
+    # The mean loss of each step's micro-steps, as those scripts log it (the last alone was an eighth of it);
+    # step 0's micro-steps were held as backward boundaries until the optimizer stepped, and add up too.
+    assert [s["loss"] for s in r.steps] == pytest.approx([0.535, 1.535, 2.535])
+
+
+def test_a_gpus_micro_step_losses_are_listed_for_one_copy_and_a_closures_are_not_added() -> None:
+    r = Recorder()
+    c = r.clock
+    for step in range(2):
+        for micro in range(3):
+            c.on_backward(r.tick(0.01), ("tensor", step, micro))  # (tensors are opaque to the clock)
+        c.on_optimizer_step("opt", r.tick(0.01))
+    c.on_optimizer_start("lbfgs", r.tick(0.01))  # a closure's backward calls: the same loss again and again
+    for i in range(3):
+        c.on_backward(r.tick(0.01), 1.0 - i / 10)
+    c.on_optimizer_step("lbfgs", r.tick(0.01))
+    c.on_optimizer_step("opt", r.tick(0.01))
+    assert r.steps[0]["loss"] == [("tensor", 0, m) for m in range(3)]
+    assert r.steps[1]["loss"] == [("tensor", 1, m) for m in range(3)]
+    assert r.steps[2]["loss"] == pytest.approx(0.8)  # the closure's last, not added up
 
 
 def test_a_held_backward_without_a_loss_leaves_the_last_loss_that_was_read() -> None:
