@@ -117,6 +117,7 @@ class StepClock:
         self.backwards = 0
         self.closures = 0  # backward calls inside a running optimizer step
         self.opened_at = 0.0  # perf_counter stamp of the outermost running optimizer step's start
+        self._closure_loss = False  # a backward inside the running optimizer step gave the step a loss
         self._reset()
 
     def _reset(self) -> None:
@@ -197,7 +198,10 @@ class StepClock:
         self.backwards += 1
         if loss is not None:
             self._loss = loss
-            if not self._open:  # (a closure's backward evaluates the same step's loss again)
+            if not self._open:
+                self._losses.append(loss)
+            elif not self._closure_loss:  # a closure's first: Lightning's last micro-step runs in its closure
+                self._closure_loss = True  # (LBFGS evaluates the same loss ~20 times a step: once counts)
                 self._losses.append(loss)
         if started is not None:  # the phases: forward from the latest boundary to here, then backward
             mark = self._mark
@@ -272,6 +276,7 @@ class StepClock:
             self.abandon(key)  # still open: its previous step raised
         if not self._open:
             self.opened_at = now
+            self._closure_loss = False
         self._open.append([key, token])
         if self._seg_t0 is not None:  # an evaluation between closure steps ends here
             self._close_segment(now)

@@ -263,6 +263,21 @@ def test_a_gpus_micro_step_losses_are_listed_for_one_copy_and_a_closures_are_not
     assert r.steps[2]["loss"] == pytest.approx(0.8)  # the closure's last, not added up
 
 
+def test_lightnings_accumulation_adds_the_micro_step_its_closure_runs() -> None:
+    # Lightning (accumulate_grad_batches=4) runs the last micro-step's forward and backward inside
+    # optimizer.step(closure): pitstop summed the other three (0.9424 for 1.2962), and at an epoch's
+    # end (two micro-steps) read the closure's alone.
+    r = Recorder()
+    c = r.clock
+    for micro_steps in (4, 4, 2):
+        for micro in range(micro_steps - 1):
+            c.on_backward(r.tick(0.01), (1.0 + micro) / 4)
+        c.on_optimizer_start("sgd", r.tick(0.001))
+        c.on_backward(r.tick(0.01), (1.0 + micro_steps - 1) / 4)  # in the closure
+        c.on_optimizer_step("sgd", r.tick(0.001))
+    assert [s["loss"] for s in r.steps] == pytest.approx([2.5, 2.5, 0.75])
+
+
 def test_a_held_backward_without_a_loss_leaves_the_last_loss_that_was_read() -> None:
     r = Recorder()
     c = r.clock
