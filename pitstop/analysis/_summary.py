@@ -27,6 +27,13 @@ END_REASONS = {
     "terminated": "terminated by SIGTERM",
     "signal": "killed by a signal before it could record its end",  # written by `pitstop run`, which saw it
 }
+# How steps were counted, where it is not a torch optimizer's steps: Keras's own optimizer applies
+# its updates (every 2nd backward with gradient_accumulation_steps=2: 37 updates, 75 steps) unseen.
+COUNTED_BY = {
+    "backward": "counted at each backward call: no torch.optim optimizer stepped (manual updates, or a "
+                "framework's own optimizer: steps it accumulates over are not seen)",
+    "manual": "marked by the script (pitstop.step())",
+}
 # How each Step.mark reads where steps are counted (docs/events.md).
 MARK_WORDS = {"eval": "with evaluation", "profiled": "in profiler windows", "after-profile": "after profiler windows"}
 # A Note from this source says a viewer asked the agent to stop the script (`k`).
@@ -76,6 +83,7 @@ class Summary:
     skipped: tuple[str, ...] = ()  # what it could not: "batch_size (train loader 1): a custom batch_sampler"
     notes: tuple[str, ...] = ()  # the agent's warnings and errors: "prometheus: metrics endpoint off: ..."
     phases: PhaseSplit | None = None  # the measured steps' anatomy (analysis._anatomy.phase_split)
+    counted_by: str | None = None  # the latest step's `source`: "optimizer" | "backward" | "manual"
 
 
 def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
@@ -143,6 +151,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         skipped=_skipped(run),
         notes=_notes(run),
         phases=phase_split_of(window),
+        counted_by=run.steps[-1].source if run.steps else None,
     )
 
 
@@ -273,6 +282,9 @@ def format_summary(
     if s.elapsed_s is not None:
         steps += f" in {s.elapsed_s:.1f} s"
     lines.append(_row("steps", steps))
+    how = COUNTED_BY.get(s.counted_by or "")
+    if how:
+        lines.append(_row("", how))
     if s.marked:
         kept = ", ".join(f"{n} {MARK_WORDS.get(mark, mark)}" for mark, n in s.marked)
         lines.append(_row("", f"kept out of training figures: {kept}"))

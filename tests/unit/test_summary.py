@@ -392,3 +392,16 @@ def test_the_tui_does_not_say_num_workers_0_when_the_workers_of_a_2_worker_run_h
     solo.add(Sample(t=101.0, procs=[Proc(pid=1, role="main", cpu=99.0, rss=1)]))
     assert ("workers", "none (num_workers=0: batches load in the main process)") in [
         (r.label, r.value) for r in cpu_rows(solo)]
+
+
+@pytest.mark.parametrize("source, said", [("backward", "counted at each backward call"),
+                                          ("manual", "marked by the script"), ("optimizer", None)])
+def test_the_summary_says_how_steps_were_counted_where_no_torch_optimizer_did(source: str, said: str | None) -> None:
+    # Keras's own optimizer with gradient_accumulation_steps=2 applied 37 updates; pitstop counted 75 backward calls.
+    run = RunState()
+    run.add_all([hello(), *(Step(t=101.0 + i, step=i, wall=1.0, data_wait=0.0, source=source) for i in range(8))])
+    text = format_summary(summarize(run), [])
+    if said is None:
+        assert "counted at" not in text and "marked by" not in text
+    else:
+        assert said in text.splitlines()[3], text
