@@ -580,7 +580,7 @@ class Agent:
                 self._read_allocated()
             if self.cuda_allocated is not None:
                 mem = (self.cuda_allocated, self.cuda_reserved, self.cuda_peak)
-        if phases is not None and phases[3] is None and self.phases.marker is not None:
+        if phases is not None and not phases[3] and self.phases.marker is not None:
             phases = None  # on CUDA, a step not timed on the GPU: its host stamps time launches
         windows = self.windows
         if mark is None and windows is not None:
