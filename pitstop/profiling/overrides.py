@@ -3,10 +3,14 @@
 DataLoader knobs are applied where the script builds its DataLoader:
 `[dataloader]` to the training loader, `[eval_dataloader]` to evaluation
 loaders. Which is which is decided as the loader is built, before any batch:
-a loader whose sampler shuffles (or is the script's own sampler), or the first
+first by the function that builds it, where its name says (Lightning's
+`train_dataloader` / `val_dataloader` hooks, HF Trainer's
+`get_train_dataloader` / `get_eval_dataloader`: Lightning builds its validation
+loader first, for its sanity check, and a tuned batch size went to it); else a
+loader whose sampler shuffles (or is the script's own sampler), or the first
 DataLoader the script builds, is a training loader; a sequential one built
-after the first is an evaluation loader (Lightning, HF Trainer and most
-scripts shuffle their training loader and not their eval loaders). autocast, cudnn.benchmark, channels-last
+after the first is an evaluation loader (most scripts shuffle their training
+loader and not their eval loaders). autocast, cudnn.benchmark, channels-last
 and CPU threads are applied process-wide when torch is imported. What applied and what did not (and why)
 goes into the stream as DataLoaderInfo and Applied events, so a record proves
 what a run really used.
@@ -19,12 +23,18 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import time
 from typing import Any
 
 from pitstop.events import Applied, DataLoaderInfo
 
 DATALOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
+# The functions frameworks (and scripts after them) build their loaders in: Lightning's hooks, HF Trainer's getters.
+TRAIN_BUILDERS = frozenset({"train_dataloader", "get_train_dataloader"})
+EVAL_BUILDERS = frozenset({"val_dataloader", "test_dataloader", "predict_dataloader", "eval_dataloader",
+                           "get_eval_dataloader", "get_test_dataloader"})
+BUILDER_DEPTH = 12  # frames looked at above the DataLoader's construction
 
 
 class Overrides:
@@ -124,13 +134,15 @@ class Overrides:
         extra = values.pop("kwargs", None)  # a subclass signature with **kwargs
         if extra:
             values.update(extra)
-        if self._is_training(values):
+        built_in = builder_role()
+        if built_in[0] if built_in is not None else self._is_training(values):
             want = dict(self.loader)
         else:
             want = dict(self.eval_loader)
+            how = f"built in {built_in[1]}()" if built_in is not None else "sequential, built after the first"
             for knob in self.loader:
                 if knob not in want:
-                    skipped[knob] = "an evaluation DataLoader (sequential, built after the first): [dataloader] sets the training one"
+                    skipped[knob] = f"an evaluation DataLoader ({how}): [dataloader] sets the training one"
         if not want:
             return args, kwargs, applied, skipped
         cuda = self.torch.cuda.is_available() if getattr(self.torch.version, "cuda", None) else False
@@ -202,6 +214,22 @@ class Overrides:
             )
         )
         return self._loaders
+
+
+def builder_role() -> tuple[bool, str] | None:
+    """(True: training, or False: evaluation; the function's name) where a function building this DataLoader
+    is named for one (`TRAIN_BUILDERS`, `EVAL_BUILDERS`), the nearest first; None where none is. Once a loader."""
+    frame = sys._getframe(1)
+    for _ in range(BUILDER_DEPTH):
+        if frame is None:
+            return None
+        name = frame.f_code.co_name
+        if name in TRAIN_BUILDERS:
+            return True, name
+        if name in EVAL_BUILDERS:
+            return False, name
+        frame = frame.f_back
+    return None
 
 
 def _shuffles(loader: Any) -> bool | None:

@@ -66,3 +66,21 @@ def test_no_workers_unsets_the_scripts_worker_only_arguments_instead_of_crashing
                     prefetch_factor=4, multiprocessing_context="spawn")
     assert (loader.num_workers, loader.persistent_workers, loader.multiprocessing_context) == (0, False, None)
     assert agent.events[0].overrides["num_workers"] == 0
+
+
+def test_the_function_building_a_loader_names_its_role_before_its_order_does() -> None:
+    # Lightning builds its validation loader first (the sanity check), in the module's `val_dataloader`;
+    # the training one, sequential (BoringModel's), after it: [dataloader] batch_size=16 went to validation.
+    agent = _Agent()
+    overrides = Overrides(agent, torch, {"dataloader": {"batch_size": 16}, "eval_dataloader": {"num_workers": 1}})
+
+    def val_dataloader() -> DataLoader:
+        return _build(overrides, batch_size=4)
+
+    def train_dataloader() -> DataLoader:
+        return _build(overrides, batch_size=4)
+
+    validation, train = val_dataloader(), train_dataloader()
+    assert (validation.batch_size, validation.num_workers) == (4, 1)
+    assert (train.batch_size, train.num_workers) == (16, 0)
+    assert agent.events[0].skipped["batch_size"].startswith("an evaluation DataLoader (built in val_dataloader())")
