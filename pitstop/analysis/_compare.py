@@ -64,6 +64,7 @@ class StepComparison:
     confidence: float = CONFIDENCE
     min_effect: float = MIN_EFFECT
     reason: str = ""  # why "too short", or what to keep in mind
+    per: str = "step"  # what `ratio` times: a training "step", or a "sample" (the runs' batch sizes differ)
 
     @property
     def change(self) -> float | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pitstop.analysis import (
     PHASE_LABELS,
@@ -104,6 +105,19 @@ class Comparison:
     notes: tuple[str, ...]  # too short, different lengths, forced, no windows
 
 
+def _median_samples(steps: list[Any]) -> float:
+    known = sorted(s.samples for s in steps if s.samples)
+    return float(known[len(known) // 2]) if known else 0.0
+
+
+def _batch_changed(a: list[Any], b: list[Any]) -> bool:
+    """Both runs say every measured step's samples, and their median batch differs (HF Trainer at batch 16
+    against its tuned 64: "B is slower: 0.31x the throughput of A" for +25% samples/s)."""
+    if not a or not b or not all(s.samples for s in a) or not all(s.samples for s in b):
+        return False
+    return _median_samples(a) != _median_samples(b)
+
+
 def primary(runs: list[RunState]) -> RunState:
     """Rank 0's run, else the first (as the summary does)."""
     job = JobState.of_runs(runs)
@@ -116,12 +130,21 @@ def build(a_path: str, a_runs: list[RunState], b_path: str, b_runs: list[RunStat
           forced: str = "", warmup: int = WARMUP) -> Comparison:
     """Compare two loaded runs (each: every process of one job). Raises nothing for odd data."""
     pa, pb = primary(a_runs), primary(b_runs)
-    wa = [s.wall for s in pa.measured_steps(warmup)]
-    wb = [s.wall for s in pb.measured_steps(warmup)]
+    sa, sb = pa.measured_steps(warmup), pb.measured_steps(warmup)
+    wa = [s.wall for s in sa]
+    wb = [s.wall for s in sb]
     side_a = _side("A", a_path, a_runs, pa, wa)
     side_b = _side("B", b_path, b_runs, pb, wb)
-    stats = compare_steps(wa, wb)
+    per_sample = _batch_changed(sa, sb)
+    if per_sample:  # a step of B is not a step of A: the time of a sample is (a tuned batch size)
+        stats = replace(compare_steps([s.wall / s.samples for s in sa if s.samples],
+                                      [s.wall / s.samples for s in sb if s.samples]), per="sample")
+    else:
+        stats = compare_steps(wa, wb)
     notes = []
+    if per_sample:
+        notes.append(f"the batch size differs (A {_median_samples(sa):g}, B {_median_samples(sb):g} samples a step): "
+                     "the verdict compares the time per sample")
     if forced:
         notes.append(f"compared with --force although {forced}")
     if stats.reason:

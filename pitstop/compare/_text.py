@@ -22,7 +22,7 @@ def verdict_text(c: StepComparison) -> str:
     interval = ""
     if c.low is not None and c.high is not None:
         interval = f", {c.confidence:.0%} interval {fmt.change(c.low - 1)} to {fmt.change(c.high - 1)}"
-    step = f"step time {fmt.change(c.ratio - 1)}{interval}"
+    step = f"{'time per sample' if c.per == 'sample' else 'step time'} {fmt.change(c.ratio - 1)}{interval}"
     if c.verdict == "faster":
         return f"B is faster: {1 / c.ratio:.2f}x the throughput of A ({step})"
     if c.verdict == "slower":

@@ -21,7 +21,7 @@ from pitstop.analysis._compare import (
 )
 from pitstop.cli import main
 from pitstop.compare import EXIT_OK, EXIT_SLOWER, EXIT_TOO_SHORT, compare_paths, gate, script_key, to_json
-from pitstop.compare._text import distribution_plot
+from pitstop.compare._text import distribution_plot, verdict_text
 from pitstop.events import DataLoaderInfo, End, Hello, OpStat, ProfileWindow, Runtime, Step, encode
 
 
@@ -114,7 +114,8 @@ def test_runs_of_very_different_lengths_are_fast_to_compare() -> None:
 
 # -- records, comparability, gate, text ------------------------------------------
 def write_record(path: Path, step_walls: list[float], script: str = "train.py", workers: int = 0,
-                 session: str = "s1", ops: dict[str, float] | None = None, rank: int | None = None) -> Path:
+                 session: str = "s1", ops: dict[str, float] | None = None, rank: int | None = None,
+                 batch: int = 32) -> Path:
     events: list[object] = [
         Hello(schema=1, pitstop_version="0.1.0", session=session, pid=100 + (rank or 0), ppid=1, host="h",
               argv=["python", script], cwd="/", started=1000.0, python="3.11.7", script=script, rank=rank,
@@ -126,7 +127,7 @@ def write_record(path: Path, step_walls: list[float], script: str = "train.py", 
     t = 1001.0
     for i, w in enumerate(step_walls):
         t += w
-        events.append(Step(t=t, step=i, wall=w, data_wait=w * 0.5 if workers == 0 else 0.0, samples=32, loader=1))
+        events.append(Step(t=t, step=i, wall=w, data_wait=w * 0.5 if workers == 0 else 0.0, samples=batch, loader=1))
     if ops is not None:
         events.append(ProfileWindow(t=t, step_start=10, step_end=15, device="cpu",
                                     ops=[OpStat(name=k, calls=5, self_us=v * 5, total_us=v * 5) for k, v in ops.items()],
@@ -151,6 +152,18 @@ def test_compare_paths_finds_the_faster_run_and_what_changed(tmp_path: Path) -> 
     data = json.loads(to_json(c, 5, EXIT_OK))
     assert data["verdict"] == "faster" and data["fail_if_slower"] == {"pct": 5, "exit_code": 0}
     assert "walls" not in data["a"] and data["steps"]["change"] < -0.4
+
+
+def test_a_larger_batch_that_gives_more_samples_a_second_is_faster_though_its_steps_are_longer(tmp_path: Path) -> None:
+    # HF Trainer at batch 16 against its tuned 64: "B is slower: 0.31x the throughput of A" for +25% samples/s.
+    a = write_record(tmp_path / "a.jsonl", walls(120, 0.10, seed=1), batch=16)
+    b = write_record(tmp_path / "b.jsonl", walls(120, 0.32, seed=2), batch=64, session="s2")
+    c = compare_paths(a, b)
+    assert (c.steps.verdict, c.steps.per) == ("faster", "sample")
+    assert c.steps.ratio == pytest.approx(0.32 / 4 / 0.10, rel=0.05)
+    text = verdict_text(c.steps)
+    assert text.startswith("B is faster: 1.2") and "time per sample" in text, text
+    assert any("the batch size differs (A 16, B 64" in n for n in c.notes)
 
 
 def test_cli_compare_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
