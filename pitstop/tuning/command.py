@@ -24,7 +24,7 @@ from pitstop.profiling.launch import Target, typed_env
 from pitstop.tuning.guard import FileGuard
 from pitstop.tuning.journal import Journal, JournaledEvaluator, companion, default_journal
 from pitstop.tuning.journalformat import Record, Start, Totals, TrialProgress, TrialStart, TuneEnd
-from pitstop.tuning.report import format_report, progress_line, tick_line, to_json, tune_status
+from pitstop.tuning.report import batch_tried, format_report, progress_line, tick_line, to_json, tune_status
 from pitstop.tuning.results import Candidate, TrialResult
 from pitstop.tuning.runner import FIRST_STEP_TIMEOUT, FIRST_TRIAL_LIMIT, Tick, TrialRunner, TrialSpec, path_hint
 from pitstop.tuning.space import Space, build_space, parse_knobs
@@ -331,7 +331,8 @@ def _ended(outcome: Outcome, code: int, written: str | None, confirming: bool, a
     elif outcome.winner is None:
         no_config = outcome.message or "nothing could be measured"
     else:
-        no_config = "nothing beat the script's own settings by more than the noise"
+        no_config = (outcome.message if outcome.message.startswith("slower than the script's own settings")
+                     else "nothing beat the script's own settings by more than the noise")
     winner = outcome.winner
     return TuneEnd(time.time(), "finished" if code == 0 else "failed", code, outcome.message,
                    winner.label() if winner is not None else None, winner.as_dict() if winner is not None else None,
@@ -384,7 +385,7 @@ def provenance(outcome: Outcome, target: Target, args: argparse.Namespace, elaps
         "confirmation_rounds": outcome.rounds,
         "trials": len(outcome.results),
         "tune_seconds": round(elapsed, 1),
-        "batch_size_tuned": bool(outcome.space and outcome.space.batch_tuned),
+        "batch_size_tuned": bool(outcome.space and outcome.space.batch_tuned and batch_tried(outcome)),
     }
 
 

@@ -255,6 +255,8 @@ class Confirming:
         elif self.budget.allows(MIN_CONFIRM_TRIALS, MIN_CONFIRM_TRIALS * self._slice()[1]):
             floor = 1.0 + self.noise_floor
             which = ("a win beyond the noise" if judged.beaters
+                     else "slower than the script's own settings"
+                     if any(v * (1.0 + noise) < 1.0 for v in judged.score.values())
                      else f"no effect beyond the {self.noise_floor:.0%} floor"
                      if all(v <= floor for v in judged.score.values())
                      else "slower than the script's own settings in a round")
@@ -265,6 +267,11 @@ class Confirming:
             out.winner, out.throughput, out.speedup = Candidate(), base_c.median, 1.0
             shown = ", ".join(f"{c.candidate.label()} x{score[c.candidate]:.2f}" for c in judged.alive
                               if c.candidate in score)
+            slower = [c for c in judged.alive if c.candidate in score and score[c.candidate] * (1.0 + noise) < 1.0]
+            if slower:  # a config at x0.51 read "nothing beat the script's own settings by more than the noise"
+                out.message = ("slower than the script's own settings beyond the noise (±{:.1%}): {}".format(
+                    noise, ", ".join(f"{c.candidate.label()} x{score[c.candidate]:.2f}" for c in slower)))
+                return out
             out.message = ("nothing beat the script's own settings by more than the noise "
                            f"(±{noise:.1%})" + (f": {shown} in the rounds" if shown else ""))
             if rounds < 2 and any(v > 1.0 for v in score.values()):

@@ -108,7 +108,7 @@ def format_report(outcome: Outcome, title: str = "", confirm_command: str = "") 
             lines += [f"  {SHORT.get(k, k)}: {why}" for k, why in space.skipped.items()]
         lines.append("")
         if space.batch_tuned:
-            lines.append("Batch size: tuned (--batch-size): see the learning-rate guidance in the config.")
+            lines.append(batch_line(outcome))
         else:
             why = space.skipped.get("batch_size")
             lines.append(f"Batch size: not tuned: {why}." if why else "Batch size: not tuned.")
@@ -142,6 +142,21 @@ def machine_line(outcome: Outcome) -> str:
     if outcome.discarded:
         text += f"; {outcome.discarded} round(s) discarded and run again as that load moved within them"
     return text
+
+
+def batch_tried(outcome: Outcome) -> bool:
+    """A trial ran with a batch size of its own (--batch-size asked for it; the budget may end first)."""
+    return any(r.candidate.get("batch_size") for r in outcome.results)
+
+
+def batch_line(outcome: Outcome) -> str:
+    """What --batch-size did: the ignite tune said "tuned: see the learning-rate guidance" with no batch
+    trial run and no guidance written."""
+    if not batch_tried(outcome):
+        return "Batch size: not tried: the budget ended before the batch trials (a larger --budget runs them)."
+    if outcome.winner is not None and outcome.winner.get("batch_size"):
+        return "Batch size: tuned (--batch-size): see the learning-rate guidance in the config."
+    return "Batch size: tried (--batch-size); the script's own batch size stays."
 
 
 def winner_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:
@@ -211,7 +226,7 @@ def to_json(outcome: Outcome, config_path: str | None) -> dict[str, Any]:
         "stopped": outcome.stopped,
         "message": outcome.message,
         "skipped": dict(space.skipped) if space else {},
-        "batch_size_tuned": bool(space and space.batch_tuned),
+        "batch_size_tuned": bool(space and space.batch_tuned and batch_tried(outcome)),
         "notes": [*(space.notes if space else []), *outcome.notes],
         "trials": [r.to_dict() | {"label": r.candidate.label()} for r in outcome.results],
         "config": config_path,

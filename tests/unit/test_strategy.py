@@ -334,7 +334,10 @@ def test_never_picks_what_its_own_confirmation_measured_slower() -> None:
         sim = Sim(lucky_once, seed, first={2: (1.5, 0.02), 4: (1.5, 0.02)})
         outcome, _ = search(lucky_once, sp, budget=Budget(trials=12), sim=sim)
         assert outcome.confirmed and outcome.winner == Candidate(), outcome.contests
-        assert "nothing beat" in outcome.message and not outcome.improves
+        # (the tune of ignite's mnist confirmed a config at x0.51 and said "nothing beat the script's own
+        # settings by more than the noise"; it is slower, and says so)
+        assert outcome.message.startswith("slower than the script's own settings beyond the noise"), outcome.message
+        assert "amp=bf16 x0.9" in outcome.message and not outcome.improves
 
 
 def test_amp_losses_are_judged_against_repeated_runs_of_the_scripts_own_settings() -> None:

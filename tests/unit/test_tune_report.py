@@ -118,3 +118,26 @@ def test_the_step_counter_reads_only_whole_lines_as_they_are_written(tmp_path: P
     with open(record, "a") as f:  # what the agent's writer writes: consecutive steps in one line
         f.write(encode_steps([Step(t=12.0 + i, step=2 + i, wall=1.0, data_wait=0.0) for i in range(3)]) + "\n")
     assert counter.read() == 5
+
+
+def test_batch_size_is_said_tuned_only_where_a_batch_trial_ran() -> None:
+    # ignite's tune: "Batch size: tuned (--batch-size): see the learning-rate guidance" with no batch trial
+    # run (the budget ended first), no guidance, and batch_size_tuned = true in the config.
+    from pitstop.tuning.report import batch_line
+    from pitstop.tuning.results import TrialResult
+    from pitstop.tuning.results import Candidate
+
+    base = TrialResult(candidate=Candidate(), steps=10, stage="baseline", status="ok", throughput=100.0)
+    amp = TrialResult(candidate=Candidate.of({"amp": "bf16"}), steps=10, stage="compute", status="ok", throughput=120.0)
+    batch = TrialResult(candidate=Candidate.of({"batch_size": 64}), steps=10, stage="batch", status="ok",
+                        throughput=90.0)
+
+    class _Outcome:
+        def __init__(self, results: list[TrialResult], winner: Candidate) -> None:
+            self.results, self.winner = results, winner
+
+    assert batch_line(_Outcome([base, amp], Candidate.of({"amp": "bf16"}))).startswith(  # type: ignore[arg-type]
+        "Batch size: not tried: the budget ended")
+    assert batch_line(_Outcome([base, amp, batch], Candidate.of({"amp": "bf16"}))) == (  # type: ignore[arg-type]
+        "Batch size: tried (--batch-size); the script's own batch size stays.")
+    assert "learning-rate guidance" in batch_line(_Outcome([base, batch], Candidate.of({"batch_size": 64})))  # type: ignore[arg-type]
