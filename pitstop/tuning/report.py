@@ -162,7 +162,13 @@ def batch_line(outcome: Outcome) -> str:
 def winner_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:
     out = _verdict_lines(outcome, confirm_command)
     machine = machine_line(outcome)
-    return out + [machine] if machine and outcome.winner is not None else out
+    if machine and outcome.winner is not None:
+        out.append(machine)
+        if outcome.improves and outcome.winner.get("threads"):
+            # ignite's mnist: threads=1 won x10.41 while a neighbour held a core; on the quiet machine 0.5-0.96x.
+            out.append("  threads is a win while other processes take cores, as they did here: on a quiet "
+                       "machine it can be slower; tune again (or `pitstop tune --confirm`) where it will train")
+    return out
 
 
 def _verdict_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:

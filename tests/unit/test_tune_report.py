@@ -141,3 +141,15 @@ def test_batch_size_is_said_tuned_only_where_a_batch_trial_ran() -> None:
     assert batch_line(_Outcome([base, amp, batch], Candidate.of({"amp": "bf16"}))) == (  # type: ignore[arg-type]
         "Batch size: tried (--batch-size); the script's own batch size stays.")
     assert "learning-rate guidance" in batch_line(_Outcome([base, batch], Candidate.of({"batch_size": 64})))  # type: ignore[arg-type]
+
+
+def test_a_threads_winner_measured_on_a_busy_machine_says_it_may_be_slower_on_a_quiet_one() -> None:
+    # ignite's mnist: threads=1 x10.41 while a neighbour held a core; 0.5-0.96x on the quiet machine.
+    base = result({}, 446.0, "baseline")
+    outcome = Outcome(baseline=base, results=[base], winner=Candidate.of({"threads": 1}), throughput=4641.0,
+                      baseline_throughput=446.0, speedup=10.41, interval=(10.41, 10.41), noise=0.049,
+                      confirmed=True, rounds=1, load=(1.0, 1.0), cpus=2,
+                      contests=[contest({"threads": 1}, 4641.0), contest({}, 446.0)])
+    text = format_report(outcome)
+    assert "machine: other processes kept 1.0 of 2 cores busy" in text
+    assert "on a quiet machine it can be slower" in text, text
