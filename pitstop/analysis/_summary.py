@@ -176,8 +176,15 @@ def _skipped(run: RunState) -> tuple[str, ...]:
     out = []
     if run.applied is not None:
         out += [f"{k}: {why}" for k, why in run.applied.skipped.items()]
+    # One line per knob and reason, its loaders listed: HF Trainer builds an eval loader at each
+    # evaluation, and the summary said the same skip eleven times.
+    scopes: dict[tuple[str, str], list[str]] = {}
     for dl in sorted(run.dataloaders.values(), key=lambda d: d.id):
-        out += [f"{k} ({_scope(run, dl.id)}): {why}" for k, why in dl.skipped.items()]
+        for k, why in dl.skipped.items():
+            scopes.setdefault((k, why), []).append(_scope(run, dl.id))
+    for (k, why), where in scopes.items():
+        shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
+        out.append(f"{k} ({shown}): {why}")
     return tuple(out)
 
 

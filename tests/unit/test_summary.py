@@ -405,3 +405,15 @@ def test_the_summary_says_how_steps_were_counted_where_no_torch_optimizer_did(so
         assert "counted at" not in text and "marked by" not in text
     else:
         assert said in text.splitlines()[3], text
+
+
+def test_a_skip_repeated_on_each_eval_loader_is_one_line_naming_them() -> None:
+    # HF Trainer builds an eval DataLoader at each evaluation: eleven "skipped batch_size (eval loader N)" lines.
+    run = RunState()
+    why = "an evaluation DataLoader (built in get_eval_dataloader()): [dataloader] sets the training one"
+    run.add_all([hello(), *(DataLoaderInfo(t=100.0 + i, id=i, num_workers=0, batch_size=32, pin_memory=False,
+                                           persistent_workers=False, prefetch_factor=None,
+                                           skipped={"batch_size": why}) for i in range(1, 7))])
+    skipped = summarize(run).skipped
+    assert len(skipped) == 1 and skipped[0].startswith("batch_size (") and skipped[0].endswith(why), skipped
+    assert "and 3 more" in skipped[0]
