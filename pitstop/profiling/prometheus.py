@@ -41,7 +41,8 @@ SAMPLE_MAX_AGE_S = 10.0
 LABELS = ("session", "rank", "local_rank", "host", "script")
 # Step field -> (gauge name, help): the latest value the agent stamped.
 MEMORY = {
-    "mem_allocated": ("pitstop_memory_allocated_bytes", "torch CUDA memory allocated as last read (at most ~0.1 s before the latest step)."),
+    "mem_allocated": ("pitstop_memory_allocated_bytes",
+                      "torch CUDA memory allocated as last read (at most ~0.1 s before the latest step)."),
     "mem_reserved": ("pitstop_memory_reserved_bytes", "torch CUDA memory reserved (latest reading)."),
     "mem_peak": ("pitstop_memory_peak_bytes", "torch CUDA peak memory allocated since start (latest reading)."),
     "host_rss": ("pitstop_host_rss_bytes", "Resident memory of the training process (latest reading)."),
