@@ -26,7 +26,7 @@ from pitstop.profiling._root import RootWatch, leading_dim
 _PERF = time.perf_counter
 # Hook calls held for the clock (`Agent.flush_stamps`): the writer thread takes them in at each
 # of its passes (`Agent._take_held`); the training thread itself only at a profiler window's
-# step, at a call the clock must decide at once, before a probe on CUDA (`agent.PROBE_S`), or
+# step, at a call the clock must decide at once, before a probe on CUDA (`_cuda.PROBE_S`), or
 # when this many are held (a writer that cannot keep up: ~4 calls a step, a few MB at most).
 HOLD_MAX = 16_384
 

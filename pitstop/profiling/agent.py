@@ -14,7 +14,7 @@ tuple per step to a queue that drops the oldest on overflow, builds the events
 (steps, and the losses read on the CPU), does all encoding and I/O, and takes
 the readings that need not be per step. The training thread runs the clock
 itself where it must decide at once (`flush_stamps`, `may_batch`), and on CUDA
-once a probe (`PROBE_S`).
+once a probe (`_cuda.PROBE_S`).
 
 Every part fails closed: an error is logged once as a Note and that part
 switches off; nothing raises into the training loop.
@@ -35,7 +35,7 @@ from typing import Any
 
 from pitstop._version import __version__
 from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step, encode
-from pitstop.profiling import _children, _losses, _watch
+from pitstop.profiling import _children, _cuda, _losses, _watch
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling._stepevents import StepEvents
@@ -49,10 +49,6 @@ _perf = time.perf_counter
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
 WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 LOSS_BATCH, LOSS_MAX_AGE_S = _losses.LOSS_BATCH, _losses.LOSS_MAX_AGE_S
-# On CUDA the training thread takes one step in itself at most this often (a probe): it times that
-# step's phases with CUDA events, reads the allocated bytes and starts the losses' copy. The steps
-# between are held for the writer thread like a CPU run's and carry no phases and the last reading.
-PROBE_S = 0.1
 
 _current: Agent | None = None
 
@@ -108,7 +104,7 @@ class Agent:
         self.held_base = 0
         self.batched_steps = 0
         self._taking = False  # the held calls are being taken in (by either thread): no step is direct
-        # On CUDA: when the hooks hand the next step to the training thread (a probe: `_time_next`),
+        # On CUDA: when the hooks hand the next step to the training thread (a probe: `_cuda.time_next`),
         # and when the last one was. Never on the CPU.
         self.probe_due = float("inf")
         self._probed_at = float("-inf")
@@ -124,14 +120,8 @@ class Agent:
         self._rss_fd: int | None = None
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self.rss_now: int | None = None  # refreshed by the writer thread; stamped on each step
-        # CUDA memory. The hooks set `cuda_device` (a CUDA build with a GPU); the
-        # writer thread sets `cuda_mem` once the script itself initialised CUDA
-        # (never per step: a script that trains on the CPU of a GPU machine would
-        # ask torch on every step), and reads the allocator's reserved and peak
-        # bytes at 2 Hz for the steps to carry. The allocated bytes are read by the
-        # training thread at the end of a probe's step (`PROBE_S`), not per step:
-        # `torch.cuda.memory_allocated` builds, flattens and sorts the whole allocator
-        # statistics dict (~100 us of Python alone here, a dict of its shape, tight loop).
+        # CUDA memory (`_cuda.py`): the hooks set `cuda_device` (a CUDA build with a GPU),
+        # the writer thread `cuda_mem` once the script itself initialised CUDA.
         self.cuda_device = False
         self.cuda_mem = False
         self.cuda_index: int | None = None  # the training thread's device, read at its first CUDA step
@@ -308,25 +298,7 @@ class Agent:
             _watch.install_late(self)  # torch imported past the import watcher: hooked now, and said
         self.blind.check(self)
         if self.cuda_device:
-            self._read_cuda()
-
-    def _read_cuda(self) -> None:
-        """CUDA once the script initialised it; then the allocator's figures of the training device."""
-        try:
-            if not self.cuda_mem:
-                self.cuda_mem = self.hooks.cuda_ready()  # the training thread reads allocated bytes from now on
-                return
-            index = self.cuda_index
-            if index is None:  # no step has read it yet
-                return
-            stats = self.torch.cuda.memory_stats(index)
-            self.cuda_stats = stats
-            self.cuda_reserved = stats.get("reserved_bytes.all.current")
-            self.cuda_peak = stats.get("allocated_bytes.all.peak")
-        except Exception as err:  # stop trying: steps go on without CUDA memory
-            self.cuda_mem = self.cuda_device = False
-            self.cuda_stats, self.cuda_reserved, self.cuda_peak = {}, None, None
-            self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
+            _cuda.read_cuda(self)
 
     def _drain(self, final: bool = False) -> None:
         """Write what the queue holds. A step whose CUDA phase events the GPU has not reached yet
@@ -441,14 +413,14 @@ class Agent:
         inside a running optimizer step (is it still on the stack?), another optimizer's
         step, a manual step, the step a profiler window starts at; `stop` takes the rest in.
         `step_end`: called where a held step just ended (the hooks, when a probe is due on
-        CUDA): the next step may be the probe (`_time_next`).
+        CUDA): the next step may be the probe (`_cuda.time_next`).
         """
         with self._stamps_lock:
             self._take_stamps()
             self.batched_steps = 0
             self.held_base = self.clock.index
             if step_end is not None:
-                self._time_next(step_end)
+                _cuda.time_next(self, step_end)
             self.batching = self.may_batch()
 
     def _take_stamps(self, writer: bool = False) -> None:
@@ -467,23 +439,6 @@ class Agent:
                 call[0](*call[1:])
         finally:
             self._taking = False
-
-    def _time_next(self, now: float) -> None:
-        """On CUDA, as a step the training thread cut ends: whether the next step is a probe.
-
-        A probe is taken in at once (`may_batch` is False while the clock's marker is set),
-        its phases are timed with CUDA events and it reads the allocated bytes (`_on_step`);
-        the steps between carry no phases (the host's stamps time launches there, not work)."""
-        if not self.cuda_device:  # (a CPU run, or CUDA readings switched off): no probes
-            self.probe_due = float("inf")
-            return
-        if now - self._probed_at >= PROBE_S:
-            self._probed_at = now
-            self.probe_due = now + PROBE_S
-            if self.phases.marker is not None:
-                self.clock.time_next(self.phases.marker)
-        elif self.clock.marker is not None:
-            self.clock.time_next(None)
 
     def _take_held(self) -> None:
         """Writer thread: the calls the hooks hold, taken in at each pass (before the queue is written).
@@ -575,9 +530,9 @@ class Agent:
             return
         direct = not self._taking
         mem = None
-        if self.cuda_mem:  # reserved and peak: as the writer thread last read them (`_read_cuda`)
+        if self.cuda_mem:  # reserved and peak: as the writer thread last read them (`_cuda.read_cuda`)
             if direct and self._mem_probe != self._probed_at:  # the first step since a probe began
-                self._read_allocated()
+                _cuda.read_allocated(self)
             if self.cuda_allocated is not None:
                 mem = (self.cuda_allocated, self.cuda_reserved, self.cuda_peak)
         if phases is not None and not phases[3] and self.phases.marker is not None:
@@ -603,26 +558,10 @@ class Agent:
                 self.windows = None
                 self.note("warn", "profiler", f"profiler windows off: {err}")
         if direct and self.cuda_device:
-            self._time_next(now)
+            _cuda.time_next(self, now)
         trial = self._trial_steps
         if trial is not None and index + 1 >= trial:
             self.finish_trial()
-
-    def _read_allocated(self) -> None:
-        """The training device's allocated bytes, at the end of a probe's step (at most every
-        `PROBE_S`): the allocator's statistics as torch holds them, not flattened and sorted."""
-        self._mem_probe = self._probed_at
-        try:
-            cuda = self.torch.cuda
-            if self.cuda_index is None:
-                self.cuda_index = cuda.current_device()  # per thread in CUDA: only this one knows
-            stats = cuda.memory_stats_as_nested_dict(self.cuda_index)
-            # (0 where torch has none, as `memory_allocated` says: CUDA not initialised yet)
-            self.cuda_allocated = int(stats.get("allocated_bytes", {}).get("all", {}).get("current", 0))
-        except Exception as err:  # stop trying: steps go on without CUDA memory
-            self.cuda_mem = self.cuda_device = False
-            self.cuda_allocated = None
-            self.note("warn", "agent", f"CUDA memory reading off: {err}", once="cuda-mem")
 
     # ---- losses -----------------------------------------------------------
     def flush_losses(self, block: bool) -> None:

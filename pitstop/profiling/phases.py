@@ -101,7 +101,7 @@ class PhaseClock:
     """The agent's step phases: picks the clock at the first backward, and reads the steps' events (writer thread)."""
 
     def __init__(self, clock: Any, note: Callable[..., None]) -> None:
-        self.clock = clock  # the StepClock: its `marker` is set for the steps timed (`Agent._time_next`)
+        self.clock = clock  # the StepClock: its `marker` is set for the steps timed (`_cuda.time_next`)
         self.note = note  # Agent.note
         self.marker: Callable[[], Any] | None = None  # the CUDA marker while the CUDA clock is on
 

@@ -46,7 +46,7 @@ What it decides:
   "other" (the agent: compute minus the three). With a `marker` (CUDA), each
   stamp also records an opaque token, and the step carries the token pairs that
   bound each phase for a reader to time later (profiling/phases.py). The agent
-  sets the marker for the steps it times (`time_next`: one every `PROBE_S` on
+  sets the marker for the steps it times (`time_next`: one every `_cuda.PROBE_S` on
   CUDA), not for every step.
 """
 

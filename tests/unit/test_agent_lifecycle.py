@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pitstop.events import End, Event, Hello, Sample, Step
-from pitstop.profiling import agent as agent_module
+from pitstop.profiling import _cuda as cuda_module
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
 from pitstop.profiling.record import iter_record, record_files
@@ -196,7 +196,7 @@ def test_the_training_thread_asks_torch_only_for_the_allocated_bytes_and_once_a_
     assert (steps[0].mem_reserved, steps[0].mem_peak) == (None, None)  # before the writer's first read
     assert all((s.mem_reserved, s.mem_peak) == (4000, 2000) for s in steps[1:])
     assert hooks.calls["report_model"] == 1
-    monkeypatch.setattr(agent_module, "PROBE_S", 0.0)  # a probe at every step from here:
+    monkeypatch.setattr(cuda_module, "PROBE_S", 0.0)  # a probe at every step from here:
     agent.manual_step(8)  # this step ends by deciding one,
     agent.manual_step(8)  # which reads them at its end, and so on
     agent.manual_step(8)

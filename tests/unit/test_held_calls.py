@@ -34,8 +34,8 @@ if not held:
 Hooks(agent).install(torch)
 marked = []  # the steps a CUDA marker was called in
 if sys.argv[1] == "cuda":  # as on a GPU: the hooks hold plain steps between probes, which a marker times
-    import pitstop.profiling.agent as agent_module
-    agent_module.PROBE_S = 0.02  # a few probes in this short run
+    import pitstop.profiling._cuda as cuda_module
+    cuda_module.PROBE_S = 0.02  # a few probes in this short run
     agent.cuda_device = True
     def marker():
         marked.append(agent.clock.index)

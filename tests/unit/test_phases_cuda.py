@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pitstop.events import Event, Note, Step
-from pitstop.profiling import agent as agent_module
+from pitstop.profiling import _cuda as cuda_module
 from pitstop.profiling import phases
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
@@ -88,7 +88,7 @@ def fresh_gpu() -> None:
 @pytest.fixture
 def every_step_timed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A probe at every step: each step's phases are timed on the GPU (the reader's tests)."""
-    monkeypatch.setattr(agent_module, "PROBE_S", 0.0)
+    monkeypatch.setattr(cuda_module, "PROBE_S", 0.0)
 
 
 def agent_on_cuda(tmp_path: Path) -> Agent:
@@ -231,7 +231,7 @@ def test_a_loss_on_the_cpu_keeps_the_host_clock(tmp_path: Path) -> None:
 def test_between_probes_the_training_thread_makes_no_cuda_call_and_the_steps_carry_no_phases(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A probe every hour: step 0 ends the first one's wait, step 1 is timed, none after it.
-    monkeypatch.setattr(agent_module, "PROBE_S", 3600.0)
+    monkeypatch.setattr(cuda_module, "PROBE_S", 3600.0)
     agent = agent_on_cuda(tmp_path)
     opt = object()
     train_step(agent, opt)
