@@ -498,7 +498,7 @@ class StepClock:
         self._others = 0
         start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
         phases = (self._fwd, self._bwd, self._opt, None) if phased else None
-        loss = self._loss if len(self._losses) < 2 else self._step_loss()
+        loss = self._step_loss()
         self._losses.clear()
         self._mark = self.t_last = now
         self._unused = self._fwd_samples = self._fwd_end = self._loss = None
