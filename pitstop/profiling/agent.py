@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import socket
 import sys
 import threading
@@ -34,20 +33,19 @@ from pathlib import Path
 from typing import Any
 
 from pitstop._version import __version__
-from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step, encode
-from pitstop.profiling import _children, _cuda, _losses, _watch
+from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step
+from pitstop.profiling import _children, _cuda, _losses, _serving, _watch, _writepass
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling._stepevents import StepEvents
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
-from pitstop.profiling.record import RecordWriter, record_lines, record_path_for
+from pitstop.profiling.record import RecordWriter, record_path_for
 from pitstop.profiling.stepclock import StepClock
 
 _perf = time.perf_counter
 
 QUEUE_MAX = 65_536  # events held for the writer; ~20 s of a 1 kHz step loop with samples
-WRITE_INTERVAL_S = 0.5  # writer thread period: viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 LOSS_BATCH, LOSS_MAX_AGE_S = _losses.LOSS_BATCH, _losses.LOSS_MAX_AGE_S
 
 _current: Agent | None = None
@@ -169,7 +167,7 @@ class Agent:
             self._rss_fd = os.open("/proc/self/statm", os.O_RDONLY)
         except OSError:
             self._rss_fd = None
-        self.rss_now = self._rss()
+        self.rss_now = _writepass.rss(self)
 
         script = settings.script or (sys.argv[0] if sys.argv else "")
         self.hello = Hello(
@@ -196,8 +194,8 @@ class Agent:
         )
         self._writer.write(self.hello)
         if settings.socket:
-            self._start_server(self.hello)
-        self._writer_thread = threading.Thread(target=self._write_loop, name="pitstop-writer", daemon=True)
+            _serving.start_server(self, self.hello)
+        self._writer_thread = threading.Thread(target=_writepass.loop, args=(self,), name="pitstop-writer", daemon=True)
         self._writer_thread.start()
         try:
             from pitstop.profiling.sampler import Sampler
@@ -232,37 +230,16 @@ class Agent:
             self._fork_hooked = True
             os.register_at_fork(after_in_child=self._after_fork_child)  # cannot be undone: the child checks
 
-    def _start_server(self, hello: Hello) -> None:
-        """The per-process socket live viewers connect to (and TCP with a token, with --listen)."""
-        settings = self.settings
-        try:
-            from pitstop.profiling.transport import AgentServer
+    # ---- the writer thread's pass (`_writepass.py`) ---------------------------
+    def _read_slow(self) -> None:
+        _writepass.read_slow(self)
 
-            tcp = token = None
-            if settings.listen and self.parent_pid is None:  # its port is the parent's (unix socket only)
-                from pitstop.profiling.transport import parse_hostport, read_token
+    def _drain(self, final: bool = False) -> None:
+        _writepass.drain(self, final)
 
-                host, port = parse_hostport(settings.listen)
-                tcp = (host, port + (_env_int("LOCAL_RANK") or 0))
-                token = read_token(Path(settings.token_file or ""))
-            self.server = AgentServer(
-                self._on_command,
-                {
-                    "pid": self.pid,
-                    "session": settings.session,
-                    "script": hello.script,
-                    "started": hello.started,
-                    "rank": self.rank,
-                    "record": hello.record,
-                    "cwd": hello.cwd,
-                },
-                tcp=tcp,
-                token=token,
-            )
-            self.server.publish([encode(hello)])
-        except Exception as err:
-            self.server = None
-            self.note("warn", "socket", f"live viewers unavailable: {err}")
+    def _step_event(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
+        """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
+        return self._steps.step(item, offset, final)
 
     # ---- emitting -------------------------------------------------------
     def emit(self, event: Event) -> None:
@@ -281,82 +258,6 @@ class Agent:
             return
         self._noted.add(key)
         self.emit(Note(t=time.time(), level=level, source=source, message=message))
-
-    def _write_loop(self) -> None:
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            next_t += WRITE_INTERVAL_S
-            self._stop.wait(max(0.0, next_t - time.monotonic()))
-            self._read_slow()
-            self._take_held()
-            self._drain()
-
-    def _read_slow(self) -> None:
-        """The readings steps carry that need not be taken per step (writer thread, 2 Hz)."""
-        self.rss_now = self._rss()
-        if self.hooks is None:
-            _watch.install_late(self)  # torch imported past the import watcher: hooked now, and said
-        self.blind.check(self)
-        if self.cuda_device:
-            _cuda.read_cuda(self)
-
-    def _drain(self, final: bool = False) -> None:
-        """Write what the queue holds. A step whose CUDA phase events the GPU has not reached yet
-        stops the pass (it and what follows wait for the next, in order), unless `final`.
-
-        The lines are the record's (`record_lines`: runs of steps as `steps` lines), encoded
-        once for the record and the viewers: one JSON line per event as well had been ~a
-        third of the writer's time (~15 us a step of ~0.3 ms steps, benchmarks/hotpath.py)."""
-        with self._write_lock:
-            events: list[Event] = []
-            queue = self._queue
-            perf = _perf()
-            offset = time.time() - perf  # steps carry perf_counter stamps; events carry wall time
-            while queue:
-                try:
-                    head = queue[0]
-                    if not final and type(head) is tuple and self.phases.pending(head[11], perf - head[1]):
-                        break
-                    events.extend(self._steps.events(queue.popleft(), offset, final))
-                except IndexError:
-                    break
-                except Exception as err:  # an event that cannot be built is dropped, not fatal
-                    self.dropped += 1
-                    self.note("warn", "writer", f"event dropped: {err}", once="encode")
-            if not events:
-                return
-            try:
-                lines = record_lines(events)
-            except Exception:  # an unencodable event is dropped, not the batch
-                lines = self._lines_one_by_one(events)
-            try:
-                self._writer.write_lines(lines)
-            except Exception as err:
-                if "writer-failed" not in self._noted:
-                    self._noted.add("writer-failed")
-                    sys.stderr.write(f"pitstop: recording stopped: {err}\n")
-            if self.server is not None:
-                self.server.publish(lines)
-            for tap in self.taps:
-                try:
-                    tap(events)
-                except Exception as err:
-                    self.taps.remove(tap)
-                    self.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
-
-    def _lines_one_by_one(self, events: list[Event]) -> list[str]:
-        lines: list[str] = []
-        for event in events:
-            try:
-                lines.extend(record_lines([event]))
-            except Exception as err:
-                self.dropped += 1
-                self.note("warn", "writer", f"event dropped: {err}", once="encode")
-        return lines
-
-    def _step_event(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
-        """The `Step` event of a tuple queued by `_on_step` (writer thread)."""
-        return self._steps.step(item, offset, final)
 
     # ---- the step clock (training thread) ------------------------------
     @property
@@ -492,19 +393,6 @@ class Agent:
                 self.windows = None
                 self.note("warn", "profiler", f"profiler windows off: {err}")
 
-    def _rss(self) -> int | None:
-        """Resident bytes of this process. Read on the writer thread (2 Hz), not per step:
-        a read per step on the training thread cost ~0.4% of a 10 ms step in an
-        in-process A/B (benchmarks/_overhead_ab.py, the read switched off in one
-        variant), far more than its 2 us in a tight loop."""
-        if self._rss_fd is None:
-            return None
-        try:
-            fields = os.pread(self._rss_fd, 128, 0).split()
-            return int(fields[1]) * self._page
-        except (OSError, IndexError, ValueError):
-            return None
-
     def _on_first_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
                        mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any) -> None:
         """Step 0: the model and the rank are reported (before a trial of one step ends the process)."""
@@ -567,21 +455,6 @@ class Agent:
     def flush_losses(self, block: bool) -> None:
         """Read pending losses without a per-step sync: one async copy per batch (`_losses.flush`)."""
         _losses.flush(self, block)
-
-    # ---- commands from viewers (socket thread) ------------------------------
-    def _on_command(self, cmd: str) -> str:
-        if cmd == "profile":
-            if self.windows is None:
-                return "profiler windows are off in this run (started with --profile off, or torch not imported yet)"
-            self.windows.request()
-            return f"profiling the next steps from step {self.step_index}"
-        if cmd == "stop":
-            self.note("info", "stop", f"stop requested by a viewer: SIGINT sent to pid {self.pid}")
-            os.kill(self.pid, signal.SIGINT)
-            return f"sent SIGINT to pid {self.pid}"
-        if cmd == "ping":
-            return "pong"
-        return f"unknown command {cmd!r} (known: profile, stop)"
 
     # ---- lifecycle ---------------------------------------------------------
     def finish_trial(self) -> None:

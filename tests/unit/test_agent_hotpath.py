@@ -14,7 +14,7 @@ import pytest
 from pitstop import events
 from pitstop.events import encode
 from pitstop.profiling._linedecode import decode_events
-from pitstop.profiling import agent as agent_mod
+from pitstop.profiling import _writepass
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
 
@@ -57,14 +57,14 @@ def test_per_step_the_training_thread_builds_no_event_and_encodes_nothing(tmp_pa
 
         return call
 
-    monkeypatch.setattr(agent_mod, "encode", counting("encode", agent_mod.encode))
+    monkeypatch.setattr(_writepass, "record_lines", counting("record_lines", _writepass.record_lines))
     for kind in (events.Step, events.Loss, events.Note):  # wherever they are built
         monkeypatch.setattr(kind, "__init__", counting(kind.__name__, kind.__init__))
     train(agent, [2.0 - i / 100 for i in range(100)])  # three batches' worth of CPU losses
     assert built == Counter()  # no event built or encoded on the training thread
     assert len(agent._queue) == 100 and all(type(item) is tuple for item in agent._queue)  # one entry a step
     agent._drain()  # the writer thread's pass
-    assert built["Step"] == 100 and built["Loss"] == 3
+    assert built["Step"] == 100 and built["Loss"] == 3 and built["record_lines"] == 1  # encoded once, all
 
 
 def test_cpu_losses_reach_the_record_in_batches_after_their_steps_and_before_its_end(tmp_path: Path) -> None:
