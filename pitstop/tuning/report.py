@@ -40,7 +40,7 @@ def progress_line(result: TrialResult, index: int, planned: int | None, base: Tr
     else:
         body = "-"
     tail = result.status if result.ok else f"{result.status}: {result.reason}"
-    if result.ok and result.notes:
+    if result.notes:  # (an unstable trial measured again says so on its own line)
         tail += " (" + "; ".join(result.notes) + ")"
     where = " (journal)" if result.from_journal else ""
     line = f"{head}  {body}  {tail}{where}  [{result.stage}, {steps_text(result)} steps]"

@@ -146,8 +146,10 @@ class Search(Confirming):
             # Unstable over less than --min-time: the windows measured the scheduler, not the
             # configuration (workers=2 at x3.66 over 0.57 s, ±70%, was dropped and the tune kept
             # the baseline with 2 trials unused). Measured again, long enough; it stands for both.
-            self.notes.append(f"{candidate.label()}: unstable over {result.measured_seconds:.2f} s of steps, "
-                              f"under --min-time: measured again over {longer} steps")
+            again = f"under --min-time: measured again over {longer} steps"
+            self.notes.append(f"{candidate.label()}: unstable over {result.measured_seconds:.2f} s of steps, {again}")
+            if self.on_result:  # its own progress line, before the one that stands for it
+                self.on_result(result.replace(notes=[*result.notes, again]), len(self.results), self.planned)
             result = self._run(candidate, longer, stage, explore, reserve)
             self.cache[key] = result
             return result

@@ -6,6 +6,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from pitstop.tuning.report import progress_line
 from pitstop.tuning.results import Candidate, Facts, TrialResult
 from pitstop.tuning.space import Space, build_space
 from pitstop.tuning.strategy import Budget, Outcome, Search
@@ -201,9 +202,14 @@ def test_an_unstable_trial_shorter_than_min_time_is_measured_again_long_enough()
             return r.replace(measured_seconds=seconds)
 
     trials = Short(lambda cfg: 100.0 * (3.7 if cfg["num_workers"] == 2 else 1.0), evidence={"num_workers": 2})
+    lines: list[str] = []
     outcome = Search(trials, lambda base: Space(own=dict(OWN), workers=[0, 1, 2]), Budget(trials=8), steps=30,
-                     min_seconds=1.0).run()
+                     min_seconds=1.0, on_result=lambda r, i, n: lines.append(progress_line(r, i, n, None))).run()
     assert trials.calls[1][0] == trials.calls[2][0] == Candidate.of({"num_workers": 2})
+    # Each trial that ran has its progress line, numbered in order: the short one says what came of it.
+    assert [line.split("]")[0] for line in lines[:3]] == ["[1/8", "[2/8", "[3/8"]
+    assert "unstable" in lines[1] and "measured again over 100 steps" in lines[1] and "30 steps" in lines[1]
+    assert "100 steps" in lines[2]
     assert trials.calls[2][1] == 100  # 30 steps over 0.30 s, scaled to 1 s
     assert outcome.winner == Candidate.of({"num_workers": 2})
     assert any("unstable over 0.30 s of steps, under --min-time: measured again over 100 steps" in n
