@@ -171,6 +171,7 @@ class Progress:
     closures: int  # backward calls inside a running optimizer step: LBFGS evaluates its closure ~20 times a step
     optimizer_s: float | None = None  # seconds the optimizer step running now has run; None: none is running
     optimizer: str | None = None  # that optimizer's class ("LBFGS"); None: none running, or not known
+    compiling_s: float | None = None  # seconds torch.compile has been compiling (its frames on a stack); None: not now
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ read as a hang. Every front (the tuner's progress line, the Trials view,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from pitstop.analysis import format as fmt
@@ -30,6 +31,11 @@ def progress_text(progress: Progress, clock: Callable[[float], str] = seconds_te
     Batches are left out while none was fetched: a script without a DataLoader
     (time_sequence_prediction) fetches none, and "0 batches" said nothing there.
     """
+    compiling = progress.compiling_s
+    if compiling is not None:
+        # The compile is what the first step is doing: said first, then the counters.
+        rest = progress_text(dataclasses.replace(progress, compiling_s=None), clock)
+        return f"torch.compile compiling for {clock(compiling)}; " + rest.removesuffix(": still setting up")
     batches = f"{fmt.count(progress.batches, 'batch', 'batches')} fetched" if progress.batches else ""
     backwards = fmt.count(progress.backwards, "backward", "backward")
     if progress.optimizer_s is not None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import io
 import sys
+import threading
 from pathlib import Path
-from types import FrameType, SimpleNamespace
+from types import FrameType, ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
 
 from pitstop.analysis import JobState, RunState, StreamBatch, first_step_status, progress_text
 from pitstop.events import Hello, Proc, Progress, Sample, Step, decode, encode
@@ -84,6 +88,39 @@ def test_the_sampler_reads_the_clocks_counters_until_the_first_step_ends(tmp_pat
     assert progress.optimizer_s is not None and progress.optimizer_s > 0
     clock.on_optimizer_step("lbfgs", 5.0)  # the first step ended: steps flow, progress stops
     assert clock.index == 1 and sampler.read().progress is None
+
+
+def test_the_sampler_says_torch_compile_is_compiling_while_its_compiler_is_on_a_stack(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first step of a compiled model (12.5 s for a 3-layer MLP here) read "1 batch fetched, no
+    # backward yet": a wait without a reason. A thread inside a function of dynamo's convert_frame.py
+    # (its real path's tail) is compiling.
+    monkeypatch.setitem(sys.modules, "torch._dynamo", sys.modules.get("torch._dynamo") or ModuleType("torch._dynamo"))
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="t.py", profile=None))
+    agent.hooks = SimpleNamespace(report_model=lambda: None, report_rank=lambda: None)
+    sampler = Sampler(agent)
+    inside, leave = threading.Event(), threading.Event()
+    where = str(Path("site-packages", "torch", "_dynamo", "convert_frame.py"))
+    scope: dict[str, Any] = {}
+    exec(compile("def _compile(inside, leave):\n    inside.set()\n    leave.wait(30)\n", where, "exec"), scope)
+    assert sampler.read_progress() == Progress(batches=0, backwards=0, closures=0)  # not compiling: nothing said
+    thread = threading.Thread(target=scope["_compile"], args=(inside, leave))
+    thread.start()
+    try:
+        assert inside.wait(30)
+        first = sampler.read_progress()
+        assert first is not None and first.compiling_s is not None
+        later = sampler.read_progress()
+        assert later is not None and later.compiling_s is not None and later.compiling_s >= first.compiling_s
+    finally:
+        leave.set()
+        thread.join(30)
+    done = sampler.read_progress()
+    assert done is not None and done.compiling_s is None  # compiled: the counters alone again
+    assert progress_text(Progress(batches=1, backwards=0, closures=0, compiling_s=45.2)) == (
+        "torch.compile compiling for 45 s; 1 batch fetched, no backward yet")
+    assert progress_text(Progress(batches=0, backwards=0, closures=0, compiling_s=130.0)) == (
+        "torch.compile compiling for 2m10s; no batch fetched, no backward yet")
 
 
 def test_the_trial_runner_reads_progress_from_the_record_until_a_step_is_seen(tmp_path: Path) -> None:
