@@ -21,6 +21,8 @@ INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: ch
 # frame conversion (the forward) and inductor's compile_fx (the forward and, at the first
 # backward, the backward graph). Neither is on a stack when compiled code runs: sampled at
 # 20 Hz over 30 steps of that MLP, 176 and 249 of 269 samples during its first step, 0 after.
+# Importing them is not compiling: `import lightning.fabric` and keras import dynamo, and
+# their module frames said "compiling" for the first seconds of runs that never compiled.
 COMPILE_FILES = (os.path.join("torch", "_dynamo", "convert_frame.py"),
                  os.path.join("torch", "_inductor", "compile_fx.py"))
 MAX_DEPTH = 1_000  # frames looked at per thread (a compile's stack is ~200 deep)
@@ -33,8 +35,9 @@ def compiling() -> bool:
     for frame in sys._current_frames().values():
         depth = 0
         while frame is not None and depth < MAX_DEPTH:
-            if frame.f_code.co_filename.endswith(COMPILE_FILES):
-                return True
+            code = frame.f_code
+            if code.co_filename.endswith(COMPILE_FILES) and code.co_name != "<module>":
+                return True  # (its `<module>` frame is an import: `import lightning`, keras import dynamo)
             frame = frame.f_back
             depth += 1
     return False

@@ -104,6 +104,17 @@ def test_the_sampler_says_torch_compile_is_compiling_while_its_compiler_is_on_a_
     scope: dict[str, Any] = {}
     exec(compile("def _compile(inside, leave):\n    inside.set()\n    leave.wait(30)\n", where, "exec"), scope)
     assert sampler.read_progress() == Progress(batches=0, backwards=0, closures=0)  # not compiling: nothing said
+    # Importing the compiler's module is not compiling (lightning.fabric and keras import dynamo).
+    importing, imported = threading.Event(), threading.Event()
+    module = compile("importing.set()\nimported.wait(30)\n", where, "exec")
+    importer = threading.Thread(target=exec, args=(module, {"importing": importing, "imported": imported}))
+    importer.start()
+    try:
+        assert importing.wait(30)
+        assert sampler.read_progress() == Progress(batches=0, backwards=0, closures=0)
+    finally:
+        imported.set()
+        importer.join(30)
     thread = threading.Thread(target=scope["_compile"], args=(inside, leave))
     thread.start()
     try:
