@@ -172,6 +172,7 @@ class Progress:
     optimizer_s: float | None = None  # seconds the optimizer step running now has run; None: none is running
     optimizer: str | None = None  # that optimizer's class ("LBFGS"); None: none running, or not known
     compiling_s: float | None = None  # seconds torch.compile has been compiling (its frames on a stack); None: not now
+    grads: int = 0  # torch.autograd.grad calls (torch.func's grad too): gradients a loop takes without backward()
 
 
 @dataclass(frozen=True)

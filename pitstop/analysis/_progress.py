@@ -45,6 +45,9 @@ def progress_text(progress: Progress, clock: Callable[[float], str] = seconds_te
         return f"{step}; {backwards}" + (f", {batches}" if batches else "")
     if progress.backwards:
         return f"{backwards}" + (f", {batches}" if batches else "") + ", no optimizer step yet"
+    if progress.grads:  # gradients taken by torch.autograd.grad: training, not setting up
+        return (f"{fmt.count(progress.grads, 'torch.autograd.grad call')}"
+                + (f", {batches}" if batches else "") + ", no backward or optimizer step yet")
     if batches:
         return f"{batches}, no backward yet"
     return "no batch fetched, no backward yet: still setting up"

@@ -5,7 +5,9 @@ can print (Hugging Face's run_clm.py trained 40 steps and got exactly that).
 Where this process has not stepped after BLIND_AFTER_S, or when it ends
 without a step, the watch looks at what the sampler saw: child processes busy
 on the CPU that have no record of their own (training in a subprocess pitstop
-does not measure). It says so once, as a Note, which every front shows (the
+does not measure), and at the hooks' count of torch.autograd.grad calls (a loop
+that takes its gradients there and updates the parameters itself). It says so
+once, as a Note, which every front shows (the
 live status line, the TUI, the end summary). A torch imported past the import
 watcher is the agent's other blind spot: it hooks it late and says so
 (`Agent._hook_late`).
@@ -35,17 +37,25 @@ WHAT_TO_DO = ("run the training under `pitstop run` itself, start it with multip
               "are measured), or call pitstop.step() once per step")
 
 
-def blind_message(after_s: float | None, busy_children: dict[int, float]) -> str | None:
+def blind_message(after_s: float | None, busy_children: dict[int, float], grads: int = 0) -> str | None:
     """What to tell a person about a process that saw no step; None when nothing suggests training.
 
     `after_s`: seconds since the agent started (None at the end of the run);
-    `busy_children`: unmeasured child pid -> the most CPU it used (percent of a core).
-    This process's own CPU is no evidence: the parent of tests' hogwild.py, which
-    only imports torch, starts children and waits, peaked at 51% and 100% of a core.
+    `busy_children`: unmeasured child pid -> the most CPU it used (percent of a core);
+    `grads`: this process's torch.autograd.grad calls. This process's own CPU is no
+    evidence: the parent of tests' hogwild.py, which only imports torch, starts
+    children and waits, peaked at 51% and 100% of a core. Gradients are: functorch's
+    ensembling example (torch.func's grad, its own update) trained 4,000 iterations,
+    MAML with `p.data -= lr * g` 2,000, and both read "steps 0, findings: none".
     """
+    when = "by the end of the run" if after_s is None else f"after {after_s:.0f} s"
+    if grads and not busy_children:
+        return (f"no training step seen in this process {when}, while it took gradients with torch.autograd.grad "
+                f"{grads:,} times (torch.func's grad goes through it) and no optimizer stepped and no backward() "
+                "ran: a loop that updates its parameters itself is not seen; call pitstop.step() once per "
+                "training iteration")
     if not busy_children:
         return None
-    when = "by the end of the run" if after_s is None else f"after {after_s:.0f} s"
     pids = sorted(busy_children)
     shown = ", ".join(str(p) for p in pids[:8]) + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
     peak = max(busy_children.values())
@@ -79,7 +89,7 @@ class BlindWatch:
             return
         recorded = _recorded_pids(agent.record_path) if self.busy else set()
         busy = {pid: cpu for pid, cpu in self.busy.items() if pid not in recorded}
-        message = blind_message(None if final else elapsed, busy)
+        message = blind_message(None if final else elapsed, busy, agent.clock.grads)
         if message is not None:
             self.said = True
             agent.note("warn", "blind", message, once="blind")

@@ -133,6 +133,7 @@ class Hooks:
         self._hook_optimizer()
         self._hook_dataloader()
         self._hook_backward()
+        self._hook_autograd_grad()
         self._hook_constructors()
         if not agent.dormant:
             self._start_windows()
@@ -467,6 +468,21 @@ class Hooks:
             return backward
 
         patch(self.torch.Tensor, "backward", make)
+
+    def _hook_autograd_grad(self) -> None:
+        """Count `torch.autograd.grad` calls: a loop that takes its gradients there (torch.func's grad,
+        MAML, a hand-made update) steps no optimizer and calls no backward, so no step is ever seen.
+        Only counted: the blind-spot note and the first step's progress say it (`_blind.py`)."""
+        clock = self.agent.clock
+
+        def make(original: Any) -> Any:
+            def grad(*args: Any, **kwargs: Any) -> Any:
+                clock.grads += 1
+                return original(*args, **kwargs)
+
+            return grad
+
+        patch(self.torch.autograd, "grad", make)
 
     def _abandon_raised(self) -> None:
         """Optimizer steps whose frame left the stack raised (no post-hook came): the clock ends them.

@@ -271,7 +271,8 @@ class Sampler:
         now = time.perf_counter()
         since = self._compiling_since = (self._compiling_since or now) if compiling() else None
         return Progress(batches=clock.batches, backwards=clock.backwards, closures=clock.closures,
-                        optimizer_s=seconds, optimizer=name, compiling_s=now - since if since is not None else None)
+                        optimizer_s=seconds, optimizer=name, compiling_s=now - since if since is not None else None,
+                        grads=clock.grads)
 
     def _optimizer_name(self, opened_at: float, frame: Any) -> str | None:
         """The class of the optimizer whose step began at `opened_at` and runs in `frame` (torch's

@@ -115,6 +115,7 @@ class StepClock:
         # LBFGS step of ~100 s otherwise looked like a hang. One increment each, nothing else.
         self.batches = 0  # batches fetched, every loader
         self.backwards = 0
+        self.grads = 0  # torch.autograd.grad calls (torch.func's grad too): a hand-made update's gradients
         self.closures = 0  # backward calls inside a running optimizer step
         self.opened_at = 0.0  # perf_counter stamp of the outermost running optimizer step's start
         self._closure_loss = False  # a backward inside the running optimizer step gave the step a loss

@@ -44,7 +44,10 @@ def annotate(text: str, run: RunState, runs: list[RunState]) -> str:
         if at is not None:
             lines.insert(at + 1, extra)
         why = "this process did not step; its children trained, their summaries follow"
-    else:
+    elif any(note.level in ("warn", "error") for note in run.notes):
         why = "no training step was seen in this process, so no rule had anything to judge; see the notes"
+    else:
+        why = ("no training step was seen in this process (no optimizer step, backward call or pitstop.step()), "
+               "so no rule had anything to judge")
     return "\n".join(f"{FINDINGS_NONE} ({why})" if line.startswith(FINDINGS_NONE + " (") else line for line in lines)
 

@@ -100,3 +100,19 @@ def test_training_in_a_subprocess_pitstop_cannot_measure_is_said(tmp_path: Path,
     assert f"child processes {child.group(1)} were busy" in summary
     assert "nothing in this run crossed a threshold" not in summary
     assert "no training step was seen in this process, so no rule had anything to judge" in summary
+
+
+@pytest.mark.parametrize("how", ["autograd", "func"])
+def test_a_loop_that_updates_its_parameters_by_hand_is_said_not_counted(
+        tmp_path: Path, env: dict[str, str], how: str) -> None:
+    # functorch's ensembling example (torch.func's grad, its own update) trained 4,000 iterations
+    # and MAML's `p.data -= lr * g` 2,000: both read "steps 0, findings: none ... see the notes",
+    # with no note, and "still setting up" on the status line.
+    out, err = _run(tmp_path, env, "train_by_hand.py", how, "300")
+    assert f"trained by hand ({how}): 300 iterations" in out
+    summary = err[err.index("pitstop summary"):]
+    said = re.search(r"took gradients with torch.autograd.grad ([\d,]+) times", summary)
+    assert said and int(said.group(1).replace(",", "")) >= 300, summary
+    assert "call pitstop.step() once per training iteration" in summary
+    assert "see the notes" in summary  # and the note is there to see
+    assert not _steps(tmp_path / "r.jsonl")

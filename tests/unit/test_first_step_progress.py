@@ -61,6 +61,9 @@ def test_progress_words_each_state_of_a_first_step() -> None:
     assert progress_text(Progress(batches=0, backwards=0, closures=0, optimizer_s=3.0)) == (
         "optimizer step running for 3 s; 0 backward")
     assert progress_text(LBFGS_STEP) == "LBFGS step running for 75 s: 14 closures; 14 backward, 1 batch fetched"
+    # Gradients taken by torch.autograd.grad (torch.func, MAML): training by hand, not "still setting up".
+    assert progress_text(Progress(batches=0, backwards=0, closures=0, grads=2400)) == (
+        "2,400 torch.autograd.grad calls, no backward or optimizer step yet")
 
 
 class LBFGS:

@@ -107,6 +107,17 @@ def test_samples_per_s_is_none_when_a_batch_size_is_unknown() -> None:
     assert s.samples_per_s is None and s.steps_per_s == pytest.approx(10.0)
 
 
+def test_a_process_that_never_stepped_points_at_its_notes_only_when_it_has_some() -> None:
+    from pitstop.recorded._trained import annotate
+
+    run = RunState()
+    text = "steps       0\nfindings: none (nothing in this run crossed a threshold)"
+    bare = annotate(text, run, [run])
+    assert "(no optimizer step, backward call or pitstop.step())" in bare and "see the notes" not in bare
+    run.add(Note(t=1.0, level="warn", source="blind", message="no training step seen in this process"))
+    assert "see the notes" in annotate(text, run, [run])
+
+
 def test_summarize_empty_run_has_no_figures_and_says_why() -> None:
     s = summarize(RunState())
     assert s.steps == 0 and s.measured_steps == 0
