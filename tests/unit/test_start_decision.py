@@ -57,6 +57,9 @@ SESSION = {"PITSTOP_SESSION": "{}"}
         ([PY, "/venv/bin/accelerate", "launch", "train.py"], SESSION, False),
         ([PY, "-m", "accelerate.commands.launch", "train.py"], SESSION, False),
         ([PY, "/venv/bin/deepspeed", "train.py"], SESSION, False),
+        ([PY, "/venv/bin/fabric", "run", "--devices", "2", "train.py"], SESSION, False),
+        ([PY, "-m", "lightning.fabric.cli", "run", "train.py"], SESSION, False),
+        ([PY, "/venv/bin/lightning", "run", "model", "train.py"], SESSION, False),
         # multiprocessing helpers: spawn/forkserver workers, the resource tracker, the forkserver
         ([PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6, pipe_handle=13)", "--multiprocessing-fork"], SESSION, False),
         ([PY, "-B", "-c", "from multiprocessing.resource_tracker import main;main(5)"], SESSION, False),
@@ -95,6 +98,11 @@ def test_a_script_named_like_a_launcher_but_ending_py_still_starts() -> None:
         ({"LOCAL_RANK": "1"}, [PY, "train.py"], True),  # Lightning's DDP launcher re-runs the script as rank 1
         ({"LOCAL_RANK": "1", "PITSTOP_OWNER_LOCAL_RANK": "1"}, [PY, "train.py"], False),  # rank 1's own subprocess
         ({"LOCAL_RANK": "0"}, [PY, "tool.py"], False),  # rank 0 set LOCAL_RANK=0 in its env, then ran a tool
+        # ranks of torch's elastic agent run inside a launcher pitstop does not know, rank 0 too
+        ({"LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "none"}, [PY, "train.py"], True),
+        ({"LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "none"}, [PY, "train.py"], True),
+        ({"LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "none", "PITSTOP_OWNER_LOCAL_RANK": "0"}, [PY, "tool.py"],
+         False),  # a torchrun rank's own subprocess
         ({"LOCAL_RANK": "2"}, [PY, "-c", "from multiprocessing.spawn import spawn_main; spawn_main()",
                                "--multiprocessing-fork"], False),  # a spawned DataLoader worker of a rank
         ({}, [PY, "train.py"], False),  # any other child

@@ -23,8 +23,10 @@ LAUNCHER_MODULES = (
     "accelerate.commands.launch",
     "accelerate.commands.accelerate_cli",
     "deepspeed.launcher",
+    "lightning.fabric.cli",  # `fabric run`: runs torchrun's elastic agent in its own process
+    "lightning_fabric.cli",
 )
-LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
+LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed", "fabric", "lightning")
 # `python -c` programs that multiprocessing uses for its helper processes: never an agent.
 MP_HELPERS = (
     "multiprocessing.resource_tracker",
@@ -71,7 +73,11 @@ def decide(env, argv, pid):
         # are ranks, not helpers: they get their own agent. Helpers (DataLoader
         # workers, subprocesses) inherit their parent's LOCAL_RANK.
         local = env.get("LOCAL_RANK", "")
-        if not (local and local != "0" and local != env.get(OWNER_RANK_ENV, "")):
+        # A launcher pitstop does not know that runs torch's elastic agent in its own process
+        # got the agent and starts every rank, rank 0 too (TORCHELASTIC_RUN_ID): under `fabric
+        # run` rank 0 trained 192 steps with no record before `fabric` was known as a launcher.
+        elastic = env.get("TORCHELASTIC_RUN_ID") and not env.get(OWNER_RANK_ENV, "")
+        if not (local and (local != "0" or elastic) and local != env.get(OWNER_RANK_ENV, "")):
             return SKIP, "child of the agent process %s (a subprocess)" % owner
     # Skip interpreter options to find what runs: `-m MOD`, `-c CMD` or a script.
     i = 0
