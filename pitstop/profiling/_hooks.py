@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,9 @@ class Hooks:
 
         stamps = agent.stamps
         on_start, on_step = clock.on_optimizer_start, clock.on_optimizer_step
+        # The optimizers that stepped, weakly: the clock switches at once from one that is gone.
+        live: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        clock.alive = lambda key: key in live
 
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if agent.dormant:  # a child process's first step: its agent starts now
@@ -323,6 +327,11 @@ class Hooks:
                     else:
                         if agent.batching:  # (takes the lock: the writer may be taking held calls in)
                             agent.flush_stamps()
+                        if key not in live:
+                            try:
+                                live[key] = optimizer
+                            except TypeError:  # an optimizer that cannot be weakly referenced: never gone
+                                clock.alive = None
                         clock.on_optimizer_step(key, now)
                         agent.held_base, agent.batched_steps = clock.index, 0
                         agent.batching = agent.may_batch()

@@ -70,6 +70,12 @@ EVAL_FORWARDS = 2
 # and never switch. Another optimizer's step is held as a boundary (as backward
 # calls are): merged into the clock's next step, a step of its own once it switches.
 SWITCH_AFTER = 2
+# ...and at once when the clock's optimizer is gone (`alive`: the hooks' weak references): a script
+# that builds a new optimizer every step (a learning-rate search, a per-step `SGD(...)`) recorded 1
+# step for 192 before, every new one held as another optimizer's step and never emitted.
+# Distinct optimizers are counted up to MAX_OPTIMIZERS (the Model event's figure): one per step
+# would grow the set, and a Model event each, for the whole run.
+MAX_OPTIMIZERS = 64
 
 # Phase indexes of a step's token spans (`Phases.spans`).
 FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2
@@ -96,6 +102,7 @@ class StepClock:
         self.mode: str | None = None  # "optimizer" | "backward" | "manual" once decided
         self.primary: Any = None  # key of the optimizer whose steps are the clock
         self.optimizers: set[Any] = set()
+        self.alive: Callable[[Any], bool] | None = None  # whether the optimizer of a key still exists (hooks)
         self._others = 0  # steps in a row of one other optimizer (`_other`) since the primary's last
         self._other: Any = None
         self.train_loader: Any = None
@@ -308,14 +315,15 @@ class StepClock:
             return 0
         if self.mode == "manual":
             return 0
-        self.optimizers.add(key)
+        if len(self.optimizers) < MAX_OPTIMIZERS:
+            self.optimizers.add(key)
         if self.primary is None:
             self.primary = key
         switched = False
         if key != self.primary:
             self._others = self._others + 1 if key == self._other else 1
             self._other = key
-            if self._others < SWITCH_AFTER:
+            if self._others < SWITCH_AFTER and (self.alive is None or self.alive(self.primary)):
                 # Held: the clock's next step takes it in, or it is a new phase's first step.
                 self._pending.append(self._measure(now))
                 self.t_last = now

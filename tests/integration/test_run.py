@@ -69,6 +69,7 @@ def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: d
         ("loop_manual_sgd.py", ["20"], 20, "backward"),  # no optimizer at all
         ("loop_no_loader.py", ["20"], 20, "optimizer"),  # batches from a memmap, no DataLoader
         ("loop_manual_step.py", ["20"], 20, "manual"),  # pitstop.step() by hand
+        ("loop_optimizer_per_step.py", ["20"], 20, "optimizer"),  # a new SGD every iteration (1 step before)
     ],
 )
 def test_step_detection_without_code_changes(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pitstop.profiling.stepclock import EVAL_FORWARDS, PENDING_MAX, StepClock
+from pitstop.profiling.stepclock import EVAL_FORWARDS, MAX_OPTIMIZERS, PENDING_MAX, StepClock
 
 TRAIN, VAL = 1, 2
 
@@ -191,6 +191,31 @@ def test_a_new_optimizer_for_a_later_phase_becomes_the_clock() -> None:
     assert len(r.steps) == 20
     assert all(s["wall"] == pytest.approx(0.111) and s["samples"] == 16 for s in r.steps)
     assert [s["index"] for s in r.steps] == list(range(20))
+
+
+def test_a_new_optimizer_every_step_counts_every_step_once_the_last_one_is_gone() -> None:
+    # A script that builds `SGD(...)` each iteration recorded 1 step for 192: each new optimizer
+    # stepped once, held as another optimizer's step while the clock's own waited, never emitted.
+    r = Recorder()
+    alive = {"opt0"}
+    r.clock.alive = alive.__contains__
+    for i in range(200):
+        alive.clear()
+        alive.add(f"opt{i}")  # the previous optimizer was freed when the script rebound its name
+        r.train_step(opt=f"opt{i}")
+    assert len(r.steps) == 200 and r.clock.index == 200
+    assert all(s["wall"] == pytest.approx(0.111) and s["samples"] == 16 for s in r.steps)
+    assert len(r.clock.optimizers) == MAX_OPTIMIZERS  # counted up to the cap, not one per step
+    # Optimizers still alive and stepped in turn stay one step an iteration (a GAN's, with `alive`).
+    g = Recorder()
+    g.clock.alive = {"D", "G"}.__contains__
+    for _ in range(5):
+        g.fetch(TRAIN, 0.01, 8)
+        g.clock.on_backward(g.tick(0.05))
+        g.clock.on_optimizer_step("D", g.tick(0.01))
+        g.clock.on_backward(g.tick(0.05))
+        g.clock.on_optimizer_step("G", g.tick(0.01))
+    assert len(g.steps) == 5
 
 
 def test_optimizers_stepped_in_turn_within_a_step_are_one_step() -> None:
