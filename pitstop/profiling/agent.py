@@ -426,6 +426,8 @@ class Agent:
         if phases is not None and not phases[3] and self.phases.marker is not None:
             phases = None  # on CUDA, a step not timed on the GPU: its host stamps time launches
         windows = self.windows
+        if self.clock.releasing:  # held steps emitted at once (`StepClock._release`): no window's business
+            windows = None
         if mark is None and windows is not None:
             mark = getattr(windows, "mark", None)
         queue = self._queue

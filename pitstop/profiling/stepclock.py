@@ -124,6 +124,9 @@ class StepClock:
         self.backwards = 0
         self.grads = 0  # torch.autograd.grad calls (torch.func's grad too): a hand-made update's gradients
         self.closures = 0  # backward calls inside a running optimizer step
+        # True while held boundaries are emitted at once, long after they ended (`_release`): no
+        # profiler window is driven by them (a window over that burst recorded 0 ops in 0.2 ms).
+        self.releasing = False
         self.opened_at = 0.0  # perf_counter stamp of the outermost running optimizer step's start
         self._closure_loss = False  # a backward inside the running optimizer step gave the step a loss
         self._reset()
@@ -248,9 +251,17 @@ class StepClock:
             return 0
         self.mode = "backward"
         held, self._pending = self._pending, []
-        for step in held:
-            self._emit(step, "backward")
+        self._release(held, "backward")
         return len(held)
+
+    def _release(self, held: list[list[Any]], source: str) -> None:
+        """Held boundaries turned out to be steps: emitted now, in order."""
+        self.releasing = True
+        try:
+            for step in held:
+                self._emit(step, source)
+        finally:
+            self.releasing = False
 
     def finish(self, now: float) -> float | None:
         """The process is ending: held boundaries become steps (`flush`); returns the seconds of the
@@ -335,8 +346,7 @@ class StepClock:
         merged = len(self._pending)
         if switched:  # a new phase: its first steps were steps (held while they could have been a GAN's)
             held, self._pending = self._pending, []
-            for step in held:
-                self._emit(step, "optimizer")
+            self._release(held, "optimizer")
             merged = 0
         self._cut("optimizer", now)
         return merged
