@@ -12,6 +12,9 @@ What it decides:
   Backward boundaries are held until it is clear that no optimizer steps
   (`PENDING_MAX` calls or `PENDING_S`): a GAN calls backward twice before its
   first `optimizerD.step()`, and emitting those as steps invented two steps.
+  The same holds after optimizer steps were the clock: backward calls that go
+  on without one (a loop moving to Keras's own optimizers) become the clock
+  (`_loose_backward`).
   A backward inside a running `optimizer.step()` (LBFGS calls its closure ~20
   times a step) belongs to that step and is never a boundary: pytorch/examples'
   time_sequence_prediction, 3 steps of ~100 s each, recorded 23 steps. A step
@@ -129,6 +132,12 @@ class StepClock:
         self.releasing = False
         self.opened_at = 0.0  # perf_counter stamp of the outermost running optimizer step's start
         self._closure_loss = False  # a backward inside the running optimizer step gave the step a loss
+        # Backward calls outside optimizer steps since the last optimizer step (`_loose_backward`),
+        # the most one optimizer step took (gradient accumulation), and where the first one ended:
+        # (time, the training loader's wait and samples then).
+        self._loose = 0
+        self._micro_max = 1
+        self._first: tuple[float, float, int | None] = (0.0, 0.0, None)
         self._reset()
 
     def _reset(self) -> None:
@@ -233,7 +242,9 @@ class StepClock:
             self.closures += 1
             return 0
         mode = self.mode
-        if mode == "optimizer" or mode == "manual":
+        if mode == "optimizer":
+            return self._loose_backward(now)
+        if mode == "manual":
             return 0
         if mode == "backward":
             self._cut("backward", now)
@@ -244,6 +255,42 @@ class StepClock:
         if len(self._pending) >= PENDING_MAX or now - self._pending[0][0] >= PENDING_S:
             return self.flush()
         return 0
+
+    def _loose_backward(self, now: float) -> int:
+        """A backward outside an optimizer step while optimizer steps are the clock.
+
+        The first since the last optimizer step is that step's (where it ended is kept); from
+        the second on each is held as a boundary, as before the clock decided: the optimizer's
+        next step takes them in (gradient accumulation), or, after `PENDING_MAX` of them, or four
+        times the most micro-steps an optimizer step took, with no optimizer step, they were
+        steps: backward calls are the clock from here. The keras-io guide trains 300 steps with
+        torch.optim, then 900 with Keras's own optimizers, which step no torch optimizer:
+        pitstop counted 300, and the 900 as one evaluation after the last step.
+        """
+        loose = self._loose = self._loose + 1
+        if loose == 1:  # (one lookup and a tuple: every step of a plain loop comes here)
+            acc = self._fetch.get(self.train_loader)
+            self._first = (now, acc[0], acc[1]) if acc is not None else (now, 0.0, None)
+            return 0
+        if loose == 2:  # the first becomes a boundary of its own, now that there is a second
+            end, wait, samples = self._first
+            loss = self._losses.pop(0) if len(self._losses) >= 2 else None
+            start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else end)
+            self._pending.append([end, start, wait, samples, 0.0, False, self.train_loader, loss, None])
+            self.t_last = end
+            step = self._measure(now)
+            step[2] -= wait
+            if samples is not None and step[3] is not None:
+                step[3] -= samples
+        else:
+            step = self._measure(now)
+        self._pending.append(step)
+        self.t_last = now
+        self._reset()
+        if len(self._pending) < max(PENDING_MAX, 4 * self._micro_max):
+            return 0
+        self.mode = None  # no optimizer steps any more: `flush` makes the held boundaries steps
+        return self.flush()
 
     def flush(self) -> int:
         """The script is ending: held backward boundaries were steps after all (no optimizer came)."""
@@ -317,6 +364,9 @@ class StepClock:
         return merged
 
     def _optimizer_step(self, key: Any, now: float) -> int:
+        if self._loose:
+            self._micro_max = max(self._micro_max, self._loose)
+            self._loose = 0
         if self._opt_open:
             self._stamp_optimizer(now)
         self.abandon(key)  # ended; so did any step opened inside it that raised
@@ -515,6 +565,7 @@ class StepClock:
         self._opt_open = False
         self._open.clear()
         self._others = 0
+        self._loose = 0  # (at most one backward came: more would have held a boundary)
         start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
         phases = (self._fwd, self._bwd, self._opt, None) if phased else None
         loss = self._step_loss()

@@ -20,9 +20,10 @@ def test_busy_children_are_named_with_what_to_do() -> None:
     assert "pitstop.step()" in text
 
 
-def _agent(record: Path, steps: int = 0) -> SimpleNamespace:
+def _agent(record: Path, steps: int = 0, grads: int = 0) -> SimpleNamespace:
     notes: list[str] = []
     return SimpleNamespace(dormant=False, disabled=False, step_index=steps, record_path=record, notes=notes,
+                           clock=SimpleNamespace(grads=grads),
                            note=lambda level, source, message, once=None: notes.append(message))
 
 
@@ -49,3 +50,15 @@ def test_a_process_that_stepped_is_not_blind(tmp_path: Path) -> None:
     agent = _agent(tmp_path / "r.jsonl", steps=3)
     watch.check(agent, final=True)
     assert agent.notes == []
+
+
+def test_gradients_taken_without_a_step_are_said_once_and_none_are_not(tmp_path: Path) -> None:
+    watch = BlindWatch()
+    quiet = _agent(tmp_path / "r.jsonl")
+    watch.check(quiet, final=True)
+    assert quiet.notes == []  # nothing suggests training: nothing said
+    by_hand = _agent(tmp_path / "r.jsonl", grads=2000)
+    watch.check(by_hand, final=True)
+    watch.check(by_hand, final=True)
+    assert len(by_hand.notes) == 1
+    assert "torch.autograd.grad 2,000 times" in by_hand.notes[0] and "pitstop.step()" in by_hand.notes[0]

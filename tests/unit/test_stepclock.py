@@ -218,6 +218,46 @@ def test_a_new_optimizer_every_step_counts_every_step_once_the_last_one_is_gone(
     assert len(g.steps) == 5
 
 
+def backward_step(r: Recorder, loss: float, batch: int = 16, wait: float = 0.01, compute: float = 0.1) -> None:
+    """An iteration whose parameters something else updates: a batch, a forward, a backward, no optimizer."""
+    r.fetch(TRAIN, wait, batch)
+    r.clock.on_forward(True, None, r.tick(0.001))
+    r.clock.on_backward(r.tick(compute), loss)
+
+
+def test_backward_calls_that_go_on_without_an_optimizer_step_become_the_clock() -> None:
+    # The keras-io guide trains 300 steps with torch.optim, then 900 with Keras's optimizers, which
+    # step no torch optimizer: pitstop counted 300, and the 900 as one evaluation after the last step.
+    r = Recorder()
+    for _ in range(30):
+        r.train_step()
+    for i in range(100):
+        backward_step(r, loss=float(i))
+    r.clock.finish(r.now)
+    assert len(r.steps) == 130
+    later = r.steps[30:]
+    assert [s["loss"] for s in later] == [float(i) for i in range(100)]  # each its own loss
+    assert all(s["samples"] == 16 and s["wait"] == pytest.approx(0.01) for s in later)
+    assert all(s["wall"] == pytest.approx(0.111) for s in later[1:])
+    assert r.steps[-1]["source"] == "backward"
+
+
+def test_gradient_accumulation_after_the_decision_stays_one_step_per_optimizer_step() -> None:
+    r = Recorder()
+    for step in range(12):  # 8 micro-steps an optimizer step (nanoGPT takes 40)
+        for micro in range(8):
+            backward_step(r, loss=1.0, batch=4)
+        r.clock.on_optimizer_step("opt", r.tick(0.02))
+    assert len(r.steps) == 12
+    assert all(s["samples"] == 32 and s["wait"] == pytest.approx(0.08) and s["loss"] == pytest.approx(8.0)
+               for s in r.steps[1:])
+    assert all(s["wall"] == pytest.approx(8 * 0.111 + 0.02) for s in r.steps[1:])
+    # ...and 4x its micro-steps with no optimizer step are steps: 64 held, then one a backward.
+    for _ in range(70):
+        backward_step(r, loss=1.0, batch=4)
+    assert len(r.steps) == 12 + 70
+
+
 def test_optimizers_stepped_in_turn_within_a_step_are_one_step() -> None:
     r = Recorder()
     c = r.clock
