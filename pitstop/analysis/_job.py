@@ -187,6 +187,14 @@ def _streams(job: JobState) -> list[tuple[str, str, RunState]]:
     return [(by_id[id(run)], label, run) for label, run in job.ranks()]
 
 
+def _spawns_ranks(run: RunState, runs: list[RunState]) -> bool:
+    """A process without a rank or a step whose children are ranks: pytorch/examples' multigpu.py's
+    parent, which only calls mp.spawn, read as a third rank of a 2-rank job ("3 seen of world size 2")."""
+    if run.rank is not None or run.total_steps or run.pid is None:
+        return False
+    return any(r.rank is not None and r.hello is not None and r.hello.parent_pid == run.pid for r in runs)
+
+
 def rank_status(run: RunState, closed: bool, exit_code: int | None = None) -> tuple[str, str | None]:
     """("running" | "finished" | "gone", why gone). A stream is only gone once it closed.
     `exit_code`: how the process ended where the front that started it saw it (no End in its record)."""
@@ -219,7 +227,10 @@ def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLE
     world = None
     rates: list[float | None] = []
     step_rates = []
+    runs = list(job.runs.values())
     for stream, label, run in _streams(job):
+        if _spawns_ranks(run, runs):
+            continue  # the process that only started the ranks (`torch.multiprocessing.spawn`): not a rank
         s = summarize(run, warmup)
         status, why = rank_status(run, stream in job.closed, job.exits.get(stream))
         hello = run.hello

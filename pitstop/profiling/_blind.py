@@ -87,7 +87,12 @@ class BlindWatch:
         elapsed = time.monotonic() - self.started
         if not final and elapsed < BLIND_AFTER_S:
             return
-        recorded = _recorded_pids(agent.record_path) if self.busy else set()
+        recorded = _recorded_pids(agent.record_path) if self.busy else {}
+        if any(parent == agent.pid for parent in recorded.values()):
+            # Children of this process train with records of their own (a spawned DDP job's ranks):
+            # what else is busy is theirs (their DataLoader workers), and they are measured.
+            self.said = True
+            return
         busy = {pid: cpu for pid, cpu in self.busy.items() if pid not in recorded}
         message = blind_message(None if final else elapsed, busy, agent.clock.grads)
         if message is not None:
@@ -95,14 +100,15 @@ class BlindWatch:
             agent.note("warn", "blind", message, once="blind")
 
 
-def _recorded_pids(record: Path | None) -> set[int]:
-    """Pids of every process recording beside `record`, from the first line (`hello`) of each file.
+def _recorded_pids(record: Path | None) -> dict[int, int | None]:
+    """{pid: its parent's pid where pitstop started it as a child} of every process recording beside
+    `record`, from the first line (`hello`) of each file.
 
     A file name is no guide: a child agent names its file with its pid, but a rank a
     script started itself (Lightning's DDP re-runs the script as rank 1) writes `rank1.jsonl`.
     Read once, when a blind spot is about to be said.
     """
-    pids: set[int] = set()
+    pids: dict[int, int | None] = {}
     if record is None:
         return pids
     try:
@@ -111,9 +117,10 @@ def _recorded_pids(record: Path | None) -> set[int]:
         return pids
     for path in files:
         try:
-            pid = json.loads(first_line(path)).get("pid")
+            hello = json.loads(first_line(path))
+            pid, parent = hello.get("pid"), hello.get("parent_pid")
         except (PitstopError, ValueError, AttributeError):
             continue
         if isinstance(pid, int):
-            pids.add(pid)
+            pids[pid] = parent if isinstance(parent, int) else None
     return pids

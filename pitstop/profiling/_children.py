@@ -25,6 +25,22 @@ from typing import Any
 from pitstop.profiling._exits import ExitWatch
 
 
+def distributed() -> tuple[int, int] | None:
+    """(rank, world size) of this process in an initialised torch.distributed job of several processes, else None.
+
+    Read at a child's first step: the ranks `torch.multiprocessing.spawn` starts (pytorch/examples'
+    multigpu.py, imagenet's --multiprocessing-distributed, Lightning's ddp_spawn) set up their process
+    group before it, and have no RANK in their environment."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not (dist.is_available() and dist.is_initialized()):
+            return None
+        world = int(dist.get_world_size())
+        return (int(dist.get_rank()), world) if world > 1 else None
+    except Exception:
+        return None
+
+
 def reset_after_fork(agent: Any) -> None:
     """In a forked child: the parent's agent becomes this child's dormant agent (no I/O, no threads)."""
     parent = agent.pid

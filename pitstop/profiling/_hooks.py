@@ -141,12 +141,16 @@ class Hooks:
 
     def on_wake(self) -> None:
         """A dormant child's first step: its runtime, read now (a DataLoader worker never pays
-        for the NVML query). Profiler windows stay off in children: the parent's are the run's."""
+        for the NVML query). Profiler windows stay off in children (the parent's are the run's),
+        except in a rank of a distributed job the parent spawned (`torch.multiprocessing.spawn`):
+        there the parent never trains, and the job had no op table or collective time at all."""
         if self.runtime is None:
             self._emit_runtime()
         else:  # forked: the parent's reading holds for the child
             self.agent.emit(dataclasses.replace(self.runtime, t=time.time()))
         self._model_reported = False
+        if self.agent.rank is not None and self.agent.windows is None:
+            self._start_windows()
 
     def cuda_ready(self) -> bool:
         """CUDA memory counters are read only once the script itself initialised CUDA.
@@ -406,7 +410,7 @@ class Hooks:
 
         def make_loader_init(original_loader_init: Any) -> Any:
             def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
-                if agent.disabled:
+                if agent.disabled and not agent.dormant:  # (a dormant child's loaders get a config too)
                     original_loader_init(loader, *args, **kwargs)
                     return
                 try:
@@ -522,7 +526,7 @@ class Hooks:
         def make(original: Any) -> Any:
             def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
                 original(obj, *args, **kwargs)
-                if not agent.disabled:
+                if not agent.disabled or agent.dormant:  # (a spawned rank builds its model before its first step)
                     try:
                         on_init(obj)
                     except Exception as err:

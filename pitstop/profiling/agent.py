@@ -159,8 +159,9 @@ class Agent:
         settings = self.settings
         # A rank a script started itself (Lightning's DDP) has LOCAL_RANK but no RANK yet.
         named = self.rank if self.rank is not None else _env_int("LOCAL_RANK")
-        if self.parent_pid is not None:  # a child that trains: its own file, named with its pid
-            self.rank = named = None
+        ranked = _children.distributed() if self.parent_pid is not None else None
+        if self.parent_pid is not None:  # a child that trains: its own file, named with its rank, else its pid
+            self.rank = named = ranked[0] if ranked is not None else None
         self.record_path = record_path_for(settings.record, named, self.pid)
         self._writer = RecordWriter(self.record_path)
         try:
@@ -184,7 +185,7 @@ class Agent:
             mode=settings.mode,
             rank=self.rank,
             local_rank=_env_int("LOCAL_RANK"),
-            world_size=_env_int("WORLD_SIZE"),
+            world_size=_env_int("WORLD_SIZE") if ranked is None else ranked[1],
             script=script,
             record=str(self.record_path),
             command=settings.command,
@@ -243,8 +244,11 @@ class Agent:
 
     # ---- emitting -------------------------------------------------------
     def emit(self, event: Event) -> None:
-        """Queue an event; never blocks. A full queue drops its oldest event and counts it."""
-        if self.disabled:
+        """Queue an event; never blocks. A full queue drops its oldest event and counts it.
+
+        A dormant child's events (its model, its DataLoaders, built before its first step)
+        wait in the queue and are written once it wakes."""
+        if self.disabled and not self.dormant:
             return
         queue = self._queue
         if len(queue) == QUEUE_MAX:

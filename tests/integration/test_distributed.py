@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.events import Step
+from pitstop.events import DataLoaderInfo, Hello, Model, ProfileWindow, Step
 
 from .conftest import SCRIPTS, events_of, pitstop
 
@@ -101,3 +101,33 @@ def test_a_rank_killed_mid_run_is_gone_and_the_other_keeps_its_figures(tmp_path:
     assert "rank 1 is gone (rank-gone)" in block
     replay = pitstop(["view", str(records), "--summary"], env)
     assert re.search(r"^\s+(?:gone)?\s+rank 1 \(pid \d+\): stream ended", _job_block(replay.stdout), re.M)
+
+
+def test_ranks_started_by_mp_spawn_read_as_the_job_and_the_parent_as_their_launcher(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    # pytorch/examples' multigpu.py: "3 seen of world size 2", the spawning parent a rank with 0 steps;
+    # rank 1's record was rank0-PID.jsonl.gz; no profiler window in any rank; DDP and the Conv2d,
+    # built before the first step, unseen; the ranks' DataLoader workers called a blind spot.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    records = tmp_path / "job"
+    result = pitstop(["run", "--headless", "--profile", PROFILE, "--record", str(records),
+                      str(SCRIPTS / "ddp_spawn.py"), "40", str(port)], env, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0 trained 40 steps" in result.stdout and "rank 1 trained 40 steps" in result.stdout
+    block = _job_block(result.stderr)
+    assert "2 seen of world size 2 (2 finished)" in block, block
+    assert "no training step seen in this process" not in result.stderr
+    ranked = records / "rank1.jsonl.gz"
+    assert ranked.exists(), sorted(p.name for p in records.iterdir())
+    events = events_of(ranked)
+    hello = events[0]
+    assert isinstance(hello, Hello) and hello.rank == 1 and hello.world_size == 2 and hello.parent_pid
+    assert len([e for e in events if isinstance(e, Step)]) == 40
+    model = [e for e in events if isinstance(e, Model)][-1]
+    assert model.ddp and model.conv2d == 1
+    assert any(isinstance(e, ProfileWindow) and e.ops for e in events)
+    assert any(isinstance(e, DataLoaderInfo) for e in events)

@@ -23,7 +23,7 @@ def test_busy_children_are_named_with_what_to_do() -> None:
 def _agent(record: Path, steps: int = 0, grads: int = 0) -> SimpleNamespace:
     notes: list[str] = []
     return SimpleNamespace(dormant=False, disabled=False, step_index=steps, record_path=record, notes=notes,
-                           clock=SimpleNamespace(grads=grads),
+                           clock=SimpleNamespace(grads=grads), pid=1,
                            note=lambda level, source, message, once=None: notes.append(message))
 
 
@@ -42,6 +42,18 @@ def test_only_busy_children_without_a_record_are_reported_once(tmp_path: Path) -
     watch.check(agent, final=True)
     assert len(agent.notes) == 1
     assert "child processes 200 were busy" in agent.notes[0]
+
+
+def test_busy_grandchildren_of_ranks_this_process_spawned_are_not_a_blind_spot(tmp_path: Path) -> None:
+    # mp.spawn's DDP ranks record (their hello names this process as parent); the busy pids beside
+    # them were their DataLoader workers, and "started by subprocess" was false.
+    record = tmp_path / "r.jsonl"
+    (tmp_path / "r.pid300.jsonl").write_text('{"kind":"hello","pid":300,"parent_pid":1}\n')
+    watch = BlindWatch()
+    watch.seen([Proc(pid=300, role="child", cpu=99.0, rss=1), Proc(pid=301, role="child", cpu=60.0, rss=1)])
+    agent = _agent(record)
+    watch.check(agent, final=True)
+    assert agent.notes == []
 
 
 def test_a_process_that_stepped_is_not_blind(tmp_path: Path) -> None:
