@@ -274,8 +274,9 @@ def _short(label: str, run: RunState) -> str:
 
 
 def _job_status(run: RunState, runs: list[RunState]) -> str:
-    """`_status`, but a process that has not stepped while its children train says so (not "still setting up")."""
-    if run.last_step is None and run.end is None:
+    """`_status`, but a process that has not stepped while its children train says so (not "still setting up"),
+    also once it ended (ignite's Parallel: the parent's last line read "still setting up" after its ranks ended)."""
+    if run.last_step is None:
         children = children_of(run, runs)
         if children:
             return f"trains in {len(children)} child processes ({', '.join(str(c.pid) for c in children)})"
@@ -287,13 +288,14 @@ def _status(run: RunState) -> str:
     return first_step_status(run) or status_line(run)
 
 
-def _doing(run: RunState) -> tuple[int, int, int, bool] | None:
-    """What moves a first step's line (a new closure, a batch, an optimizer step begun); its seconds do not."""
+def _doing(run: RunState) -> tuple[int, int, int, int, bool, bool] | None:
+    """What moves a first step's line (a new closure, a batch, a gradient, an optimizer step begun, a compile
+    begun or ended); its seconds do not."""
     found = first_step_progress(run)
     if found is None:
         return None
     p = found[0]
-    return p.batches, p.backwards, p.closures, p.optimizer_s is not None
+    return p.batches, p.backwards, p.closures, p.grads, p.optimizer_s is not None, p.compiling_s is not None
 
 
 class LiveStatus:

@@ -63,8 +63,8 @@ def first_step_text(progress: Progress, elapsed: float, clock: Callable[[float],
 def first_step_progress(run: RunState) -> tuple[Progress, float] | None:
     """The latest progress of a process that has not ended a step, with the seconds from its agent's start
     to that reading; None once it stepped, or when its agent sent none (torch not imported yet, an older agent)."""
-    if run.last_step is not None or not run.samples or run.hello is None:
-        return None
+    if run.last_step is not None or run.end is not None or not run.samples or run.hello is None:
+        return None  # (an ended process's first step will not end: no progress to tell)
     sample = run.samples[-1]
     if sample.progress is None:
         return None

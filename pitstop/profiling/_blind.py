@@ -23,6 +23,7 @@ from typing import Any
 
 from pitstop.errors import PitstopError
 from pitstop.profiling.record import first_line, is_record_name
+from pitstop.profiling.sampler import compiling
 
 # 30 s: the scripts measured here took their first step 1.6-4.1 s after the agent
 # started (mnist_hogwild's children, a script importing transformers first, on a
@@ -33,6 +34,11 @@ BLIND_AFTER_S = float(os.environ.get("PITSTOP_BLIND_AFTER_S", "30"))
 # Percent of one core. An idle helper (the resource tracker) reads 0%; the training
 # subprocess of tests' train_in_subprocess.py read 53% on a loaded 2-core machine.
 BUSY_CPU = 20.0
+# torch.autograd.grad calls that say a loop takes its own gradients: torch.compile's tracing of a
+# backward calls it too, 2 to 4 times a compiled graph (a 2-layer GPT-2 under HF Trainer's
+# torch_compile: 2, and a false "updates its parameters itself" after its 89 s first step), where
+# the hand-made loops measured call it once or more per iteration (2,000 and 4,000 times).
+GRADS_MIN = 50
 WHAT_TO_DO = ("run the training under `pitstop run` itself, start it with multiprocessing (its children "
               "are measured), or call pitstop.step() once per step")
 
@@ -49,7 +55,7 @@ def blind_message(after_s: float | None, busy_children: dict[int, float], grads:
     MAML with `p.data -= lr * g` 2,000, and both read "steps 0, findings: none".
     """
     when = "by the end of the run" if after_s is None else f"after {after_s:.0f} s"
-    if grads and not busy_children:
+    if grads >= GRADS_MIN and not busy_children:
         return (f"no training step seen in this process {when}, while it took gradients with torch.autograd.grad "
                 f"{grads:,} times (torch.func's grad goes through it) and no optimizer stepped and no backward() "
                 "ran: a loop that updates its parameters itself is not seen; call pitstop.step() once per "
@@ -85,7 +91,9 @@ class BlindWatch:
         if self.said or agent.dormant or agent.disabled or agent.step_index > 0:
             return
         elapsed = time.monotonic() - self.started
-        if not final and elapsed < BLIND_AFTER_S:
+        if not final and (elapsed < BLIND_AFTER_S or compiling()):
+            # A first step still compiling is no blind spot: its grad calls are the tracer's, its busy
+            # children inductor's compile workers (a false note on HF Trainer with torch_compile).
             return
         recorded = _recorded_pids(agent.record_path) if self.busy else {}
         if any(parent == agent.pid for parent in recorded.values()):

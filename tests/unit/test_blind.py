@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from pitstop.events import Proc
 from pitstop.profiling._blind import BlindWatch, blind_message
 
@@ -74,3 +76,23 @@ def test_gradients_taken_without_a_step_are_said_once_and_none_are_not(tmp_path:
     watch.check(by_hand, final=True)
     assert len(by_hand.notes) == 1
     assert "torch.autograd.grad 2,000 times" in by_hand.notes[0] and "pitstop.step()" in by_hand.notes[0]
+
+
+def test_a_compile_is_no_blind_spot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # HF Trainer with torch_compile: its 89 s first step called torch.autograd.grad twice (the
+    # tracer) while inductor's compile workers were busy, and both read as a blind spot.
+    from pitstop.profiling import _blind
+
+    watch = BlindWatch()
+    watch.started -= 1000  # long past BLIND_AFTER_S
+    watch.seen([Proc(pid=200, role="child", cpu=100.0, rss=1)])
+    agent = _agent(tmp_path / "r.jsonl", grads=2)
+    monkeypatch.setattr(_blind, "compiling", lambda: True)
+    watch.check(agent)
+    assert agent.notes == []  # still compiling: nothing said yet
+    traced = _agent(tmp_path / "r.jsonl", grads=2)
+    BlindWatch().check(traced, final=True)
+    assert traced.notes == []  # two grad calls are a tracer's, not a loop's
+    monkeypatch.setattr(_blind, "compiling", lambda: False)
+    watch.check(agent)
+    assert len(agent.notes) == 1 and "child processes 200" in agent.notes[0]  # compiled, and still no step
