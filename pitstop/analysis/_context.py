@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pitstop.analysis._state import RunState
+from pitstop.analysis._state import WARMUP, RunState
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.events import DataLoaderInfo, Sample, Step
 
-# Steps 0..2 pay for CUDA context set-up, cudnn autotuning, allocator growth and
-# worker start-up; leaving them out keeps advice about the steady state.
-WARMUP = 3
+# WARMUP (steps 0..2, left out of the figures) is defined beside RunState, which needs it too.
 # Timing rules wait for 10 measured steps: a p50 over fewer moves with one slow batch.
 MIN_STEPS = 10
 # GPU rules wait for 5 samples (2.5-5 s at 1-2 Hz) so one idle reading at an

@@ -90,8 +90,8 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
     """Summary of one run; steps with an index below `warmup` are left out of timings."""
     warmup = max(0, warmup)
     window = run.measured_steps(warmup)
-    n, wall, wait, samples, known = _measured_totals(run, warmup, window)
-    pace = rates_of(n, wall, samples, known, wait)
+    n, evals, wall, wait, samples, known = _measured_totals(run, warmup, window)
+    pace = rates_of(n + evals, wall, samples, known, wait)
 
     step_p50 = step_p95 = step_mean = compute_p50 = wait_p50 = None
     if window:
@@ -210,28 +210,33 @@ def _notes(run: RunState) -> tuple[str, ...]:
 
 def _measured_totals(
     run: RunState, warmup: int, window: list[Step]
-) -> tuple[int, float, float, int, int]:
-    """(steps, wall, data wait, samples, steps with samples) over every measured step.
+) -> tuple[int, int, float, float, int, int]:
+    """(steps, eval steps, wall, data wait, samples, steps with samples) over every measured step.
 
     Uses the whole-stream totals minus the warm-up steps kept in `head`, so the
     figures cover the run even after the step deque dropped its oldest; falls
-    back to the window when the warm-up is longer than `head` keeps.
+    back to the window when the warm-up is longer than `head` keeps. The training part of
+    the steps marked eval counts in the time, wait and samples (not in the steps): their wall
+    less the evaluation, their training loader's wait (`RunState.eval_train_wall`).
     """
     if warmup > HEAD_STEPS or len(run.steps) == run.total_steps:
+        evals = [s for s in run.steps if s.mark == "eval" and s.step >= warmup]
         return (
             len(window),
-            sum(s.wall for s in window),
-            sum(s.data_wait for s in window),
-            sum(s.samples for s in window if s.samples is not None),
-            sum(1 for s in window if s.samples is not None),
+            len(evals),
+            sum(s.wall for s in window) + sum(max(0.0, s.wall - s.eval_s) for s in evals),
+            sum(s.data_wait for s in window) + sum(s.data_wait for s in evals),
+            sum(s.samples for s in (*window, *evals) if s.samples is not None),
+            sum(1 for s in (*window, *evals) if s.samples is not None),
         )
     early = [s for s in run.head if s.step < warmup]
     return (
         run.train_steps - len(early),  # marked steps (eval, profiler) are in no total but total_steps
-        run.total_wall - sum(s.wall for s in early),
-        run.total_data_wait - sum(s.data_wait for s in early),
-        run.total_samples - sum(s.samples for s in early if s.samples is not None),
-        run.steps_with_samples - sum(1 for s in early if s.samples is not None),
+        run.eval_train_steps,
+        run.total_wall - sum(s.wall for s in early) + run.eval_train_wall,
+        run.total_data_wait - sum(s.data_wait for s in early) + run.eval_train_wait,
+        run.total_samples - sum(s.samples for s in early if s.samples is not None) + run.eval_train_samples,
+        run.steps_with_samples - sum(1 for s in early if s.samples is not None) + run.eval_train_known,
     )
 
 
