@@ -82,7 +82,9 @@ def reset_after_fork(agent: Any) -> None:
     agent._model_optimizers = 0
     agent.cuda_mem = agent.cuda_device = False  # CUDA cannot be used in a forked child
     agent.cuda_index, agent.cuda_stats, agent.cuda_reserved, agent.cuda_peak = None, {}, None, None
+    alive = agent.clock.alive  # the hooks' weak references to optimizers: the child's copies stay valid
     agent.clock.__init__(agent._on_first_step, agent._on_eval, agent._new_optimizer)  # same object: the hooks hold it
+    agent.clock.alive = alive
     agent.phases.__init__(agent.clock, agent.note)
     agent.blind.__init__()
 

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -227,3 +228,17 @@ def test_the_model_is_reported_once_at_step_0_and_again_only_when_another_optimi
     agent.clock.on_optimizer_step(id(generator), time.perf_counter())  # GAN's second optimizer: the Model event now says 2
     agent.clock.on_optimizer_step(id(discriminator), time.perf_counter())
     assert hooks.calls["report_model"] == 2 and agent._model_optimizers == 2
+
+
+def test_a_forked_child_keeps_the_hooks_view_of_which_optimizers_live(tmp_path: Path) -> None:
+    # The clock is re-initialised in place after a fork; the hooks set `alive` once, at install:
+    # lost, a hogwild child building an optimizer every step would count 1 step again.
+    from pitstop.profiling import _children
+
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="t.py", profile=None))
+    agent.hooks = SimpleNamespace()
+    alive = {"opt"}.__contains__
+    agent.clock.alive = alive
+    agent.clock.grads = 7
+    _children.reset_after_fork(agent)
+    assert agent.clock.alive is alive and agent.clock.grads == 0 and agent.dormant
