@@ -25,7 +25,9 @@ INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: ch
 # their module frames said "compiling" for the first seconds of runs that never compiled.
 COMPILE_FILES = (os.path.join("torch", "_dynamo", "convert_frame.py"),
                  os.path.join("torch", "_inductor", "compile_fx.py"))
-MAX_DEPTH = 1_000  # frames looked at per thread (a compile's stack is ~200 deep)
+MAX_DEPTH = 1_000
+# psutil's machine-wide cpu_percent over less than a few clock ticks (10 ms each) reads 0.0.
+MIN_SYSTEM_S = 0.05  # frames looked at per thread (a compile's stack is ~200 deep)
 
 
 def compiling() -> bool:
@@ -132,6 +134,7 @@ class Sampler:
         self._compiling_since: float | None = None  # when a reading first saw torch.compile compiling, in a row
         self._thread = threading.Thread(target=self._loop, name="pitstop-sampler", daemon=True)
         psutil.cpu_percent(None)  # prime: the first system reading is relative to this call
+        self._system_at = time.monotonic()  # when the machine's CPU was last read (or primed)
 
     def start(self) -> None:
         self._thread.start()
@@ -235,7 +238,7 @@ class Sampler:
             gpus=gpus,
             gpu_unavailable=reason if not gpus else None,
             procs=self.read_procs(),
-            system_cpu=self.psutil.cpu_percent(None),
+            system_cpu=self._system_cpu(),
             alloc_retries=retries,
             ooms=ooms,
             cpu_wait=self.read_cpu_wait(),
@@ -249,6 +252,14 @@ class Sampler:
         if last is None or delay is None or now <= last[0]:
             return None
         return round((delay - last[1]) / 1e9 / (now - last[0]), 3)
+
+    def _system_cpu(self) -> float | None:
+        """The machine's CPU since the last reading; None within a clock tick of it (psutil then
+        says 0.0: a spawned rank's first sample read "machine 0.00 of 2 cores" on a busy machine)."""
+        value = self.psutil.cpu_percent(None)
+        now = time.monotonic()
+        short, self._system_at = now - self._system_at < MIN_SYSTEM_S, now
+        return None if short else value
 
     def read_progress(self) -> Progress | None:
         """What training has done so far, while no step has ended (None once steps flow, or before torch).

@@ -72,3 +72,16 @@ def test_run_delay_reads_this_process_on_linux() -> None:
     tids = os.listdir(f"/proc/{os.getpid()}/task")
     delay = run_delay(os.getpid())
     assert isinstance(delay, int) and delay >= 0 and len(tids) >= 1
+
+
+def test_the_machines_cpu_is_none_when_read_within_a_tick_of_the_last_reading(tmp_path: Path) -> None:
+    # A spawned rank's sampler read at once after its priming call: psutil said 0.0, and the
+    # first line read "machine 0.00 of 2 cores" on a machine whose both cores were busy.
+    from pitstop.profiling.agent import Agent
+    from pitstop.profiling.launch import SessionSettings
+    from pitstop.profiling.sampler import MIN_SYSTEM_S, Sampler
+
+    sampler = Sampler(Agent(SessionSettings(session="unit", record=str(tmp_path / "r"), script="t.py", profile=None)))
+    assert sampler.read().system_cpu is None  # within a tick of the priming call
+    sampler._system_at -= MIN_SYSTEM_S  # as if the sampler's period had passed
+    assert sampler.read().system_cpu is not None
