@@ -167,9 +167,12 @@ def nonfinite_loss(ctx: Context) -> Finding | None:
         return None
     first = min(run.nonfinite_steps)
     total = run.nonfinite_total
+    # At fast steps the agent reads one step's loss every 10 ms: the count is of the steps read.
+    steps = run.total_steps
+    read = "" if run.losses_read >= steps else f" of {run.losses_read:,} losses read (one every 10 ms at most)"
     evidence = [
         f"loss was NaN or inf at step {first} "
-        f"({total} non-finite step{'s' if total != 1 else ''} in all)"
+        f"({total} non-finite step{'s' if total != 1 else ''}{read or ' in all'})"
     ]
     before = [(k, v) for k, v in run.losses.items() if k < first and v is not None]
     if before:

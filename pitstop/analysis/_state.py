@@ -73,6 +73,7 @@ class RunState:
         # An OrderedDict: trimming the oldest of a plain dict (`next(iter(d))`) walks the
         # deleted slots at its front: ~100 us a Loss event once 20,000 are kept, 10 with popitem (issue 13).
         self.losses: OrderedDict[int, float | None] = OrderedDict()
+        self.losses_read = 0  # steps whose loss the agent read (at fast steps one every 10 ms: docs/events.md)
         self.nonfinite_steps: list[int] = []
         self.nonfinite_total = 0
         self._nonfinite_seen: set[int] = set()
@@ -260,6 +261,7 @@ class RunState:
 
     def _add_loss(self, loss: Loss) -> None:
         self._keep_losses(loss)
+        self.losses_read += len(loss.steps)
         for step, value in zip(loss.steps, loss.values):
             if value is None or not math.isfinite(value):
                 self._nonfinite(step)

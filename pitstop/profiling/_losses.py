@@ -1,5 +1,7 @@
 """Provides the agent's loss reading: losses read in batches, so reading never syncs the GPU per step.
 
+The losses of one step every LOSS_EVERY_S are read (every step's at slower
+steps), and the last step's as the run ends (`read_tail`).
 On the CPU a loss is read at its backward (a float, no sync) and rides in its
 step's queue entry; the writer thread gathers LOSS_BATCH of them into one
 `Loss` event (`LossBatch`): building the event, and checking the values, on
@@ -19,6 +21,12 @@ from pitstop.events import Loss
 
 LOSS_BATCH = 32  # losses read together, so a GPU loss costs one async copy per 32 steps
 LOSS_MAX_AGE_S = 2.0  # ...or every 2 s on slow loops
+# A step's losses are read when this long passed since the last step read began: every step's
+# at 10 ms steps or slower, one step in ~10 at 1 ms. A loss read in place (`item()`, or `detach()`
+# on a GPU) cost ~5 us of the agent's ~25 a step on the 2-core Xeon VM (benchmarks/hotpath.py,
+# the read switched off in one variant); the last step's loss is read as the run ends (`read_tail`).
+# A tune trial reads every step's (its AMP check compares losses).
+LOSS_EVERY_S = 0.01
 
 
 def loss_event(steps: list[int], values: list[float]) -> Loss:
@@ -26,6 +34,37 @@ def loss_event(steps: list[int], values: list[float]) -> Loss:
     finite = [v if v == v and v not in (float("inf"), float("-inf")) else None for v in values]
     bad = [s for s, v in zip(steps, finite) if v is None]
     return Loss(t=time.time(), steps=steps, values=finite, nonfinite=bad)
+
+
+class Tail:
+    """The loss of the run's last step where it was not read (`read_tail`), queued after that step."""
+
+    __slots__ = ("step", "value", "now")
+
+    def __init__(self, step: int, value: float) -> None:
+        self.step, self.value, self.now = step, value, time.perf_counter()
+
+
+def read_tail(agent: Any) -> None:
+    """As the run ends: the loss of the last step with a backward, where its losses were not read
+    (`LOSS_EVERY_S`), so that the run's last loss is its last step's. A step of several backward
+    calls (micro-steps, a closure's) keeps its last read loss: one part is not the step's."""
+    hooks = agent.hooks
+    tail = hooks.loss_tail if hooks is not None else None
+    if tail is None:
+        return
+    hooks.loss_tail = None
+    if not hooks.capture_loss or hooks.tail_parts != 1 or hooks.tail_step >= agent.step_index:
+        return  # (a backward whose step never ended is no step's)
+    try:
+        if tail.numel() != 1:
+            return
+        if tail.is_cpu:
+            agent.emit(Tail(hooks.tail_step, float(tail.item())))  # after its step in the queue
+        else:
+            agent._pending_losses[hooks.tail_step] = tail.detach()  # the last copy reads it
+    except Exception:
+        return
 
 
 class LossBatch:

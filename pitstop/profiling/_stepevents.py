@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pitstop.events import End, Event, Step
-from pitstop.profiling._losses import LossBatch
+from pitstop.profiling._losses import LossBatch, Tail
 
 
 class StepEvents:
@@ -40,6 +40,9 @@ class StepEvents:
             step = self.step(item, offset, final)
             loss = self.losses.add(item[0], item[12], item[1]) if type(item[12]) is float else None
             return [step] if loss is None else [step, loss]
+        if type(item) is Tail:
+            loss = self.losses.add(item.step, item.value, item.now)
+            return [] if loss is None else [loss]
         if type(item) is End:
             loss = self.losses.take()
             if loss is not None:

@@ -509,6 +509,7 @@ class Agent:
         except Exception:
             pass
         if self.torch is not None:
+            _losses.read_tail(self)
             self.flush_losses(block=True)
         if self.sampler is not None:
             self.sampler.stop()

@@ -442,3 +442,37 @@ def test_after_a_stop_from_the_viewer_the_summary_says_how_the_script_really_end
     assert proc.returncode == 1 and "stopped: exiting with 1" in out
     row = next(line for line in err.splitlines() if line.startswith("  end "))
     assert "(exit code 1)" in row, row
+
+
+def _losses(path: Path) -> dict[int, float | None]:
+    return {step: value for e in events_of(path) if isinstance(e, Loss) for step, value in zip(e.steps, e.values)}
+
+
+def test_fast_steps_read_a_loss_every_10_ms_and_the_last_steps_loss_at_the_end(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    # A loss read in place costs ~5 us of the training thread (`_losses.LOSS_EVERY_S`): at steps
+    # well under 1 ms pitstop reads one step's in 10 ms, and the last step's as the run ends.
+    record, truth = tmp_path / "r.jsonl", tmp_path / "truth.json"
+    result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record),
+                      str(SCRIPTS / "loop_loss_pace.py"), "400", "0", str(truth)], env)
+    assert result.returncode == 0, result.stderr
+    own = json.loads(truth.read_text())
+    steps, losses = _steps(record), _losses(record)
+    assert len(steps) == 400
+    wall = sum(s.wall for s in steps[1:])
+    assert 2 <= len(losses) <= wall / 0.01 + 3, (len(losses), wall)  # one per 10 ms at most, and the end's
+    assert max(losses) == 399  # the last step's loss, read as the run ended
+    for step, value in losses.items():  # each the script's own value for that step (9 digits kept)
+        assert value == pytest.approx(own[step], rel=1e-7), step
+    assert f"loss        last {own[-1]:.4g}" in result.stderr, result.stderr[-1500:]  # the summary's
+
+
+def test_steps_of_10_ms_or_more_each_carry_their_loss(tmp_path: Path, env: dict[str, str]) -> None:
+    record, truth = tmp_path / "r.jsonl", tmp_path / "truth.json"
+    result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record),
+                      str(SCRIPTS / "loop_loss_pace.py"), "40", "11", str(truth)], env)
+    assert result.returncode == 0, result.stderr
+    own = json.loads(truth.read_text())
+    losses = _losses(record)
+    assert sorted(losses) == list(range(40))
+    assert [losses[k] for k in range(40)] == pytest.approx(own, rel=1e-7)

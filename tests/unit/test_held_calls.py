@@ -32,6 +32,7 @@ agent = Agent(SessionSettings(session="unit", record=sys.argv[2], script="train.
 if not held:
     agent.may_batch = lambda: False
 Hooks(agent).install(torch)
+agent.hooks.loss_every = 0.0  # every step's loss read (as in a tune trial): the runs compare them
 marked = []  # the steps a CUDA marker was called in
 if sys.argv[1] == "cuda":  # as on a GPU: the hooks hold plain steps between probes, which a marker times
     import pitstop.profiling._cuda as cuda_module

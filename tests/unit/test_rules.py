@@ -555,6 +555,16 @@ def test_nonfinite_loss_names_the_first_step() -> None:
     assert "clip_grad_norm_" in f.fix
 
 
+def test_nonfinite_loss_counts_among_the_losses_read_where_fast_steps_read_some() -> None:
+    run = RunState()
+    add_steps(run, 100, wall=0.001, wait=0.0)  # 1 ms steps: one loss in ~10 read
+    run.add(Loss(t=1.0, steps=[0, 10, 20, 30, 40, 50, 60, 70, 80, 99],
+                 values=[2.5, 2.4, 2.3, 2.2, 2.1, 2.0, 1.9, 1.8, None, None], nonfinite=[80, 99]))
+    f = rule(run, "nonfinite-loss")
+    assert f is not None and f.evidence[0] == ("loss was NaN or inf at step 80 (2 non-finite steps of 10 losses "
+                                               "read (one every 10 ms at most))")
+
+
 def test_nonfinite_loss_quiet_for_finite_losses() -> None:
     run = RunState()
     run.add(Loss(t=1.0, steps=[0, 1], values=[2.0, 1.0]))
