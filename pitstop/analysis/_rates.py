@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pitstop.analysis._context import WARMUP
-from pitstop.analysis._state import RunState
+from pitstop.analysis._state import RunState, training_part
 from pitstop.events import Step
 
 # The recent figures look at the last 50 measured steps: about a second of fast
@@ -28,11 +28,14 @@ def is_measured(step: Step, warmup: int = WARMUP) -> bool:
 def last_measured(run: RunState, n: int, warmup: int = WARMUP) -> list[Step]:
     """`run.measured_steps(warmup)[-n:]`, read from the end (that list walks all 20,000 kept steps, 4x a second)."""
     out: list[Step] = []
+    each = run.evaluates_each_step()  # (then a step marked eval counts as its training part)
     for s in reversed(run.steps):
         if len(out) >= n:
             break
         if is_measured(s, warmup):
             out.append(s)
+        elif each and s.mark == "eval" and s.step >= warmup:
+            out.append(training_part(s))
     out.reverse()
     return out
 

@@ -38,11 +38,12 @@ def eval_share(ctx: Context) -> Finding | None:
     if share < EVAL_SHARE:
         return None
     per_pass = run.eval_s / run.eval_passes
-    train_between = run.train_steps / run.eval_passes
+    # (a step that holds an evaluation trained too: GCN's loop evaluates after every step)
+    train_between = (run.train_steps + run.eval_train_steps) / run.eval_passes
     evidence = [
         f"{run.eval_passes} evaluation passes took {run.eval_s:.1f} s, {share:.0%} of the run's {elapsed:.0f} s "
-        f"({per_pass:.2f} s each)",
-        f"one pass every ~{train_between:.0f} training steps"
+        f"({fmt.duration(per_pass)} each)",
+        f"one pass every ~{train_between:.0f} training step{'s' if round(train_between) != 1 else ''}"
         + (f" ({train_between * ctx.wall_mean:.1f} s of training at the mean step)" if ctx.wall_mean else ""),
     ]
     evals = [d for d in run.dataloaders.values() if run.loader_role(d.id) == "eval"]

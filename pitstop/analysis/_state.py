@@ -50,6 +50,13 @@ SERIES = ("step", "sample", "loss", "profile", "note")
 HEAD_STEPS = 64
 
 
+def training_part(step: Step) -> Step:
+    """A step marked eval as the training step it holds: its wall and `other_s` less the evaluation
+    (its anatomy's other phases never count an evaluation: an eval stretch ends a phase)."""
+    other = None if step.other_s is None else max(0.0, step.other_s - step.eval_s)
+    return dataclasses.replace(step, wall=max(0.0, step.wall - step.eval_s), other_s=other, mark=None, eval_s=0.0)
+
+
 class RunState:
     """Bounded accumulator of the events of ONE training process.
 
@@ -407,8 +414,18 @@ class RunState:
         return self.eval_steps_s + (self.end.eval_s if self.end is not None else 0.0)
 
     def measured_steps(self, warmup: int = 3) -> list[Step]:
-        """Training steps in the window whose index is at or past `warmup` (warm-up and marked steps dropped)."""
+        """Training steps in the window whose index is at or past `warmup` (warm-up and marked steps dropped).
+
+        Where most steps evaluate (`evaluates_each_step`), each such step's training part counts too."""
+        if self.evaluates_each_step():
+            return [training_part(s) if s.mark == "eval" else s for s in self.steps
+                    if s.step >= warmup and (s.mark is None or s.mark == "eval")]
         return [s for s in self.steps if s.step >= warmup and s.mark is None]
+
+    def evaluates_each_step(self) -> bool:
+        """True where more steps past the warm-up hold an evaluation than none: a full-batch loop
+        (pytorch/examples' GCN) evaluates after every optimizer step, and no step was left to measure."""
+        return self.eval_train_steps > self.train_steps
 
     def training_loader(self) -> DataLoaderInfo | None:
         """The DataLoader whose batches fed the latest steps (`Step.loader`), or None."""

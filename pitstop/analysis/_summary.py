@@ -78,6 +78,7 @@ class Summary:
     stopped: bool = False  # a viewer asked the agent to stop the script (`k`)
     marked: tuple[tuple[str, int], ...] = ()  # (Step.mark, steps) kept out of the training figures
     eval_passes: int = 0  # steps holding an evaluation pass, and one after the last step
+    evaluates_each_step: bool = False  # most steps evaluate: their training parts are measured (RunState)
     eval_s: float = 0.0  # time spent evaluating in them
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
     skipped: tuple[str, ...] = ()  # what it could not: "batch_size (train loader 1): a custom batch_sampler"
@@ -92,6 +93,9 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
     window = run.measured_steps(warmup)
     n, evals, wall, wait, samples, known = _measured_totals(run, warmup, window)
     pace = rates_of(n + evals, wall, samples, known, wait)
+    each = run.evaluates_each_step()
+    if each:  # the steps that evaluate are measured by their training part
+        n, evals = n + evals, 0
 
     step_p50 = step_p95 = step_mean = compute_p50 = wait_p50 = None
     if window:
@@ -113,6 +117,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
     end = run.end
     return Summary(
         marked=tuple(sorted(run.marked.items())),
+        evaluates_each_step=each,
         eval_passes=run.eval_passes,
         eval_s=run.eval_s,
         steps=run.total_steps,
@@ -220,7 +225,8 @@ def _measured_totals(
     less the evaluation, their training loader's wait (`RunState.eval_train_wall`).
     """
     if warmup > HEAD_STEPS or len(run.steps) == run.total_steps:
-        evals = [s for s in run.steps if s.mark == "eval" and s.step >= warmup]
+        # (where most steps evaluate, the window holds their training parts already)
+        evals = [] if run.evaluates_each_step() else [s for s in run.steps if s.mark == "eval" and s.step >= warmup]
         return (
             len(window),
             len(evals),
@@ -298,8 +304,13 @@ def format_summary(
     if how:
         lines.append(_row("", how))
     if s.marked:
-        kept = ", ".join(f"{n} {MARK_WORDS.get(mark, mark)}" for mark, n in s.marked)
-        lines.append(_row("", f"kept out of training figures: {kept}"))
+        kept = ", ".join(f"{n} {MARK_WORDS.get(mark, mark)}" for mark, n in s.marked
+                         if not (s.evaluates_each_step and mark == "eval"))
+        if kept:
+            lines.append(_row("", f"kept out of training figures: {kept}"))
+        evals = dict(s.marked).get("eval", 0)
+        if s.evaluates_each_step and evals:
+            lines.append(_row("", f"{evals} steps evaluate (most): each measured without its evaluation"))
     if s.eval_passes:
         share = f", {fmt.pct(s.eval_s / s.elapsed_s)} of wall time" if s.elapsed_s else ""
         passes = f"{s.eval_passes} pass{'es' if s.eval_passes != 1 else ''}"

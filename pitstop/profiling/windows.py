@@ -48,6 +48,11 @@ AFTER = "after-profile"
 # the two after it ran 3% and 2% slower (median of 151 windows), the third as
 # the rest. docs/internals.md, "Profiler windows", has the measurement.
 SETTLE_STEPS = 2
+# A window ended by an evaluation pass before any step completed starts again at the next step;
+# after this many in a row the loop evaluates in every step (pytorch/examples' GCN): windows then
+# run through the evaluations, whose ops their tables count too (said once in a note), where no
+# window had been recorded at all.
+EVAL_DISCARDS_MAX = 2
 _SWITCH_INTERVAL_S = 0.0005  # while aggregating: see _gentle
 _GC_PAUSE_MAX_S = 5.0  # the cyclic GC is never paused longer than this
 # close() waits this long for the last window's tables (~15 ms for 3,000 events;
@@ -205,6 +210,7 @@ class ProfilerWindows:
         self.windows = 0  # windows emitted
         self.skipped = 0  # scheduled windows skipped: the previous one was still being processed
         self.discarded = 0  # windows ended by an evaluation pass before any step completed
+        self._discards_in_row = 0  # ...since the last window that recorded a step (EVAL_DISCARDS_MAX)
         self._noted: set[str] = set()
 
         self._cv = threading.Condition()
@@ -250,6 +256,12 @@ class ProfilerWindows:
         window at the last completed step, or discard it if none completed. Never raises."""
         opened = self._open
         if opened is None or self._off is not None or self._closed:
+            return
+        if self._discards_in_row >= EVAL_DISCARDS_MAX:
+            self._note_once("eval-each-step", "warn",
+                            f"{EVAL_DISCARDS_MAX} profiler windows in a row ended at an evaluation pass before "
+                            "any step completed: every step evaluates here, so windows now run through the "
+                            "evaluations and their op tables count its ops too")
             return
         try:  # in the closing step every named step has completed
             self._finish(opened.step_end if opened.step_end is not None else opened.current)
@@ -353,7 +365,10 @@ class ProfilerWindows:
                 _record_functions(True)
         if step_end <= opened.step_start:
             self.discarded += 1  # no step completed inside the window: nothing to report
+            self._discards_in_row += 1
+            self._next_start = min(self._next_start, opened.step_start)  # again once this step ends
             return
+        self._discards_in_row = 0
         if opened.step_end is None:
             opened.duration_s = time.perf_counter() - opened.t0
         job = _Job(opened.prof, opened.step_start, step_end, opened.trigger, opened.duration_s, time.time())

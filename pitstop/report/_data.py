@@ -262,8 +262,11 @@ def overview(data: ReportData) -> list[tuple[str, str]]:
     s = data.summary
     rows = [("steps", f"{s.steps} ({s.measured_steps} training steps measured, first {s.warmup} dropped as warm-up)"
              + (f" in {s.elapsed_s:.1f} s" if s.elapsed_s is not None else ""))]
-    if s.marked:
-        rows.append(("kept out", ", ".join(f"{n} {mark}" for mark, n in s.marked)))
+    kept = [(mark, n) for mark, n in s.marked if not (s.evaluates_each_step and mark == "eval")]
+    if kept:
+        rows.append(("kept out", ", ".join(f"{n} {mark}" for mark, n in kept)))
+    if s.evaluates_each_step:
+        rows.append(("evaluating", f"{dict(s.marked).get('eval', 0)} steps (most): each measured without its evaluation"))
     if s.samples_per_s is not None:
         rows.append(("throughput", fmt.rate(s.samples_per_s, "samples")
                      + (f", {fmt.rate(s.steps_per_s, 'steps')}" if s.steps_per_s is not None else "")))

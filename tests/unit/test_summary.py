@@ -428,3 +428,43 @@ def test_a_skip_repeated_on_each_eval_loader_is_one_line_naming_them() -> None:
     skipped = summarize(run).skipped
     assert len(skipped) == 1 and skipped[0].startswith("batch_size (") and skipped[0].endswith(why), skipped
     assert "and 3 more" in skipped[0]
+
+
+def _evaluating_run(n: int, max_steps: int | None = None) -> RunState:
+    """pytorch/examples' GCN: an evaluation after every optimizer step, so every step but the first is marked eval."""
+    run = RunState(max_steps=max_steps)
+    run.add(hello())
+    t = 100.0
+    for i in range(n):
+        evaluating = i > 0
+        wall = 0.012 if evaluating else 0.5
+        t += wall
+        run.add(Step(t=t, step=i, wall=wall, data_wait=0.0, samples=2000, mark="eval" if evaluating else None,
+                     eval_s=0.004 if evaluating else 0.0, forward_s=0.003, backward_s=0.003, optimizer_s=0.001,
+                     other_s=0.005 if evaluating else 0.493))
+    return run
+
+
+@pytest.mark.parametrize("max_steps", [None, 50])  # the window, and the totals once the window dropped steps
+def test_a_loop_that_evaluates_after_every_step_is_measured_by_each_steps_training_part(
+        max_steps: int | None) -> None:
+    run = _evaluating_run(300, max_steps)
+    s = summarize(run)
+    assert s.measured_steps == 297 and s.evaluates_each_step
+    assert s.steps_per_s == pytest.approx(1 / 0.008) and s.samples_per_s == pytest.approx(2000 / 0.008)
+    assert s.step_p50_s == pytest.approx(0.008)
+    text = format_summary(s, [])
+    assert "throughput n/a" not in text and "299 steps evaluate (most): each measured without its evaluation" in text
+    assert "kept out of training figures" not in text
+    line = status_line(run)
+    assert "warming up" not in line and "step 8.0 ms" in line, line
+
+
+def test_a_few_evaluating_steps_stay_out_of_the_step_times() -> None:
+    run = RunState()
+    run.add(hello())
+    fill(run, 40, wall=0.01, wait=0.0)
+    run.add(Step(t=200.0, step=40, wall=3.0, data_wait=0.0, samples=32, mark="eval", eval_s=2.99))
+    s = summarize(run)
+    assert not s.evaluates_each_step and s.measured_steps == 37 and s.step_p95_s == pytest.approx(0.01)
+    assert "kept out of training figures: 1 with evaluation" in format_summary(s, [])

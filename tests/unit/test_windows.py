@@ -506,7 +506,7 @@ def test_an_evaluation_pass_in_the_closing_step_keeps_every_named_step(sim: Sim)
     w.close()
 
 
-def test_an_evaluation_pass_before_any_step_completed_discards_the_window(sim: Sim) -> None:
+def test_an_evaluation_pass_before_any_step_completed_discards_the_window_and_starts_it_again(sim: Sim) -> None:
     c = Collector()
     w = _windows(c, sim, every=None, active=5)
     w.request()
@@ -517,9 +517,37 @@ def test_an_evaluation_pass_before_any_step_completed_discards_the_window(sim: S
     marks: list[str | None] = []
     for step in range(1, 4):
         sim.step(w, step, marks)
-    assert marks == ["after-profile", None, None]  # the step that paid the stop; no tables to build
+    # the step that paid the stop; then the window again, from the step after it
+    assert marks == ["after-profile", "profiled", "profiled"] and sim.log == ["start", "stop", "start"]
     w.close()
-    assert c.events == []
+    assert [(e.step_start, e.step_end) for e in c.events] == [(2, 4)]
+
+
+def test_where_every_step_evaluates_windows_run_through_the_evaluations_after_three_discarded(sim: Sim) -> None:
+    # pytorch/examples' GCN evaluates after every optimizer step: each window was discarded at the
+    # next step's evaluation, and the run had no op table at all.
+    c = Collector()
+    w = _windows(c, sim, every=4, active=2, first=0)
+    step = 0
+    while w.discarded < windows_mod.EVAL_DISCARDS_MAX:
+        sim.op("aten::eval_forward")
+        w.on_eval()  # each step begins with the evaluation after the step before
+        sim.step(w, step)
+        step += 1
+        assert step < 40, "no window opened"
+    assert c.events == [] and c.notes == []
+    for _ in range(12):
+        sim.op("aten::eval_forward")
+        w.on_eval()
+        sim.step(w, step)
+        step += 1
+    with c.cv:
+        assert c.cv.wait_for(lambda: c.events, timeout=60), c.notes
+    ev = c.events[0]
+    assert ev.step_end - ev.step_start == 2
+    assert _ops(ev) == {"aten::mm": 2, "Optimizer.step#SGD.step": 2, "aten::eval_forward": 2}  # said in the note
+    assert [level for level, message in c.notes if "every step evaluates" in message] == ["warn"]
+    w.close()
 
 
 def test_close_reports_only_the_steps_completed_in_an_open_window(sim: Sim) -> None:
