@@ -38,6 +38,8 @@ COUNTED_BY = {
 MARK_WORDS = {"eval": "with evaluation", "profiled": "in profiler windows", "after-profile": "after profiler windows"}
 # A Note from this source says a viewer asked the agent to stop the script (`k`).
 STOP_NOTE_SOURCE = "stop"
+# A warm-up this long, and over 10x as many measured steps, is said with its time on the steps row.
+LONG_WARMUP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Summary:
     steps: int  # every step seen
     measured_steps: int  # after the warm-up
     warmup: int
+    warmup_s: float | None  # the warm-up steps' wall time (a compile, a first LBFGS step), where kept
     elapsed_s: float | None  # first to last time stamp of the stream
     measured_s: float  # sum of wall over measured steps
     samples_per_s: float | None  # None when a measured step did not report its batch size
@@ -86,6 +89,15 @@ class Summary:
     phases: PhaseSplit | None = None  # the measured steps' anatomy (analysis._anatomy.phase_split)
     counted_by: str | None = None  # the latest step's `source`: "optimizer" | "backward" | "manual"
 
+    @property
+    def long_warmup_s(self) -> float | None:
+        """The warm-up's seconds where they are worth saying (HF Trainer's compiled first step took 89 s):
+        at least LONG_WARMUP_S and over 10x as many measured steps; else None."""
+        took = self.warmup_s
+        if took is None or took < LONG_WARMUP_S:
+            return None
+        return took if self.step_p50_s is None or took > 10 * self.warmup * self.step_p50_s else None
+
 
 def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
     """Summary of one run; steps with an index below `warmup` are left out of timings."""
@@ -123,6 +135,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         steps=run.total_steps,
         measured_steps=n,
         warmup=warmup,
+        warmup_s=_warmup_s(run, warmup),
         elapsed_s=elapsed,
         measured_s=wall,
         samples_per_s=pace.samples_per_s,
@@ -213,6 +226,12 @@ def _notes(run: RunState) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def _warmup_s(run: RunState, warmup: int) -> float | None:
+    """The wall time of the warm-up's training steps (`RunState.head` keeps them), or None."""
+    early = [s.wall for s in run.head if s.step < warmup]
+    return sum(early) if early else None
+
+
 def _measured_totals(
     run: RunState, warmup: int, window: list[Step]
 ) -> tuple[int, int, float, float, int, int]:
@@ -296,7 +315,8 @@ def format_summary(
     lines = [title, ""]
     steps = f"{s.steps}"
     if s.steps:
-        steps += f" ({s.measured_steps} measured, first {s.warmup} dropped as warm-up)"
+        took = f": {fmt.seconds(s.long_warmup_s)}" if s.long_warmup_s is not None else ""
+        steps += f" ({s.measured_steps} measured, first {s.warmup} dropped as warm-up{took})"
     if s.elapsed_s is not None:
         steps += f" in {s.elapsed_s:.1f} s"
     lines.append(_row("steps", steps))

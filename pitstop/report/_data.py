@@ -260,7 +260,8 @@ def _overhead(data: ReportData) -> list[tuple[str, str]]:
 def overview(data: ReportData) -> list[tuple[str, str]]:
     """The summary's figures as (label, text) rows; "n/a (why)" where a figure is unavailable."""
     s = data.summary
-    rows = [("steps", f"{s.steps} ({s.measured_steps} training steps measured, first {s.warmup} dropped as warm-up)"
+    took = f": {s.long_warmup_s:.1f} s" if s.long_warmup_s is not None else ""
+    rows = [("steps", f"{s.steps} ({s.measured_steps} training steps measured, first {s.warmup} dropped as warm-up{took})"
              + (f" in {s.elapsed_s:.1f} s" if s.elapsed_s is not None else ""))]
     kept = [(mark, n) for mark, n in s.marked if not (s.evaluates_each_step and mark == "eval")]
     if kept:

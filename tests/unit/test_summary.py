@@ -468,3 +468,19 @@ def test_a_few_evaluating_steps_stay_out_of_the_step_times() -> None:
     s = summarize(run)
     assert not s.evaluates_each_step and s.measured_steps == 37 and s.step_p95_s == pytest.approx(0.01)
     assert "kept out of training figures: 1 with evaluation" in format_summary(s, [])
+
+
+def test_a_long_warm_up_is_said_with_its_time_and_a_usual_one_is_not() -> None:
+    run = RunState()
+    run.add(hello())
+    run.add(Step(t=130.0, step=0, wall=30.0, data_wait=0.0, samples=32))  # torch.compile's first step
+    for i in range(1, 41):
+        run.add(Step(t=130.0 + i * 0.01, step=i, wall=0.01, data_wait=0.0, samples=32))
+    s = summarize(run)
+    assert s.long_warmup_s == pytest.approx(30.02)
+    assert "(38 measured, first 3 dropped as warm-up: 30.0 s)" in format_summary(s, [])
+    usual = RunState()
+    usual.add(hello())
+    fill(usual, 40, wall=0.5, wait=0.0)
+    assert summarize(usual).long_warmup_s is None
+    assert "(37 measured, first 3 dropped as warm-up)" in format_summary(summarize(usual), [])
