@@ -53,6 +53,8 @@ class Hello:
     # A child process that trains (a multiprocessing child stepping an optimizer, as in
     # hogwild): the pid of the process it was started from. None in a main process or rank.
     parent_pid: int | None = None
+    # The tuned config `pitstop run --config FILE` applied, as typed (a path relative to `command_cwd`).
+    config: str | None = None
 
 
 @dataclass(frozen=True)

@@ -307,6 +307,7 @@ class Run:
             command=request.target.words(),
             command_cwd=os.getcwd(),
             command_env=typed_env(),
+            config_path=request.config,
         )
         return self.settings
 

@@ -192,6 +192,7 @@ class Agent:
             command_cwd=settings.command_cwd,
             command_env=settings.command_env,
             parent_pid=self.parent_pid,
+            config=settings.config_path,
         )
         self._writer.write(self.hello)
         if settings.socket:

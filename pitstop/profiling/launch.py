@@ -149,6 +149,7 @@ class SessionSettings:
     command: list[str] | None = None
     command_cwd: str | None = None
     command_env: dict[str, str] | None = None
+    config_path: str | None = None  # `--config FILE` as typed (the Hello says it: a report's command row)
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))

@@ -201,7 +201,9 @@ def _environment(run: RunState) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     hello, rt = run.hello, run.runtime
     if hello is not None:
-        out.append(("command", Command.of(hello).line("run") if hello.command else " ".join(hello.argv) or hello.script))
+        applied = ("--config", hello.config) if hello.config else ()  # the run as it ran: with its tuned config
+        out.append(("command", Command.of(hello).line("run", *applied) if hello.command
+                    else " ".join(hello.argv) or hello.script))
         out.append(("started", time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(hello.started))))
         out.append(("host", hello.host))
         out.append(("python", hello.python))

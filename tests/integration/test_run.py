@@ -400,6 +400,11 @@ def test_a_config_says_what_it_applies_at_start_and_in_the_summary(tmp_path: Pat
         f"pitstop: applying {config}: amp=bf16 (process-wide); num_workers=1 (training DataLoader)")
     row = next(line for line in result.stderr.splitlines() if line.startswith("  config "))
     assert row.startswith("  config      applied amp=bf16") and "num_workers=1 (train loader" in row, row
+    # the report's command row is the command that ran, the config with it
+    record = next(p for p in (tmp_path / "records").rglob("*.jsonl*") if not p.name.endswith(".index"))
+    report = pitstop(["report", str(record), "-o", str(tmp_path / "report.md")], env, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert f"pitstop run --config {config} {script}" in (tmp_path / "report.md").read_text()
 
 
 _STOPPABLE = """\
