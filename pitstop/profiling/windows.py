@@ -211,6 +211,7 @@ class ProfilerWindows:
         self.skipped = 0  # scheduled windows skipped: the previous one was still being processed
         self.discarded = 0  # windows ended by an evaluation pass before any step completed
         self._discards_in_row = 0  # ...since the last window that recorded a step (EVAL_DISCARDS_MAX)
+        self._through = False  # the open window ran on through an evaluation pass
         self._noted: set[str] = set()
 
         self._cv = threading.Condition()
@@ -262,6 +263,7 @@ class ProfilerWindows:
                             f"{EVAL_DISCARDS_MAX} profiler windows in a row ended at an evaluation pass before "
                             "any step completed: every step evaluates here, so windows now run through the "
                             "evaluations and their op tables count its ops too")
+            self._through = True
             return
         try:  # in the closing step every named step has completed
             self._finish(opened.step_end if opened.step_end is not None else opened.current)
@@ -368,7 +370,9 @@ class ProfilerWindows:
             self._discards_in_row += 1
             self._next_start = min(self._next_start, opened.step_start)  # again once this step ends
             return
-        self._discards_in_row = 0
+        if not self._through:  # (one that ran through evaluations: the loop still evaluates every step)
+            self._discards_in_row = 0
+        self._through = False
         if opened.step_end is None:
             opened.duration_s = time.perf_counter() - opened.t0
         job = _Job(opened.prof, opened.step_start, step_end, opened.trigger, opened.duration_s, time.time())

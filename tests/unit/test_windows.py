@@ -523,7 +523,7 @@ def test_an_evaluation_pass_before_any_step_completed_discards_the_window_and_st
     assert [(e.step_start, e.step_end) for e in c.events] == [(2, 4)]
 
 
-def test_where_every_step_evaluates_windows_run_through_the_evaluations_after_three_discarded(sim: Sim) -> None:
+def test_where_every_step_evaluates_windows_run_through_the_evaluations_after_two_discarded(sim: Sim) -> None:
     # pytorch/examples' GCN evaluates after every optimizer step: each window was discarded at the
     # next step's evaluation, and the run had no op table at all.
     c = Collector()
@@ -547,6 +547,15 @@ def test_where_every_step_evaluates_windows_run_through_the_evaluations_after_th
     assert ev.step_end - ev.step_start == 2
     assert _ops(ev) == {"aten::mm": 2, "Optimizer.step#SGD.step": 2, "aten::eval_forward": 2}  # said in the note
     assert [level for level, message in c.notes if "every step evaluates" in message] == ["warn"]
+    discarded = w.discarded
+    for _ in range(12):  # the next windows run through at once: none discarded again
+        sim.op("aten::eval_forward")
+        w.on_eval()
+        sim.step(w, step)
+        step += 1
+    with c.cv:
+        assert c.cv.wait_for(lambda: len(c.events) >= 2, timeout=60), c.notes
+    assert w.discarded == discarded and c.events[1].step_start > c.events[0].step_end
     w.close()
 
 
