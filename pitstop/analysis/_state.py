@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import OrderedDict, deque
 from typing import Any
@@ -50,11 +51,21 @@ SERIES = ("step", "sample", "loss", "profile", "note")
 HEAD_STEPS = 64
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def training_part(step: Step) -> Step:
     """A step marked eval as the training step it holds: its wall and `other_s` less the evaluation
-    (its anatomy's other phases never count an evaluation: an eval stretch ends a phase)."""
-    other = None if step.other_s is None else max(0.0, step.other_s - step.eval_s)
-    return dataclasses.replace(step, wall=max(0.0, step.wall - step.eval_s), other_s=other, mark=None, eval_s=0.0)
+    (its anatomy's other phases never count an evaluation: an eval stretch ends a phase).
+
+    Cached, and built without `dataclasses.replace` (13 us a step): the figures ask for the
+    window's 20,000 steps several times a second, 261 ms a call before."""
+    part = object.__new__(Step)
+    fields = part.__dict__
+    fields.update(step.__dict__)
+    fields["wall"] = max(0.0, step.wall - step.eval_s)
+    fields["mark"], fields["eval_s"] = None, 0.0
+    if step.other_s is not None:
+        fields["other_s"] = max(0.0, step.other_s - step.eval_s)
+    return part
 
 
 class RunState:
