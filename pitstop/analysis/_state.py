@@ -51,7 +51,7 @@ SERIES = ("step", "sample", "loss", "profile", "note")
 HEAD_STEPS = 64
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 15)  # a window of MAX_STEPS (20,000) fits; a part is 352 bytes (getsizeof)
 def training_part(step: Step) -> Step:
     """A step marked eval as the training step it holds: its wall and `other_s` less the evaluation
     (its anatomy's other phases never count an evaluation: an eval stretch ends a phase).
