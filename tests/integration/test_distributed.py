@@ -36,6 +36,10 @@ def test_the_slow_rank_is_named_as_straggler_and_nobody_without_one(
     records = tmp_path / "job"
     if slow_rank is not None:
         env["SLOW_RANK"] = str(slow_rank)
+    # Each rank waits 10 ms a step, as for its GPU kernels. With steps of the tiny model alone
+    # (2-7 ms outside collectives) and a core kept busy, 4 runs of 13 named a straggler without
+    # one: a rank starved of a core for a while lagged by 3-8 ms a step. 10 ms waits: 0 of 8.
+    env["STEP_SLEEP_MS"] = "10"
     result = pitstop(["run", "--headless", "--profile", PROFILE, "--record", str(records), "--",
                       *_torchrun("ddp_gloo.py", "100")], env, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]

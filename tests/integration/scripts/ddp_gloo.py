@@ -3,6 +3,8 @@
 Each worker prints its pid, so a test can check that no worker runs an agent.
 Rank SLOW_RANK (env) sleeps 30 ms a step, to make a straggler. Rank SLOW_DATA_RANK's
 DataLoader worker sleeps 4 ms a sample (32 ms a batch of 8), to make a data straggler.
+Every rank sleeps STEP_SLEEP_MS (env, default 0) a step, as a step that waits for its GPU
+kernels does: time outside collectives that a busy machine's scheduler cannot double.
 """
 import os
 import sys
@@ -27,6 +29,7 @@ def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
     slow_data_rank = int(os.environ.get("SLOW_DATA_RANK", "-1"))
+    step_sleep = float(os.environ.get("STEP_SLEEP_MS", "0")) / 1e3
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(rank)
@@ -40,6 +43,8 @@ def main() -> None:
     for x, y in loader:
         if rank == slow_rank:
             time.sleep(0.03)
+        if step_sleep:
+            time.sleep(step_sleep)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
