@@ -56,7 +56,9 @@ def child(pairs: int, out: str) -> None:
     cpu, thread_cpu = time.process_time_ns, time.thread_time_ns
 
     def block(n: int) -> list[int]:
-        sums = [0] * (len(CALLS) + 2)  # the calls, then the thread's and the process's CPU time
+        """Per-call sums of the block's steps, the thread's and the process's CPU time, then each step's total."""
+        sums = [0] * (len(CALLS) + 2)
+        totals = []
         c0, tc0 = cpu(), thread_cpu()
         for _ in range(n):
             t0 = ns()
@@ -74,8 +76,9 @@ def child(pairs: int, out: str) -> None:
             t6 = ns()
             for i, (a, b) in enumerate(((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5), (t5, t6), (t0, t6))):
                 sums[i] += b - a
+            totals.append(t6 - t0)
         sums[-2], sums[-1] = thread_cpu() - tc0, cpu() - c0
-        return sums
+        return sums + totals
 
     block(200)  # warm-up: step 0 (the model found, the reports) and the first blocks' caches
     agent._drain()  # (the warm-up's steps written: the threads' clocks below count the blocks' own)
@@ -106,6 +109,26 @@ def interval(off: list[list[int]], on: list[list[int]], i: int, rounds: int = 10
     return diff(list(range(n))), values[int(0.05 * rounds)], values[int(0.95 * rounds) - 1]
 
 
+def median_shift(off: list[list[int]], on: list[list[int]], rounds: int = 300) -> tuple[float, float, float]:
+    """Median step on minus median step off, us, with a bootstrap 90% interval over pairs of blocks.
+
+    A step the machine preempted (a few ms on the shared box) moves a block's mean by
+    several us either way; the median step does not move with it, and the agent's cost,
+    the same at every step (stamps held; the writer takes them), moves it whole.
+    """
+    first = len(CALLS) + 2
+
+    def shift(idx: list[int]) -> float:
+        steps_on = sorted(t for j in idx for t in on[j][first:])
+        steps_off = sorted(t for j in idx for t in off[j][first:])
+        return (steps_on[len(steps_on) // 2] - steps_off[len(steps_off) // 2]) / 1e3
+
+    n = len(off)
+    rng = random.Random(0)
+    values = sorted(shift([rng.randrange(n) for _ in range(n)]) for _ in range(rounds))
+    return shift(list(range(n))), values[int(0.05 * rounds)], values[int(0.95 * rounds) - 1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=300, help="pairs of 25-step blocks, agent off / on")
@@ -133,6 +156,8 @@ def main() -> None:
         mean_on = statistics.fmean(b[i] for b in on) / BLOCK / 1e3
         added, low, high = interval(off, on, i)
         print(f"  {name:10s} {mean_off:8.1f} {mean_on:8.1f} {added:9.1f}  {low:.1f}..{high:.1f}")
+    added, low, high = median_shift(off, on)
+    print(f"  median step: {added:+.1f} us on - off ({low:.1f}..{high:.1f})")
     added, low, high = interval(off, on, len(CALLS))
     print(f"  training thread's CPU time: {added:+.1f} us per step on - off ({low:.1f}..{high:.1f})")
     added, low, high = interval(off, on, len(CALLS) + 1)
