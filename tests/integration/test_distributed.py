@@ -36,9 +36,10 @@ def test_the_slow_rank_is_named_as_straggler_and_nobody_without_one(
     records = tmp_path / "job"
     if slow_rank is not None:
         env["SLOW_RANK"] = str(slow_rank)
-    # Each rank waits 10 ms a step, as for its GPU kernels. With steps of the tiny model alone
-    # (2-7 ms outside collectives) and a core kept busy, 4 runs of 13 named a straggler without
-    # one: a rank starved of a core for a while lagged by 3-8 ms a step. 10 ms waits: 0 of 8.
+    # Each rank waits 10 ms a step, as for its GPU kernels. With the tiny model's steps alone (2-7 ms
+    # outside collectives) a straggler was named without one in 2 of 5 runs with a core kept busy
+    # and 1 of 4 quiet (and once in CI): a rank starved of a core lagged by 0.5-4 ms a step. With the
+    # 10 ms waits: 0 of 8 with a core kept busy, and SLOW_RANK=1 named in 4 of 4.
     env["STEP_SLEEP_MS"] = "10"
     result = pitstop(["run", "--headless", "--profile", PROFILE, "--record", str(records), "--",
                       *_torchrun("ddp_gloo.py", "100")], env, timeout=240)
