@@ -124,6 +124,20 @@ def test_the_overhead_figures_of_one_ab_run() -> None:
     assert f.median_ratio == pytest.approx(1.01) and f.low == pytest.approx(1.01)
     assert f.added_s == pytest.approx([0.5] * 3) and f.period_s == pytest.approx(5.0)
     assert f.windows_ratio == pytest.approx(1.01 * 1.1)
+    # 0.1 ms more a step, in microseconds: on the typical step and on the mean
+    assert f.median_us == pytest.approx(100.0) and f.added_us == pytest.approx(100.0)
+
+
+def test_a_preempted_step_moves_the_mean_cost_but_not_the_typical_steps() -> None:
+    """The agent adds 8 us a step; one step of the on-blocks was preempted for 5 ms."""
+    blocks = {"plain": [[0.001 + i * 1e-6 for i in range(25)] for _ in range(4)],
+              "agent": [[0.001008 + i * 1e-6 for i in range(25)] for _ in range(4)]}
+    blocks["agent"][2][7] += 0.005
+    data = {"blocks": blocks, "windowed": [], "every": 100, "active": 5, "windows": 0, "skipped": 0,
+            "first_step": 0}
+    f = ab_figures(data)
+    assert f.median_us == pytest.approx(8.0)
+    assert f.added_us == pytest.approx(8.0 + 5000 / 100)
 
 
 def test_the_grid_holds_the_pick_against_every_compute_mode_at_its_data_settings() -> None:
