@@ -12,7 +12,8 @@ alternating 25-step blocks, ABBA, in one process; a call's cost is its mean
 time on minus its mean time off, so what each hook adds is measured in place,
 with the caches cold from the step's own work, not in a tight loop. "step" is
 the whole iteration (the calls plus the loop). Each figure comes with a
-bootstrap 90% interval over the pairs of blocks; then the training thread's
+bootstrap 90% interval over the pairs of blocks; then the median step on
+minus the median step off (a preempted step moves a mean, not it); the training thread's
 own CPU time per step (`time.thread_time`: what it spent running, whatever
 else the shared machine ran meanwhile, but not its waits for the GIL) and the
 whole process's (the agent's threads too). Figures only: nothing here asserts a timing.
