@@ -85,6 +85,26 @@ def _shm_bytes() -> int | None:
     return st.f_blocks * st.f_frsize
 
 
+# torch.distributed.checkpoint creates an optimizer's state before it loads a checkpoint into it
+# (or saves one) with a step of zero gradients at learning rate 0: `state_dict._init_optim_state`,
+# `_NamedOptimizer.init_state` (through its own `step`). Not a training step: pytorch/examples'
+# FSDP2 example, resumed from its checkpoint, counted 11 steps for its 10.
+_STATE_INIT = frozenset({"_init_optim_state", "init_state"})
+
+
+def _state_init(wrapper: Any) -> bool:
+    """Whether the optimizer step running in `wrapper` (torch's step-wrapper frame) only creates the state."""
+    frame = wrapper.f_back
+    for _ in range(2):  # its caller, or a _NamedOptimizer's step's caller
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name in _STATE_INIT and "torch/distributed/" in code.co_filename.replace(os.sep, "/"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _wrapper_optimizer(frame: Any) -> Any:
     """The optimizer whose step runs in `frame` (torch's step wrapper binds `self`, from `args`)."""
     local = frame.f_locals
@@ -123,6 +143,7 @@ class Hooks:
         self.runtime: Runtime | None = None
         self.device_type = "cpu"
         self.step_code: Any = None  # the code of torch's optimizer-step wrapper (its pre-hook's caller)
+        self.state_init: int | None = None  # id() of the optimizer whose running step only creates its state
 
     def install(self, torch: Any) -> None:
         agent = self.agent
@@ -318,6 +339,12 @@ class Hooks:
                     # steps are told by that code on the stack (`_abandon_raised`).
                     if clock.index == 0 or hooks.step_code is None:
                         token = sys._getframe(1)
+                        if _state_init(token):  # told here, before the first step ended (not later)
+                            hooks.state_init = id(optimizer)
+                            agent.note("info", "hooks", "an optimizer step that torch.distributed.checkpoint "
+                                       "made to create the optimizer's state (zero gradients, learning rate 0) "
+                                       "is not counted as a training step", once="state-init")
+                            return
                         hooks.step_code = token.f_code
                         clock.on_optimizer_start(id(optimizer), perf(), token)
                     else:
@@ -340,6 +367,9 @@ class Hooks:
                                 windows is not None and agent.held_base + held > windows.wake_step):
                             agent.flush_stamps(now)  # (on CUDA, a probe due: the next step is one)
                     else:
+                        if hooks.state_init == key:  # (never held: told before the first step ended)
+                            hooks.state_init = None
+                            return
                         if agent.batching:  # (takes the lock: the writer may be taking held calls in)
                             agent.flush_stamps()
                         if key not in live:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.events import SCHEMA_VERSION, DataLoaderInfo, End, Event, Hello, Loss, Model, ProfileWindow, Runtime, Sample, Step, encode
+from pitstop.events import SCHEMA_VERSION, DataLoaderInfo, End, Event, Hello, Loss, Model, Note, ProfileWindow, Runtime, Sample, Step, encode
 from pitstop.profiling.record import ReadResult, iter_record
 
 from .conftest import SCRIPTS, events_of, pitstop, wait_for
@@ -70,6 +70,7 @@ def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: d
         ("loop_no_loader.py", ["20"], 20, "optimizer"),  # batches from a memmap, no DataLoader
         ("loop_manual_step.py", ["20"], 20, "manual"),  # pitstop.step() by hand
         ("loop_optimizer_per_step.py", ["20"], 20, "optimizer"),  # a new SGD every iteration (1 step before)
+        ("loop_checkpoint_resume.py", ["20"], 20, "optimizer"),  # 2 steps at lr 0 first: the optimizer's state
     ],
 )
 def test_step_detection_without_code_changes(
@@ -89,6 +90,8 @@ def test_step_detection_without_code_changes(
     if script == "loop_gan.py":  # the Model event is sent again once the second optimizer stepped
         models = [e for e in events if isinstance(e, Model)]
         assert models[-1].optimizers == 2, models
+    if script == "loop_checkpoint_resume.py":  # said, in the record
+        assert any(isinstance(e, Note) and "torch.distributed.checkpoint" in e.message for e in events)
     if script == "loop_no_loader.py":  # no DataLoader: samples are the leading dimension of the model's input
         assert all(s.samples == 32 for s in steps[1:]), [s.samples for s in steps]
 
