@@ -134,6 +134,8 @@ class Hooks:
         self.tail_parts = 0  # backward calls of the tail's step (one: the tail is the step's loss)
         self.conv2d = 0
         self.grad_scaler = False
+        self.scalers: list[Any] = []  # weak references to the enabled GradScalers (their losses are scaled)
+        self.scaler_skipped: Any = None  # tells the clock of an optimizer step a GradScaler skipped
         self.autocast = False
         self.data_parallel = False
         self.ddp = False
@@ -370,18 +372,34 @@ class Hooks:
                         if hooks.state_init == key:  # (never held: told before the first step ended)
                             hooks.state_init = None
                             return
-                        if agent.batching:  # (takes the lock: the writer may be taking held calls in)
-                            agent.flush_stamps()
-                        if key not in live:
-                            try:
-                                live[key] = optimizer
-                            except TypeError:  # an optimizer that cannot be weakly referenced: never gone
-                                clock.alive = None
-                        clock.on_optimizer_step(key, now)
-                        agent.held_base, agent.batched_steps = clock.index, 0
-                        agent.batching = agent.may_batch()
+                        step_now(optimizer, key, now)
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step hook", err)
+
+        def step_now(optimizer: Any, key: int, now: float) -> None:
+            """The clock told of the step at once (the calls held so far taken in first)."""
+            if agent.batching:  # (takes the lock: the writer may be taking held calls in)
+                agent.flush_stamps()
+            if key not in live:
+                try:
+                    live[key] = optimizer
+                except TypeError:  # an optimizer that cannot be weakly referenced: never gone
+                    clock.alive = None
+            clock.on_optimizer_step(key, now)
+            agent.held_base, agent.batched_steps = clock.index, 0
+            agent.batching = agent.may_batch()
+
+        def skipped(optimizer: Any) -> None:
+            """A step the GradScaler did not run (inf or NaN gradients): a step all the same, of no optimizer time."""
+            agent.note("info", "hooks", "a GradScaler skipped the optimizer's step (inf or NaN gradients): "
+                       "counted as a step, with no optimizer time", once="scaler-skip")
+            if agent.batching:
+                agent.flush_stamps()
+            now = perf()
+            on_start(id(optimizer), now)
+            step_now(optimizer, id(optimizer), now)
+
+        self.scaler_skipped = skipped
 
         self.optimizer_mod.register_optimizer_step_pre_hook(pre_hook)
         self.optimizer_mod.register_optimizer_step_post_hook(post_hook)
@@ -485,6 +503,7 @@ class Hooks:
         perf = _PERF
         stamps = agent.stamps
         on_backward = clock.on_backward
+        scalers = self.scalers
 
         def make(original: Any) -> Any:
             def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -493,6 +512,8 @@ class Hooks:
                 started = perf()
                 marker = clock.marker  # set on CUDA: a timing event where backward begins, too
                 token = marker() if marker is not None and not agent.disabled else None
+                # A GradScaler's scaled loss: its scale, taken before backward frees what the graph saved.
+                scale = hooks.scale_of(tensor, started) if scalers and not agent.disabled else None
                 result = original(tensor, *args, **kwargs)
                 if not agent.disabled:
                     now = perf()
@@ -523,9 +544,10 @@ class Hooks:
                                 # autograd Function kept on its ctx. Without a gradient argument
                                 # backward() itself refused a tensor of more than one element.
                                 if not args or tensor.numel() == 1:
-                                    loss = tensor.item()
+                                    loss = tensor.item() if scale is None else tensor.item() / scale.item()
                             elif tensor.numel() == 1:  # on a GPU: kept for one batched async copy
-                                loss = tensor.detach()
+                                # (divided now, on the stream: the scaler's update changes its scale in place)
+                                loss = tensor.detach() if scale is None else tensor.detach() / scale
                         except Exception:
                             loss = None
                     try:
@@ -547,6 +569,58 @@ class Hooks:
             return backward
 
         patch(self.torch.Tensor, "backward", make)
+
+    def scale_of(self, tensor: Any, started: float) -> Any:
+        """The scale tensor a GradScaler multiplied `tensor` (a loss about to go backward) by, where this
+        step's loss will be read; else None. `scaler.scale(loss)` is `loss * scaler._scale`: the graph's
+        last node saved that very tensor. Only where a scaler is enabled, and in the steps read."""
+        agent = self.agent
+        step = agent.held_base + agent.batched_steps if agent.batching else agent.clock.index
+        if not (self.loss_read if step == self.loss_step else started >= self.loss_due) or not self.capture_loss:
+            return None
+        try:
+            fn = tensor.grad_fn
+            if fn is None or type(fn).__name__ != "MulBackward0":
+                return None
+            other = fn._saved_other
+            for ref in self.scalers:
+                scaler = ref()
+                own = getattr(scaler, "_scale", None) if scaler is not None else None
+                if own is not None and other.data_ptr() == own.data_ptr():
+                    return other
+        except Exception:  # a graph saved otherwise: the loss is read as it is
+            return None
+        return None
+
+    def _hook_scaler_step(self, scaler_type: type) -> None:
+        """A GradScaler skips the optimizer's step where the gradients overflowed (the first steps of
+        float16 training, then now and then): no optimizer hook runs, and the clock took the step's
+        backward for a micro-step of the next (26 steps recorded for 30, 4 skipped). The scaler's
+        `_maybe_opt_step` runs once per `scaler.step(opt)`: where the steps counted did not move
+        across it, the optimizer did not step, and the clock is told of the step it skipped."""
+        agent = self.agent
+        clock = agent.clock
+        hooks = self
+
+        def make(original: Any) -> Any:
+            def _maybe_opt_step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+                if agent.disabled:
+                    return original(scaler, optimizer, *args, **kwargs)
+                before = agent.held_base + agent.batched_steps if agent.batching else clock.index
+                result = original(scaler, optimizer, *args, **kwargs)
+                try:
+                    after = agent.held_base + agent.batched_steps if agent.batching else clock.index
+                    primary = clock.primary
+                    if after == before and (primary is None or primary == id(optimizer)) \
+                            and clock.mode in (None, "optimizer") and hooks.scaler_skipped is not None:
+                        hooks.scaler_skipped(optimizer)
+                except Exception as err:  # never into the training loop
+                    agent.fail("the GradScaler hook", err)
+                return result
+
+            return _maybe_opt_step
+
+        patch(scaler_type, "_maybe_opt_step", make)
 
     def _hook_autograd_grad(self) -> None:
         """Count `torch.autograd.grad` calls: a loop that takes its gradients there (torch.func's grad,
@@ -618,10 +692,16 @@ class Hooks:
             is_enabled = getattr(scaler, "is_enabled", None)
             if is_enabled is None or is_enabled():
                 self.grad_scaler = True
+                try:
+                    self.scalers.append(weakref.ref(scaler))
+                except TypeError:
+                    pass
 
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler is not None:
             self._wrap_init(scaler, on_scaler)
+            if callable(getattr(scaler, "_maybe_opt_step", None)):
+                self._hook_scaler_step(scaler)
 
         def on_dp(_: Any) -> None:
             self.data_parallel = True

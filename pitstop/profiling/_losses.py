@@ -59,12 +59,33 @@ def read_tail(agent: Any) -> None:
     try:
         if tail.numel() != 1:
             return
+        scale = None
+        if hooks.scalers and type(tail.grad_fn).__name__ == "MulBackward0":
+            scale = _last_scale(hooks.scalers)
+            if scale is None:
+                return  # a GradScaler's scaled loss of an unknown scale: the last loss read stands
         if tail.is_cpu:
-            agent.emit(Tail(hooks.tail_step, float(tail.item())))  # after its step in the queue
+            value = float(tail.item()) if scale is None else float(tail.item()) / float(scale.item())
+            agent.emit(Tail(hooks.tail_step, value))  # after its step in the queue
         else:
-            agent._pending_losses[hooks.tail_step] = tail.detach()  # the last copy reads it
+            # the last copy reads it
+            agent._pending_losses[hooks.tail_step] = tail.detach() if scale is None else tail.detach() / scale
     except Exception:
         return
+
+
+def _last_scale(scalers: list[Any]) -> Any:
+    """The scale the only live GradScaler multiplied the last step's loss by, where its last update
+    left it as it was; else None. The update after a step grows the scale (every 2000 good steps) or
+    backs it off (an overflow), and zeroes its growth tracker either way: a tracker above 0 says the
+    scale now is the one that step used."""
+    live = [s for s in (ref() for ref in scalers) if s is not None]
+    if len(live) != 1:
+        return None
+    scale, tracker = getattr(live[0], "_scale", None), getattr(live[0], "_growth_tracker", None)
+    if scale is None or tracker is None or int(tracker.item()) <= 0:
+        return None
+    return scale
 
 
 class LossBatch:

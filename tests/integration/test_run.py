@@ -71,6 +71,7 @@ def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: d
         ("loop_manual_step.py", ["20"], 20, "manual"),  # pitstop.step() by hand
         ("loop_optimizer_per_step.py", ["20"], 20, "optimizer"),  # a new SGD every iteration (1 step before)
         ("loop_checkpoint_resume.py", ["20"], 20, "optimizer"),  # 2 steps at lr 0 first: the optimizer's state
+        ("loop_scaler_skips.py", ["30", "0,1,2,15"], 30, "optimizer"),  # a GradScaler skips 4 optimizer steps
     ],
 )
 def test_step_detection_without_code_changes(
@@ -90,6 +91,10 @@ def test_step_detection_without_code_changes(
     if script == "loop_gan.py":  # the Model event is sent again once the second optimizer stepped
         models = [e for e in events if isinstance(e, Model)]
         assert models[-1].optimizers == 2, models
+    if script == "loop_scaler_skips.py":  # the losses as the script computed them, not scaled by 65536
+        values = [v for e in events if isinstance(e, Loss) for v in e.values if v is not None]
+        assert values and all(v < 100 for v in values), values
+        assert any(isinstance(e, Note) and "GradScaler skipped" in e.message for e in events)
     if script == "loop_checkpoint_resume.py":  # said, in the record
         assert any(isinstance(e, Note) and "torch.distributed.checkpoint" in e.message for e in events)
     if script == "loop_no_loader.py":  # no DataLoader: samples are the leading dimension of the model's input
