@@ -110,26 +110,6 @@ def interval(off: list[list[int]], on: list[list[int]], i: int, rounds: int = 10
     return diff(list(range(n))), values[int(0.05 * rounds)], values[int(0.95 * rounds) - 1]
 
 
-def median_shift(off: list[list[int]], on: list[list[int]], rounds: int = 300) -> tuple[float, float, float]:
-    """Median step on minus median step off, us, with a bootstrap 90% interval over pairs of blocks.
-
-    A step the machine preempted (a few ms on the shared box) moves a block's mean by
-    several us either way; the median step does not move with it, and the agent's cost,
-    the same at every step (stamps held; the writer takes them), moves it whole.
-    """
-    first = len(CALLS) + 2
-
-    def shift(idx: list[int]) -> float:
-        steps_on = sorted(t for j in idx for t in on[j][first:])
-        steps_off = sorted(t for j in idx for t in off[j][first:])
-        return (steps_on[len(steps_on) // 2] - steps_off[len(steps_off) // 2]) / 1e3
-
-    n = len(off)
-    rng = random.Random(0)
-    values = sorted(shift([rng.randrange(n) for _ in range(n)]) for _ in range(rounds))
-    return shift(list(range(n))), values[int(0.05 * rounds)], values[int(0.95 * rounds) - 1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=300, help="pairs of 25-step blocks, agent off / on")
@@ -157,7 +137,14 @@ def main() -> None:
         mean_on = statistics.fmean(b[i] for b in on) / BLOCK / 1e3
         added, low, high = interval(off, on, i)
         print(f"  {name:10s} {mean_off:8.1f} {mean_on:8.1f} {added:9.1f}  {low:.1f}..{high:.1f}")
-    added, low, high = median_shift(off, on)
+    # The typical step (overhead.py's figure): a preempted step moves a block's mean, not the median.
+    from overhead import bootstrap, median_us
+
+    first = len(CALLS) + 2  # each block's step totals (ns) follow its sums
+    steps_off = [[t / 1e9 for t in b[first:]] for b in off]
+    steps_on = [[t / 1e9 for t in b[first:]] for b in on]
+    low, high = bootstrap(steps_off, steps_on, rounds=300, figure=median_us)
+    added = median_us([t for b in steps_on for t in b], [t for b in steps_off for t in b])
     print(f"  median step: {added:+.1f} us on - off ({low:.1f}..{high:.1f})")
     added, low, high = interval(off, on, len(CALLS))
     print(f"  training thread's CPU time: {added:+.1f} us per step on - off ({low:.1f}..{high:.1f})")

@@ -510,14 +510,11 @@ class Hooks:
                 if agent.dormant:  # a child process's first backward: its agent starts now
                     agent.wake()
                 started = perf()
+                live = not agent.disabled
                 marker = clock.marker  # set on CUDA: a timing event where backward begins, too
-                token = marker() if marker is not None and not agent.disabled else None
-                # A GradScaler's scaled loss: its scale, taken before backward frees what the graph saved.
-                scale = hooks.scale_of(tensor, started) if scalers and not agent.disabled else None
-                result = original(tensor, *args, **kwargs)
-                if not agent.disabled:
-                    now = perf()
-                    loss = None
+                token = marker() if marker is not None and live else None
+                scale = None
+                if live:
                     # Whether this step's losses are read: decided at its first backward, so that a
                     # step's micro-steps are all read or none (`_losses.LOSS_EVERY_S`).
                     step = agent.held_base + agent.batched_steps if agent.batching else clock.index
@@ -527,6 +524,13 @@ class Hooks:
                         if read:
                             hooks.loss_due = started + hooks.loss_every
                             hooks.loss_tail = None
+                    if scalers and hooks.loss_read and hooks.capture_loss:
+                        # A GradScaler's scaled loss: its scale, taken before backward frees what the graph saved.
+                        scale = hooks.scale_of(tensor)
+                result = original(tensor, *args, **kwargs)
+                if live and not agent.disabled:
+                    now = perf()
+                    loss = None
                     if not hooks.loss_read:
                         # Kept for the run's end (`read_tail`) until the next backward: the script's own
                         # `loss` holds it past the next forward, and a plain backward freed what its graph
@@ -570,14 +574,10 @@ class Hooks:
 
         patch(self.torch.Tensor, "backward", make)
 
-    def scale_of(self, tensor: Any, started: float) -> Any:
-        """The scale tensor a GradScaler multiplied `tensor` (a loss about to go backward) by, where this
-        step's loss will be read; else None. `scaler.scale(loss)` is `loss * scaler._scale`: the graph's
-        last node saved that very tensor. Only where a scaler is enabled, and in the steps read."""
-        agent = self.agent
-        step = agent.held_base + agent.batched_steps if agent.batching else agent.clock.index
-        if not (self.loss_read if step == self.loss_step else started >= self.loss_due) or not self.capture_loss:
-            return None
+    def scale_of(self, tensor: Any) -> Any:
+        """The scale tensor a GradScaler multiplied `tensor` (a loss about to go backward) by, else None.
+        `scaler.scale(loss)` is `loss * scaler._scale`: the graph's last node saved that very tensor.
+        Asked only where a scaler is enabled, and in the steps whose loss is read."""
         try:
             fn = tensor.grad_fn
             if fn is None or type(fn).__name__ != "MulBackward0":
@@ -602,16 +602,19 @@ class Hooks:
         clock = agent.clock
         hooks = self
 
+        def counted() -> int:
+            """Optimizer steps counted so far on the training thread (held ones too)."""
+            return agent.held_base + agent.batched_steps if agent.batching else clock.index
+
         def make(original: Any) -> Any:
             def _maybe_opt_step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
                 if agent.disabled:
                     return original(scaler, optimizer, *args, **kwargs)
-                before = agent.held_base + agent.batched_steps if agent.batching else clock.index
+                before = counted()
                 result = original(scaler, optimizer, *args, **kwargs)
                 try:
-                    after = agent.held_base + agent.batched_steps if agent.batching else clock.index
                     primary = clock.primary
-                    if after == before and (primary is None or primary == id(optimizer)) \
+                    if counted() == before and (primary is None or primary == id(optimizer)) \
                             and clock.mode in (None, "optimizer") and hooks.scaler_skipped is not None:
                         hooks.scaler_skipped(optimizer)
                 except Exception as err:  # never into the training loop
