@@ -30,8 +30,9 @@ END_REASONS = {
 # How steps were counted, where it is not a torch optimizer's steps: Keras's own optimizer applies
 # its updates (every 2nd backward with gradient_accumulation_steps=2: 37 updates, 75 steps) unseen.
 COUNTED_BY = {
-    "backward": "counted at each backward call: no torch.optim optimizer stepped (manual updates, or a "
-                "framework's own optimizer: steps it accumulates over are not seen)",
+    "backward": "counted at each backward call: no torch.optim optimizer step seen (manual updates, a "
+                "framework's own optimizer, or a step compiled by torch.compile: steps it accumulates over "
+                "are not seen)",
     "manual": "marked by the script (pitstop.step())",
 }
 # How each Step.mark reads where steps are counted (docs/events.md).

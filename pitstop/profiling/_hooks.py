@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
+from pitstop.profiling._dynamo import FrameSkip, compiling
 from pitstop.profiling._losses import LOSS_EVERY_S
-from pitstop.profiling._patch import patch
+from pitstop.profiling._patch import patch, patches
 from pitstop.profiling._root import RootWatch, leading_dim
 
 _PERF = time.perf_counter
@@ -146,6 +147,8 @@ class Hooks:
         self.device_type = "cpu"
         self.step_code: Any = None  # the code of torch's optimizer-step wrapper (its pre-hook's caller)
         self.state_init: int | None = None  # id() of the optimizer whose running step only creates its state
+        self.frames: FrameSkip | None = None  # pitstop's frames, never compiled by Dynamo (`hide_frames`)
+        self.compiling: Any = None  # True only while Dynamo traces the hook that asks (`_dynamo.compiling`)
 
     def install(self, torch: Any) -> None:
         agent = self.agent
@@ -156,6 +159,8 @@ class Hooks:
         importlib.import_module("torch.nn.parallel")
         self.torch = torch
         agent.torch = torch
+        self.compiling = compiling(torch)
+        self.frames = FrameSkip(torch)
         agent.clock.t_start = _PERF()  # step 0 starts here unless a DataLoader fetch comes first
         agent.hooks = self
         if not agent.dormant:  # a dormant child sends its runtime when it wakes (`on_wake`)
@@ -172,6 +177,21 @@ class Hooks:
         self._hook_constructors()
         if not agent.dormant:
             self._start_windows()
+        self.hide_frames()
+
+    def hide_frames(self) -> None:
+        """Mark pitstop's code (its modules loaded so far, and the wrappers patched in) so that Dynamo
+        never compiles a frame of it (`_dynamo.py`). At install, and when the model is found (the
+        first batch, the first backward: the modules the first step imports are loaded by then)."""
+        frames = self.frames
+        if frames is None or not frames.available:
+            return
+        try:
+            frames.modules()
+            for done in patches():
+                frames.code(done.wrapper.__code__)
+        except Exception as err:  # a torch whose marks differ: compiled scripts may trace the hooks
+            self.agent.note("warn", "hooks", f"hooks not hidden from torch.compile: {err}", once="dynamo-skip")
 
     def on_wake(self) -> None:
         """A dormant child's first step: its runtime, read now (a DataLoader worker never pays
@@ -325,8 +345,11 @@ class Hooks:
         # The optimizers that stepped, weakly: the clock switches at once from one that is gone.
         live: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         clock.alive = lambda key: key in live
+        compiling = self.compiling
 
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if compiling():  # traced by torch.compile (a compiled step): nothing (`_dynamo.py`)
+                return
             if agent.dormant:  # a child process's first step: its agent starts now
                 agent.wake()
             if agent.batching and not agent.disabled:
@@ -355,6 +378,8 @@ class Hooks:
                     agent.fail("the optimizer-step pre-hook", err)
 
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if compiling():
+                return
             if not agent.disabled:
                 try:
                     key = id(optimizer)
@@ -414,10 +439,11 @@ class Hooks:
         root = self.root
         stamps = agent.stamps
         on_fetch = clock.on_fetch
+        compiling = self.compiling
 
         def make_next(original_next: Any) -> Any:
             def __next__(it: Any) -> Any:
-                if agent.disabled:
+                if agent.disabled or compiling():
                     return original_next(it)
                 started = perf()
                 batch = original_next(it)  # StopIteration passes through untimed: not a wait
@@ -504,9 +530,12 @@ class Hooks:
         stamps = agent.stamps
         on_backward = clock.on_backward
         scalers = self.scalers
+        compiling = self.compiling
 
         def make(original: Any) -> Any:
             def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+                if compiling():  # traced by torch.compile (compiled autograd): the original alone
+                    return original(tensor, *args, **kwargs)
                 if agent.dormant:  # a child process's first backward: its agent starts now
                     agent.wake()
                 started = perf()
@@ -601,6 +630,7 @@ class Hooks:
         agent = self.agent
         clock = agent.clock
         hooks = self
+        compiling = self.compiling
 
         def counted() -> int:
             """Optimizer steps counted so far on the training thread (held ones too)."""
@@ -608,7 +638,7 @@ class Hooks:
 
         def make(original: Any) -> Any:
             def _maybe_opt_step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-                if agent.disabled:
+                if agent.disabled or compiling():
                     return original(scaler, optimizer, *args, **kwargs)
                 before = counted()
                 result = original(scaler, optimizer, *args, **kwargs)
@@ -630,10 +660,12 @@ class Hooks:
         MAML, a hand-made update) steps no optimizer and calls no backward, so no step is ever seen.
         Only counted: the blind-spot note and the first step's progress say it (`_blind.py`)."""
         clock = self.agent.clock
+        compiling = self.compiling
 
         def make(original: Any) -> Any:
             def grad(*args: Any, **kwargs: Any) -> Any:
-                clock.grads += 1
+                if not compiling():
+                    clock.grads += 1
                 return original(*args, **kwargs)
 
             return grad
@@ -734,6 +766,7 @@ class Hooks:
         """Find the model and watch its forwards (the agent calls this at the first backward)."""
         if self.root is not None:
             self.root.watch()
+        self.hide_frames()
 
     # ---- profiler windows -----------------------------------------------------
     def _start_windows(self) -> None:

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from pitstop.profiling._dynamo import compiling as is_compiling
 from pitstop.profiling._patch import patch
 
 _PERF = time.perf_counter
@@ -134,11 +135,12 @@ class RootWatch:
         watcher = self
         stamps = agent.stamps
         on_forward, on_forward_end = clock.on_forward, clock.on_forward_end
+        compiling = is_compiling(self.torch)  # (`_dynamo.py`: a compiled function that calls the model)
 
         def make(original: Any) -> Any:
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
                 ref = watcher._root
-                if ref is None or module is not ref() or agent.disabled:
+                if ref is None or module is not ref() or agent.disabled or compiling():
                     return original(module, *args, **kwargs)
                 training = True
                 try:
@@ -168,3 +170,6 @@ class RootWatch:
             patch(cls, "__call__", make)
         except Exception as err:
             self.agent.note("warn", "hooks", f"model forwards not watched: {err}", once="root-hook")
+        hooks = agent.hooks
+        if hooks is not None:
+            hooks.hide_frames()  # (this wrapper, and the modules the first step imported)

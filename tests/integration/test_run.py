@@ -15,7 +15,7 @@ import pytest
 from pitstop.events import SCHEMA_VERSION, DataLoaderInfo, End, Event, Hello, Loss, Model, Note, ProfileWindow, Runtime, Sample, Step, encode
 from pitstop.profiling.record import ReadResult, iter_record
 
-from .conftest import SCRIPTS, events_of, pitstop, wait_for
+from .conftest import SCRIPTS, events_of, pitstop, run_group, wait_for
 
 
 def _steps(path: Path) -> list[Step]:
@@ -99,6 +99,23 @@ def test_step_detection_without_code_changes(
         assert any(isinstance(e, Note) and "torch.distributed.checkpoint" in e.message for e in events)
     if script == "loop_no_loader.py":  # no DataLoader: samples are the leading dimension of the model's input
         assert all(s.samples == 32 for s in steps[1:]), [s.samples for s in steps]
+
+
+def test_a_compiled_training_step_compiles_as_without_pitstop(tmp_path: Path, env: dict[str, str]) -> None:
+    # A whole step under torch.compile: Dynamo traced pitstop's hooks as the script's own code,
+    # printed warnings into its stderr ("does not know how to trace the builtin `time.perf_counter`")
+    # and broke and compiled graphs inside them (16 breaks and 11 graphs for the script's 4 and 4).
+    script = str(SCRIPTS / "loop_compiled_step.py")
+    plain = run_group([sys.executable, script, "30", "step"], env)
+    assert plain.returncode == 0, plain.stderr
+    record = tmp_path / "r.jsonl"
+    result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record), script, "30", "step"], env)
+    assert result.returncode == 0, result.stderr
+    # The same loss, graph breaks (reasons and count) and graphs as without pitstop.
+    assert json.loads(result.stdout.splitlines()[-1]) == json.loads(plain.stdout.splitlines()[-1])
+    assert "Dynamo does not know" not in result.stderr and "pitstop patch" not in result.stderr, result.stderr
+    steps = _steps(record)  # the optimizer's step is compiled: counted at each backward, said so
+    assert len(steps) == 30 and steps[-1].source == "backward", [s.source for s in steps]
 
 
 def test_a_window_scheduled_among_held_backward_steps_profiles_steps_that_run(

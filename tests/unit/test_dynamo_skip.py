@@ -1,0 +1,95 @@
+"""pitstop's code hidden from torch.compile: every code object of its modules marked, once; a torch without the mark is fine."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from pitstop.profiling._dynamo import FrameSkip, compiling
+
+
+class _Frames:
+    """Stands in for torch._C._dynamo.eval_frame: records the code objects marked."""
+
+    class _FrameAction:
+        SKIP, DEFAULT = 1, 0
+
+    def __init__(self) -> None:
+        self.marked: list[types.CodeType] = []
+
+    def _FrameExecStrategy(self, cur: int, recursive: int) -> tuple[int, int]:  # noqa: N802 (torch's name)
+        return (cur, recursive)
+
+    def set_code_exec_strategy(self, code: types.CodeType, strategy: tuple[int, int]) -> None:
+        assert strategy == (1, 0)  # its own frame skipped; what it calls compiled as without pitstop
+        self.marked.append(code)
+
+
+def _torch(frames: _Frames) -> Any:
+    return types.SimpleNamespace(_C=types.SimpleNamespace(_dynamo=types.SimpleNamespace(eval_frame=frames)))
+
+
+def _module(name: str, source: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    sys.modules[name] = module
+    return module
+
+
+SOURCE = '''
+import os
+from os.path import join
+
+def outer():
+    def inner():
+        return [x for x in range(3)]
+    return inner
+
+class Clock:
+    def step(self):
+        return 1
+    @property
+    def index(self):
+        return 2
+    @staticmethod
+    def helper():
+        return 3
+'''
+
+
+def test_every_function_of_the_modules_is_marked_with_its_nested_code_and_nothing_else() -> None:
+    frames = _Frames()
+    skip = FrameSkip(_torch(frames))
+    module = _module("pitstop_fake_mod", SOURCE)
+    other = _module("notpitstop_fake_mod", "def f():\n    return 1\n")
+    try:
+        count = skip.modules(prefix="pitstop_fake_mod")
+        names = {code.co_name for code in frames.marked}
+        # outer, inner and inner's list comprehension (3.11 compiles it to its own code), and the
+        # class's method, property getter and staticmethod; not os.path.join, nor another module's f.
+        assert {"outer", "inner", "step", "index", "helper"} <= names
+        assert "join" not in names and other.f.__code__ not in frames.marked
+        assert count == len(frames.marked)
+        again = skip.modules(prefix="pitstop_fake_mod")  # a second pass marks nothing twice
+        assert again == count and len(frames.marked) == count
+        assert module.outer.__code__ in frames.marked
+    finally:
+        del sys.modules["pitstop_fake_mod"], sys.modules["notpitstop_fake_mod"]
+
+
+def test_a_torch_without_the_mark_leaves_everything_as_it_is() -> None:
+    skip = FrameSkip(types.SimpleNamespace())
+    assert not skip.available and skip.modules() == 0
+    assert compiling(types.SimpleNamespace())() is False  # a torch without torch.compiler: never compiling
+
+
+def test_the_real_torch_has_both_and_eagerly_is_not_compiling() -> None:
+    import torch
+
+    from pitstop.profiling.stepclock import StepClock
+
+    assert compiling(torch) is torch.compiler.is_dynamo_compiling and compiling(torch)() is False
+    skip = FrameSkip(torch)
+    methods = [v for v in vars(StepClock).values() if isinstance(v, types.FunctionType)]
+    assert skip.available and skip.modules() >= len(methods) > 20  # the step clock's methods at least
