@@ -25,9 +25,15 @@ INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: ch
 # their module frames said "compiling" for the first seconds of runs that never compiled.
 COMPILE_FILES = (os.path.join("torch", "_dynamo", "convert_frame.py"),
                  os.path.join("torch", "_inductor", "compile_fx.py"))
-MAX_DEPTH = 1_000
+MAX_DEPTH = 1_000  # frames looked at per thread (a compile's stack is ~200 deep)
 # psutil's machine-wide cpu_percent over less than a few clock ticks (10 ms each) reads 0.0.
-MIN_SYSTEM_S = 0.05  # frames looked at per thread (a compile's stack is ~200 deep)
+MIN_SYSTEM_S = 0.05
+# A process seen for the first time reads its CPU since it started (its CPU time over its age), once it
+# is this old: under it, the 10 ms clock ticks of both make the figure coarse. A DataLoader's workers
+# live one epoch unless persistent: pytorch-ignite's mnist_save_resume_engine (4 workers, a new set for
+# each pass over a loader) was sampled about once per worker, and every reading of a first sight
+# was None: "train workers n/a (8)".
+MIN_AGE_S = 0.2
 
 
 def compiling() -> bool:
@@ -191,6 +197,8 @@ class Sampler:
                 fresh = pid not in self._primed
                 cpu = proc.cpu_percent(None)
                 rss = proc.memory_info().rss
+                if fresh:  # (this process: its first reading would count the imports before the agent)
+                    cpu = self._since_start(proc) if pid != self.me.pid else None
             except psutil.Error:
                 continue
             loader = None
@@ -201,13 +209,21 @@ class Sampler:
                 loader = self.agent.worker_pids.get(pid)
             else:
                 role = "child"
-            procs.append(Proc(pid=pid, role=role, cpu=None if fresh else cpu, rss=rss, loader=loader))
+            procs.append(Proc(pid=pid, role=role, cpu=cpu, rss=rss, loader=loader))
             self._primed.add(pid)
         self.agent.blind.seen(procs)  # children busy while this process never stepped (_blind.py)
         for gone in set(self._procs) - seen:
             self._procs.pop(gone, None)
             self._primed.discard(gone)
         return procs
+
+    def _since_start(self, proc: Any) -> float | None:
+        """A process's CPU (% of one core) from its start to now; None while it is younger than `MIN_AGE_S`."""
+        times = proc.cpu_times()
+        age = time.time() - proc.create_time()
+        if age < MIN_AGE_S:
+            return None
+        return 100.0 * (times.user + times.system) / age
 
     def read_gpus(self) -> tuple[list[Gpu], str | None]:
         if self._nvml_off is not None:
