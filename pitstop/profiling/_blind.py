@@ -66,8 +66,9 @@ def blind_message(after_s: float | None, busy_children: dict[int, float], grads:
     shown = ", ".join(str(p) for p in pids[:8]) + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
     peak = max(busy_children.values())
     return (f"no training step seen in this process {when}, while its child processes {shown} were busy "
-            f"(up to {peak:.0f}% CPU) and have no record: if they train, pitstop does not measure them "
-            f"(started by subprocess or another launcher); {WHAT_TO_DO}")
+            f"(up to {peak:.0f}% CPU) and have no record: if they train, pitstop did not see it (a child "
+            f"started by subprocess or another launcher is not measured; one started by multiprocessing is, "
+            f"from its first optimizer step or backward()); {WHAT_TO_DO}")
 
 
 class BlindWatch:

@@ -149,6 +149,7 @@ class Hooks:
         self.state_init: int | None = None  # id() of the optimizer whose running step only creates its state
         self.frames: FrameSkip | None = None  # pitstop's frames, never compiled by Dynamo (`hide_frames`)
         self.compiling: Any = None  # True only while Dynamo traces the hook that asks (`_dynamo.compiling`)
+        self._backward_wrapper: Any = None  # makes the Tensor.backward wrapper (distributed autograd's too)
 
     def install(self, torch: Any) -> None:
         agent = self.agent
@@ -173,6 +174,7 @@ class Hooks:
         self._hook_optimizer()
         self._hook_dataloader()
         self._hook_backward()
+        self._hook_dist_autograd()
         self._hook_autograd_grad()
         self._hook_constructors()
         if not agent.dormant:
@@ -601,7 +603,39 @@ class Hooks:
 
             return backward
 
+        self._backward_wrapper = make
         patch(self.torch.Tensor, "backward", make)
+
+    def _hook_dist_autograd(self) -> None:
+        """Training over torch.distributed.rpc runs its backward through distributed autograd,
+        `torch.distributed.autograd.backward(context_id, roots)`, not `Tensor.backward`, and steps a
+        `DistributedOptimizer`, no torch optimizer: pytorch/examples' RPC parameter server trained
+        its trainer 63 batches and recorded 0 steps. Its backward is the Tensor.backward wrapper's,
+        on the first root (the loss): the steps are counted at each of them. (`import torch` imports
+        the module: the attribute the script calls is in place before the script runs.)"""
+        module = sys.modules.get("torch.distributed.autograd")
+        if module is None or not callable(getattr(module, "backward", None)):
+            return
+        tensor_backward = self._backward_wrapper
+
+        def make(original: Any) -> Any:
+            def run(tensor: Any, context_id: Any, roots: Any, *args: Any, **kwargs: Any) -> Any:
+                return original(context_id, roots, *args, **kwargs)
+
+            timed = tensor_backward(run)
+
+            def backward(context_id: Any, roots: Any, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    loss = roots[0] if len(roots) >= 1 else None
+                except TypeError:
+                    loss = None
+                if loss is None:
+                    return original(context_id, roots, *args, **kwargs)
+                return timed(loss, context_id, roots, *args, **kwargs)
+
+            return backward
+
+        patch(module, "backward", make)
 
     def scale_of(self, tensor: Any) -> Any:
         """The scale tensor a GradScaler multiplied `tensor` (a loss about to go backward) by, else None.

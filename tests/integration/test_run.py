@@ -72,6 +72,7 @@ def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: d
         ("loop_optimizer_per_step.py", ["20"], 20, "optimizer"),  # a new SGD every iteration (1 step before)
         ("loop_checkpoint_resume.py", ["20"], 20, "optimizer"),  # 2 steps at lr 0 first: the optimizer's state
         ("loop_scaler_skips.py", ["30", "0,1,2,15"], 30, "optimizer"),  # a GradScaler skips 4 optimizer steps
+        ("loop_rpc_autograd.py", ["20"], 20, "backward"),  # distributed autograd's backward (0 steps before)
     ],
 )
 def test_step_detection_without_code_changes(
@@ -95,6 +96,9 @@ def test_step_detection_without_code_changes(
         values = [v for e in events if isinstance(e, Loss) for v in e.values if v is not None]
         assert values and all(v < 100 for v in values), values
         assert any(isinstance(e, Note) and "GradScaler skipped" in e.message for e in events)
+    if script == "loop_rpc_autograd.py":  # the loss of the backward's root, as the script printed it
+        values = [v for e in events if isinstance(e, Loss) for v in e.values if v is not None]
+        assert values and f"last loss {values[-1]:.4f}" in result.stdout, values[-3:]
     if script == "loop_checkpoint_resume.py":  # said, in the record
         assert any(isinstance(e, Note) and "torch.distributed.checkpoint" in e.message for e in events)
     if script == "loop_no_loader.py":  # no DataLoader: samples are the leading dimension of the model's input

@@ -9,6 +9,16 @@ import torch.utils.data
 
 from pitstop.profiling._patch import patches
 
+
+
+def signature(f: object) -> str:
+    """The signature inspect shows, or what it raises (a pybind builtin has none, patched or not)."""
+    try:
+        return str(inspect.signature(f))
+    except ValueError as err:
+        return f"raises {type(err).__name__}"
+
+
 rows = []
 for done in patches():
     current = inspect.getattr_static(done.owner, done.name)
@@ -19,7 +29,7 @@ for done in patches():
     shown = getattr(done.owner, done.name)
     rows.append({
         "name": f"{getattr(done.owner, '__qualname__', done.owner.__name__)}.{done.name}",
-        "signature": str(inspect.signature(shown)) == str(inspect.signature(done.original)),
+        "signature": signature(shown) == signature(done.original),
         "wrapped": getattr(shown, "__wrapped__", None) is done.original,
         "names": all(getattr(done.wrapper, a) == getattr(done.original, a)
                      for a in ("__name__", "__qualname__", "__doc__", "__module__")),
