@@ -32,7 +32,9 @@ MIN_SYSTEM_S = 0.05
 # is this old: under it, the 10 ms clock ticks of both make the figure coarse. A DataLoader's workers
 # live one epoch unless persistent: pytorch-ignite's mnist_save_resume_engine (4 workers, a new set for
 # each pass over a loader) was sampled about once per worker, and every reading of a first sight
-# was None: "train workers n/a (8)".
+# was None: "train workers n/a (8)". Only workers: another child busy for the first second of its
+# imports, then idle, would read as busy (the blind-spot note's evidence), and this process's own
+# first reading would count the imports before the agent started.
 MIN_AGE_S = 0.2
 
 
@@ -197,8 +199,6 @@ class Sampler:
                 fresh = pid not in self._primed
                 cpu = proc.cpu_percent(None)
                 rss = proc.memory_info().rss
-                if fresh:  # (this process: its first reading would count the imports before the agent)
-                    cpu = self._since_start(proc) if pid != self.me.pid else None
             except psutil.Error:
                 continue
             loader = None
@@ -209,6 +209,8 @@ class Sampler:
                 loader = self.agent.worker_pids.get(pid)
             else:
                 role = "child"
+            if fresh:  # a worker: since it started; others wait for a second reading (`MIN_AGE_S`)
+                cpu = self._since_start(proc) if role == "worker" else None
             procs.append(Proc(pid=pid, role=role, cpu=cpu, rss=rss, loader=loader))
             self._primed.add(pid)
         self.agent.blind.seen(procs)  # children busy while this process never stepped (_blind.py)
@@ -219,8 +221,11 @@ class Sampler:
 
     def _since_start(self, proc: Any) -> float | None:
         """A process's CPU (% of one core) from its start to now; None while it is younger than `MIN_AGE_S`."""
-        times = proc.cpu_times()
-        age = time.time() - proc.create_time()
+        try:
+            times = proc.cpu_times()
+            age = time.time() - proc.create_time()
+        except self.psutil.Error:  # gone since: no reading, as for any first sight before
+            return None
         if age < MIN_AGE_S:
             return None
         return 100.0 * (times.user + times.system) / age
