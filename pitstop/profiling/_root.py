@@ -97,6 +97,13 @@ class RootWatch:
         """The root module found last, while it lives; None before (or after it was freed)."""
         return self._root() if self._root is not None else None
 
+    def adopt(self, root: Any) -> None:
+        """`root` is the model's root module from now on."""
+        # Sequence-first models (an LSTM or Transformer with batch_first=False) take
+        # (seq, batch, ...) inputs: the batch is their second dimension.
+        self._seq_first = any(getattr(m, "batch_first", True) is False for m in root.modules())
+        self._root = weakref.ref(root)
+
     def watch(self) -> None:
         """Find the model and watch its forwards: at the first DataLoader batch and at the first backward.
 
@@ -119,10 +126,7 @@ class RootWatch:
             return
         if root is None:
             return
-        # Sequence-first models (an LSTM or Transformer with batch_first=False) take
-        # (seq, batch, ...) inputs: the batch is their second dimension.
-        self._seq_first = any(getattr(m, "batch_first", True) is False for m in root.modules())
-        self._root = weakref.ref(root)
+        self.adopt(root)
         cls = type(root)
         if cls in self._watched:
             return
@@ -141,7 +145,12 @@ class RootWatch:
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
                 ref = watcher._root
                 if ref is None or module is not ref() or agent.disabled or compiling():
-                    return original(module, *args, **kwargs)
+                    if ref is None or ref() is not None or type(module) is not cls or agent.disabled or compiling():
+                        return original(module, *args, **kwargs)
+                    # The root was freed and a model of its class runs: the script built a new one (each
+                    # fold of a k-fold cross-validation). Without it the later folds' batches had no
+                    # samples and their evaluations were not seen (30 steps: 9 with samples, 1 eval of 3).
+                    watcher.adopt(module)
                 training = True
                 try:
                     training = module.training and grad_enabled()

@@ -73,6 +73,7 @@ def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: d
         ("loop_checkpoint_resume.py", ["20"], 20, "optimizer"),  # 2 steps at lr 0 first: the optimizer's state
         ("loop_scaler_skips.py", ["30", "0,1,2,15"], 30, "optimizer"),  # a GradScaler skips 4 optimizer steps
         ("loop_rpc_autograd.py", ["20"], 20, "backward"),  # distributed autograd's backward (0 steps before)
+        ("loop_kfold.py", ["3", "10"], 30, "optimizer"),  # a new model each fold, no DataLoader
     ],
 )
 def test_step_detection_without_code_changes(
@@ -101,6 +102,9 @@ def test_step_detection_without_code_changes(
         assert values and f"last loss {values[-1]:.4f}" in result.stdout, values[-3:]
     if script == "loop_checkpoint_resume.py":  # said, in the record
         assert any(isinstance(e, Note) and "torch.distributed.checkpoint" in e.message for e in events)
+    if script == "loop_kfold.py":  # each fold's model is watched: its batches' samples, its evaluation
+        assert all(s.samples == 32 for s in steps[1:]), [s.samples for s in steps]
+        assert [s.step for s in steps if s.mark == "eval"] == [10, 20], [s.mark for s in steps]
     if script == "loop_no_loader.py":  # no DataLoader: samples are the leading dimension of the model's input
         assert all(s.samples == 32 for s in steps[1:]), [s.samples for s in steps]
 
