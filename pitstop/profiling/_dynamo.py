@@ -13,7 +13,7 @@ Two places, two means, both free in eager mode:
   inside `Optimizer.step`, the root module's `__call__` inside a compiled
   function), the hook asks `torch.compiler.is_dynamo_compiling()` first: Dynamo
   folds it to True, so the hook traces as nothing at all (the original alone);
-  eagerly it returns False (one Python call, ~40 ns);
+  eagerly it returns False (one Python call, ~30 ns);
 - where Dynamo would *compile a frame* of pitstop's (a hook that runs eagerly
   at a graph break, `loss.backward()` in a compiled step), every code object
   of pitstop's is marked SKIP for its own frame (torch's `set_code_exec_strategy`,

@@ -112,7 +112,7 @@ def test_step_detection_without_code_changes(
 def test_a_compiled_training_step_compiles_as_without_pitstop(tmp_path: Path, env: dict[str, str]) -> None:
     # A whole step under torch.compile: Dynamo traced pitstop's hooks as the script's own code,
     # printed warnings into its stderr ("does not know how to trace the builtin `time.perf_counter`")
-    # and broke and compiled graphs inside them (16 breaks and 11 graphs for the script's 4 and 4).
+    # and broke and compiled graphs inside them (12 breaks and 5 graphs for this script's 4 and 3).
     script = str(SCRIPTS / "loop_compiled_step.py")
     plain = run_group([sys.executable, script, "30", "step"], env)
     assert plain.returncode == 0, plain.stderr
