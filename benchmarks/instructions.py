@@ -45,12 +45,9 @@ def child(steps: int, mode: str, workload: str) -> None:
     """Under `pitstop run` (and valgrind): warm-up with the agent on, then `steps` with it on or off."""
     import importlib
 
-    import torch
-
     from pitstop.profiling import agent as agent_mod
 
-    torch.set_num_threads(1)  # one thread: torch's pool would spread the workload's instructions over threads
-    module = importlib.import_module(workload)
+    module = importlib.import_module(workload)  # (its `build` sets torch to one thread)
     agent = agent_mod.current()
     if agent is None:
         sys.exit("run this under `pitstop run`")
@@ -60,10 +57,7 @@ def child(steps: int, mode: str, workload: str) -> None:
     def run(n: int) -> None:
         for _ in range(n):
             x, y = next(batches)
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            module.train_step(model, opt, x, y)
 
     run(WARMUP)
     agent._drain()
@@ -99,20 +93,15 @@ def native_step_s(workload: str, steps: int = 2000) -> float:
     """The workload's median step without pitstop, natively: converts its instructions to a rate."""
     import importlib
 
-    import torch
-
     sys.path.insert(0, str(HERE))
-    torch.set_num_threads(1)
-    model, opt, loader = importlib.import_module(workload).build(steps + 10)
+    module = importlib.import_module(workload)
+    model, opt, loader = module.build(steps + 10)
     batches = iter(loader)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         x, y = next(batches)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        module.train_step(model, opt, x, y)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[200:])
 

@@ -442,6 +442,7 @@ class Hooks:
         stamps = agent.stamps
         on_fetch = clock.on_fetch
         compiling = self.compiling
+        hooks = self
 
         def make_next(original_next: Any) -> Any:
             def __next__(it: Any) -> Any:
@@ -453,7 +454,7 @@ class Hooks:
                 if root.at_fetch:  # the first batch: the model, to see an evaluation before step 0
                     root.at_fetch = False
                     try:
-                        root.watch()
+                        hooks.watch_model()
                     except Exception as err:  # never into the training loop
                         agent.note("warn", "hooks", f"model not watched: {err}", once="root-fetch")
                 try:
@@ -625,13 +626,9 @@ class Hooks:
             timed = tensor_backward(run)
 
             def backward(context_id: Any, roots: Any, *args: Any, **kwargs: Any) -> Any:
-                try:
-                    loss = roots[0] if len(roots) >= 1 else None
-                except TypeError:
-                    loss = None
-                if loss is None:
+                if not roots:  # (nothing to differentiate: the original says so)
                     return original(context_id, roots, *args, **kwargs)
-                return timed(loss, context_id, roots, *args, **kwargs)
+                return timed(roots[0], context_id, roots, *args, **kwargs)
 
             return backward
 
@@ -797,7 +794,8 @@ class Hooks:
 
     # ---- the model's root module ----------------------------------------------
     def watch_model(self) -> None:
-        """Find the model and watch its forwards (the agent calls this at the first backward)."""
+        """Find the model and watch its forwards (at the first batch, and the agent at the first backward);
+        then hide the code loaded by now, and the forward's wrapper, from torch.compile."""
         if self.root is not None:
             self.root.watch()
         self.hide_frames()

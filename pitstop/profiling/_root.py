@@ -144,8 +144,11 @@ class RootWatch:
         def make(original: Any) -> Any:
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
                 ref = watcher._root
-                if ref is None or module is not ref() or agent.disabled or compiling():
-                    if ref is None or ref() is not None or type(module) is not cls or agent.disabled or compiling():
+                if ref is None or agent.disabled or compiling():
+                    return original(module, *args, **kwargs)
+                root = ref()
+                if module is not root:
+                    if root is not None or type(module) is not cls:
                         return original(module, *args, **kwargs)
                     # The root was freed and a model of its class runs: the script built a new one (each
                     # fold of a k-fold cross-validation). Without it the later folds' batches had no
@@ -179,6 +182,3 @@ class RootWatch:
             patch(cls, "__call__", make)
         except Exception as err:
             self.agent.note("warn", "hooks", f"model forwards not watched: {err}", once="root-hook")
-        hooks = agent.hooks
-        if hooks is not None:
-            hooks.hide_frames()  # (this wrapper, and the modules the first step imported)
