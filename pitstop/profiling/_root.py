@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from pitstop.profiling._dynamo import compile_gate
 from pitstop.profiling._dynamo import compiling as is_compiling
 from pitstop.profiling._patch import patch
 
@@ -140,11 +141,12 @@ class RootWatch:
         stamps = agent.stamps
         on_forward, on_forward_end = clock.on_forward, clock.on_forward_end
         compiling = is_compiling(self.torch)  # (`_dynamo.py`: a compiled function that calls the model)
+        dynamo = compile_gate()
 
         def make(original: Any) -> Any:
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
                 ref = watcher._root
-                if ref is None or agent.disabled or compiling():
+                if ref is None or agent.disabled or (dynamo[0] and compiling()):
                     return original(module, *args, **kwargs)
                 root = ref()
                 if module is not root:
@@ -168,7 +170,7 @@ class RootWatch:
                         clock.on_forward(training, samples, perf())
                 except Exception as err:  # never into the training loop
                     agent.fail("the model's forward hook", err)
-                result = original(module, *args, **kwargs)
+                result = original(module, *args, **kwargs) if kwargs else original(module, *args)
                 if not training:  # one store or one append: cannot raise
                     if agent.batching:
                         stamps.append((on_forward_end, perf()))

@@ -1,7 +1,8 @@
-"""pitstop's code hidden from torch.compile: every code object of its modules marked, once; a torch without the mark is fine."""
+"""pitstop's code hidden from torch.compile (every code object marked, once; a torch without the mark is fine), and the compile gate."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 from typing import Any
@@ -93,3 +94,33 @@ def test_the_real_torch_has_both_and_eagerly_is_not_compiling() -> None:
     skip = FrameSkip(torch)
     methods = [v for v in vars(StepClock).values() if isinstance(v, types.FunctionType)]
     assert skip.available and skip.modules() >= len(methods) > 20  # the step clock's methods at least
+
+
+GATE = """
+import sys
+from pitstop.profiling._dynamo import compile_gate
+{before}
+gate = compile_gate()
+import torch
+opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # imports torch._dynamo
+eager = gate[0]
+compiled = torch.compile(torch.nn.Linear(2, 2), backend="eager")
+print(eager, "torch._dynamo" in sys.modules, gate[0])
+"""
+
+
+def _gate(before: str) -> str:
+    done = subprocess.run([sys.executable, "-c", GATE.format(before=before)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_compile_gate_opens_at_the_first_compile_not_at_torch_dynamos_import() -> None:
+    # Eagerly, with torch._dynamo imported (by the optimizer), the hooks ask nothing: the gate is shut
+    # until torch.compile makes its context, before Dynamo can trace a hook.
+    assert _gate("") == "False True True"
+
+
+def test_the_compile_gate_is_open_where_torch_dynamo_was_imported_before_pitstop_watched() -> None:
+    assert _gate("import torch._dynamo") == "True True True"

@@ -9,6 +9,8 @@ import torch.utils.data
 
 from pitstop.profiling._patch import patches
 
+# A torch optimizer's constructor imports torch._dynamo, where pitstop patches the compile contexts' constructor.
+torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
 def signature(f: object) -> str:
