@@ -51,6 +51,20 @@ def batch_dim(batch: Any, tensor_type: type, dim: int) -> int | None:
     return None
 
 
+def model_samples(inputs: Any, tensor_type: type, seq_first: bool) -> int | None:
+    """Samples in a model's inputs, for a loop without a DataLoader: its batch dimension.
+
+    A first input of one floating-point dimension is one unbatched sample (a
+    policy fed one state a forward: pytorch/examples' actor_critic.py counted 4
+    samples a move, its state's features); a batched one has two dimensions at
+    least. One integer dimension stays a batch (the ids of a recommender's batch).
+    """
+    first = inputs[0] if type(inputs) is tuple and inputs else None
+    if isinstance(first, tensor_type) and first.dim() == 1 and first.is_floating_point():
+        return 1
+    return batch_dim(inputs, tensor_type, 1) if seq_first else leading_dim(inputs, tensor_type)
+
+
 def find_root(module_type: type) -> Any:
     """The outermost module with the most trainable parameters (see RootWatch.watch).
 
@@ -161,9 +175,7 @@ class RootWatch:
                     training = module.training and grad_enabled()
                     samples = None
                     if training and clock.train_loader is None:
-                        found = args if args else kwargs
-                        samples = (batch_dim(found, tensor_type, 1) if watcher._seq_first
-                                   else leading_dim(found, tensor_type))
+                        samples = model_samples(args if args else kwargs, tensor_type, watcher._seq_first)
                     if agent.batching:  # held for the clock (`Agent.flush_stamps`)
                         stamps.append((on_forward, training, samples, perf()))
                     else:

@@ -74,6 +74,7 @@ def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: d
         ("loop_scaler_skips.py", ["30", "0,1,2,15"], 30, "optimizer"),  # a GradScaler skips 4 optimizer steps
         ("loop_rpc_autograd.py", ["20"], 20, "backward"),  # distributed autograd's backward (0 steps before)
         ("loop_kfold.py", ["3", "10"], 30, "optimizer"),  # a new model each fold, no DataLoader
+        ("loop_unbatched_states.py", ["12"], 12, "optimizer"),  # a policy fed one 1-D state a forward
     ],
 )
 def test_step_detection_without_code_changes(
@@ -107,6 +108,8 @@ def test_step_detection_without_code_changes(
         assert [s.step for s in steps if s.mark == "eval"] == [10, 20], [s.mark for s in steps]
     if script == "loop_no_loader.py":  # no DataLoader: samples are the leading dimension of the model's input
         assert all(s.samples == 32 for s in steps[1:]), [s.samples for s in steps]
+    if script == "loop_unbatched_states.py":  # a 1-D float input is one sample, not 4 (its features)
+        assert [s.samples for s in steps[1:]] == [3 + i % 4 for i in range(1, 12)], [s.samples for s in steps]
 
 
 def test_a_compiled_training_step_compiles_as_without_pitstop(tmp_path: Path, env: dict[str, str]) -> None:
