@@ -8,8 +8,11 @@ first after step 50; the default is every 500).
 
 Phase 1 alternates two arms in PAIRS pairs of 25-step blocks (~0.25 s), in
 ABBA order, so the drift of a shared machine cancels pair by pair:
-  plain    the agent switched off (`disabled`): its hooks pass straight through,
-           the sampler skips its samples, nothing is encoded, written or sent;
+  plain    as without pitstop on the training thread: the hot path's patches
+           taken out (`_patchswitch.py`: the DataLoader's `__next__`, `backward`,
+           the model's `__call__`, the optimizer hooks) and the agent switched
+           off (`disabled`: the sampler skips its samples, nothing is encoded,
+           written or sent);
   agent    the always-on agent, profiler windows paused (`agent.windows` None).
 Phase 2 runs PERIODS schedule periods (`every` steps each) with the windows on,
 starting on the schedule's grid, so step 0 of each period opens a window.
@@ -27,6 +30,8 @@ import json
 import os
 import sys
 import time
+
+from _patchswitch import PatchSwitch
 
 from pitstop.profiling import agent as agent_mod
 
@@ -65,10 +70,13 @@ def main() -> None:
     time.sleep(1.0)  # let the warm-up window's aggregation finish
     blocks: dict[str, list[list[float]]] = {"plain": [], "agent": []}
     agent.windows = None
+    switch = PatchSwitch(type(model))
     for i in range(pairs):
         for name in ("plain", "agent") if i % 2 == 0 else ("agent", "plain"):
+            switch.set(name == "agent")
             agent.disabled = name == "plain"
             blocks[name].append(run(BLOCK))
+    switch.set(True)
     agent.disabled = False
     run((windows.first - agent.step_index) % every)  # onto the grid (the plain arm counted no steps)
     agent.windows = windows

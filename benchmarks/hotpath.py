@@ -6,14 +6,18 @@ Runs the ~1 ms workload under `pitstop run --headless --profile off`. The loop
 times each call it makes into torch with perf_counter_ns: the batch
 (`next(it)`: the DataLoader hook), the model's forward (the root module's
 `__call__` hook), the loss, `zero_grad`, `backward` (the `Tensor.backward`
-wrapper) and `opt.step()` (the optimizer pre- and post-hooks). The agent is
-switched off (`disabled`: every hook passes straight through) and on in
-alternating 25-step blocks, ABBA, in one process; a call's cost is its mean
-time on minus its mean time off, so what each hook adds is measured in place,
-with the caches cold from the step's own work, not in a tight loop. "step" is
+wrapper) and `opt.step()` (the optimizer pre- and post-hooks). Each round
+runs three 25-step blocks in one process, in a rotating order: the agent on,
+switched off (`disabled`: every hook is still called and passes straight
+through), and "none": the hot path's patches taken out (the originals of
+`__next__`, `Tensor.backward` and the model's `__call__` back in place, torch's
+global optimizer hooks emptied), as without pitstop. A call's cost is its mean
+time on minus its mean time without pitstop (and on minus off: the hooks' work
+alone), so what each hook adds is measured in place, with the caches cold from
+the step's own work, not in a tight loop. "step" is
 the whole iteration (the calls plus the loop). Each figure comes with a
-bootstrap 90% interval over the pairs of blocks; then the median step on
-minus the median step off (a preempted step moves a mean, not it); the training thread's
+bootstrap 90% interval over the rounds; then the median step on minus the
+median step without pitstop, and on minus off (a preempted step moves a mean, not it); the training thread's
 own CPU time per step (`time.thread_time`: what it spent running, whatever
 else the shared machine ran meanwhile, but not its waits for the GIL) and the
 whole process's (the agent's threads too). Figures only: nothing here asserts a timing.
@@ -34,9 +38,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _patchswitch import PatchSwitch
+
 HERE = Path(__file__).resolve().parent
 CALLS = ("next", "forward", "loss", "zero_grad", "backward", "step", "total")
 BLOCK = 25
+MODES = ("none", "off", "on")  # without pitstop's hot-path patches, the agent switched off, on
 
 
 def child(pairs: int, out: str) -> None:
@@ -51,7 +58,7 @@ def child(pairs: int, out: str) -> None:
     agent = agent_mod.current()
     if agent is None:
         sys.exit("run this under `pitstop run`")
-    model, opt, loader = workload.build(200 + 2 * BLOCK * pairs + 10)
+    model, opt, loader = workload.build(200 + len(MODES) * BLOCK * pairs + 10)
     batches = iter(loader)
     ns = time.perf_counter_ns
     cpu, thread_cpu = time.process_time_ns, time.thread_time_ns
@@ -83,14 +90,17 @@ def child(pairs: int, out: str) -> None:
 
     block(200)  # warm-up: step 0 (the model found, the reports) and the first blocks' caches
     agent._drain()  # (the warm-up's steps written: the threads' clocks below count the blocks' own)
-    blocks: dict[str, Any] = {"off": [], "on": []}
+    switch = PatchSwitch(type(model))
+    blocks: dict[str, Any] = {mode: [] for mode in MODES}
     threads = {t.name: time.pthread_getcpuclockid(t.ident) for t in threading.enumerate()
                if t.name.startswith("pitstop-") and t.ident is not None}
     before = {name: time.clock_gettime_ns(clock) for name, clock in threads.items()}
     for i in range(pairs):
-        for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
+        for name in MODES[i % 3:] + MODES[:i % 3]:
+            switch.set(name != "none")
             agent.disabled = name == "off"
             blocks[name].append(block(BLOCK))
+    switch.set(True)
     agent.disabled = False
     deadline = time.monotonic() + 10
     while (agent.stamps or agent._queue) and time.monotonic() < deadline:  # the writer's pass: all written
@@ -100,7 +110,7 @@ def child(pairs: int, out: str) -> None:
 
 
 def interval(off: list[list[int]], on: list[list[int]], i: int, rounds: int = 1000) -> tuple[float, float, float]:
-    """Mean us per step on minus off for column i, with a bootstrap 90% interval over pairs of blocks."""
+    """Mean us per step `on` minus `off` for column i, with a bootstrap 90% interval over the rounds."""
     def diff(idx: list[int]) -> float:
         return sum(on[j][i] - off[j][i] for j in idx) / (len(idx) * BLOCK) / 1e3
 
@@ -112,7 +122,7 @@ def interval(off: list[list[int]], on: list[list[int]], i: int, rounds: int = 10
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=300, help="pairs of 25-step blocks, agent off / on")
+    parser.add_argument("--pairs", type=int, default=300, help="rounds of three 25-step blocks: none, off, on")
     parser.add_argument("--workload", default="_workload_1ms", help="workload module in benchmarks/")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -128,28 +138,30 @@ def main() -> None:
                         str(Path(tmp) / "run.jsonl"), str(Path(__file__).resolve()), "--pairs", str(args.pairs),
                         "--child", str(out)], check=True, env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         blocks = json.loads(out.read_text())
-    off, on = blocks["off"], blocks["on"]
+    none, off, on = blocks["none"], blocks["off"], blocks["on"]
     steps = len(off) * BLOCK
-    print(f"{args.pairs} pairs of {BLOCK}-step blocks; per step, mean over {steps} steps each way:")
-    print(f"  {'call':10s} {'off us':>8s} {'on us':>8s} {'added us':>9s}  90% interval")
+    print(f"{args.pairs} rounds of three {BLOCK}-step blocks; per step, mean over {steps} steps each way:")
+    print(f"  {'call':10s} {'none us':>8s} {'off us':>8s} {'on us':>8s} {'on-none':>8s}  90% interval"
+          f"   {'on-off':>7s}  90% interval")
     for i, name in enumerate(CALLS):
-        mean_off = statistics.fmean(b[i] for b in off) / BLOCK / 1e3
-        mean_on = statistics.fmean(b[i] for b in on) / BLOCK / 1e3
-        added, low, high = interval(off, on, i)
-        print(f"  {name:10s} {mean_off:8.1f} {mean_on:8.1f} {added:9.1f}  {low:.1f}..{high:.1f}")
+        means = [statistics.fmean(b[i] for b in mode) / BLOCK / 1e3 for mode in (none, off, on)]
+        whole, low, high = interval(none, on, i)
+        work, wlow, whigh = interval(off, on, i)
+        print(f"  {name:10s} {means[0]:8.1f} {means[1]:8.1f} {means[2]:8.1f} {whole:8.1f}  {low:.1f}..{high:.1f}"
+              f"   {work:7.1f}  {wlow:.1f}..{whigh:.1f}")
     # The typical step (overhead.py's figure): a preempted step moves a block's mean, not the median.
     from overhead import bootstrap, median_us
 
     first = len(CALLS) + 2  # each block's step totals (ns) follow its sums
-    steps_off = [[t / 1e9 for t in b[first:]] for b in off]
-    steps_on = [[t / 1e9 for t in b[first:]] for b in on]
-    low, high = bootstrap(steps_off, steps_on, rounds=300, figure=median_us)
-    added = median_us([t for b in steps_on for t in b], [t for b in steps_off for t in b])
-    print(f"  median step: {added:+.1f} us on - off ({low:.1f}..{high:.1f})")
-    added, low, high = interval(off, on, len(CALLS))
-    print(f"  training thread's CPU time: {added:+.1f} us per step on - off ({low:.1f}..{high:.1f})")
-    added, low, high = interval(off, on, len(CALLS) + 1)
-    print(f"  process CPU time (every thread): {added:+.1f} us per step on - off ({low:.1f}..{high:.1f})")
+    steps_of = {mode: [[t / 1e9 for t in b[first:]] for b in blocks[mode]] for mode in MODES}
+    for base, label in (("none", "without pitstop"), ("off", "off")):
+        low, high = bootstrap(steps_of[base], steps_of["on"], rounds=300, figure=median_us)
+        added = median_us([t for b in steps_of["on"] for t in b], [t for b in steps_of[base] for t in b])
+        print(f"  median step: {added:+.1f} us on - {label} ({low:.1f}..{high:.1f})")
+    for column, label in ((len(CALLS), "training thread's CPU time"), (len(CALLS) + 1, "process CPU time (every thread)")):
+        for base, name in ((none, "without pitstop"), (off, "off")):
+            added, low, high = interval(base, on, column)
+            print(f"  {label}: {added:+.1f} us per step on - {name} ({low:.1f}..{high:.1f})")
     # The writer's work follows the steps the agent saw, whichever block it ran in (off - on cancels
     # it): its own clock, over the steps the agent was on.
     spent = "; ".join(f"{name} {ns / 1e3 / steps:.1f}" for name, ns in sorted(blocks["threads"].items()))

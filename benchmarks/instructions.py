@@ -4,24 +4,26 @@
 
 A timing on a shared 2-core VM moves by +-5 us between processes (overhead.py,
 hotpath.py): too coarse to tell a cut of 1-2 us. Instructions do not move with
-the machine's load. Two processes run the workload under `pitstop run
---headless --profile off` inside `valgrind --tool=callgrind
---separate-threads=yes --dump-before=getsid`: 200 steps of warm-up with the
-agent on, then N steps with the agent on, or switched off (`disabled`: every
-hook passes straight through). The child calls `os.getsid(0)` (nothing else
-in the process does) just before and after the N steps, so callgrind's second
-part holds exactly them: the training thread's instructions per step, on and
-off, and their difference, the agent's. Its threads' own work (the writer, the
-sampler) is not in it.
+the machine's load. Three processes run the workload inside `valgrind
+--tool=callgrind --separate-threads=yes --dump-before=getsid`, two of them
+under `pitstop run --headless --profile off`: 200 steps of warm-up, then N
+steps with the agent on, or switched off (`disabled`: every hook is still
+called and passes straight through), or without pitstop at all. The child
+calls `os.getsid(0)` (nothing else in the process does) just before and after
+the N steps, so callgrind's second part holds exactly them: the training
+thread's instructions per step. On against off is the hooks' work; on against
+no pitstop is all pitstop adds to the thread, the hooks' calls too. The agent's
+threads' own work (the writer, the sampler) is not in it.
 
-Under valgrind a step takes ~50x longer, so what the hooks do by the clock
-(a loss read every 10 ms: `_losses.LOSS_EVERY_S`) happens at every step there
-and at about one step in ten natively: the figure is high by that much.
+Under valgrind a step takes ~50x longer, and the hooks read the loss by the
+clock (one step every `_losses.LOSS_EVERY_S`, 10 ms: natively one ~1 ms step
+in ten): the child stretches that interval by the slowdown it measures in its
+warm-up, so that the loss is read in about as many steps as natively.
 Instructions are not time either: the same instructions cost more where they
 miss the caches (hooks run once a step, between ~1 ms of torch's work), so the
 figure in microseconds, at the workload's own rate (its instructions per step
 over its median step, measured natively here), is a floor of the hooks' own
-execution, not a timing. Needs valgrind; ~5 minutes on 2 cores.
+execution, not a timing. Needs valgrind; ~10 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -37,11 +39,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pitstop.profiling._losses import LOSS_EVERY_S
+
 HERE = Path(__file__).resolve().parent
 WARMUP = 200
+MODES = ("on", "off", "none")  # the agent on, switched off (its hooks still called), no pitstop at all
 
 
-def child(steps: int, mode: str, workload: str) -> None:
+def child(steps: int, mode: str, workload: str, native_step_s: float) -> None:
     """Under `pitstop run` (and valgrind): warm-up with the agent on, then `steps` with it on or off."""
     import importlib
 
@@ -49,7 +54,7 @@ def child(steps: int, mode: str, workload: str) -> None:
 
     module = importlib.import_module(workload)  # (its `build` sets torch to one thread)
     agent = agent_mod.current()
-    if agent is None:
+    if agent is None and mode != "none":
         sys.exit("run this under `pitstop run`")
     model, opt, loader = module.build(WARMUP + steps + 10)
     batches = iter(loader)
@@ -59,9 +64,16 @@ def child(steps: int, mode: str, workload: str) -> None:
             x, y = next(batches)
             module.train_step(model, opt, x, y)
 
-    run(WARMUP)
-    agent._drain()
-    agent.disabled = mode == "off"
+    run(WARMUP // 2)
+    started = time.perf_counter()
+    run(WARMUP // 2)
+    if agent is not None:
+        # The loss is read once every LOSS_EVERY_S (10 ms): natively one ~1 ms step in ten, under
+        # valgrind's ~50x slower steps every one. Stretched by the slowdown, as often as natively.
+        slow_step_s = (time.perf_counter() - started) / (WARMUP // 2)
+        agent.hooks.loss_every = LOSS_EVERY_S * max(1.0, slow_step_s / native_step_s)
+        agent._drain()
+        agent.disabled = mode == "off"
     os.getsid(0)  # callgrind dumps before each call (`--dump-before=getsid`): its second part is the steps
     run(steps)
     os.getsid(0)
@@ -78,13 +90,14 @@ def training_thread_instructions(out_prefix: Path) -> int:
     raise SystemExit(f"no summary line in {files[0]}")
 
 
-def one(tmp: Path, steps: int, mode: str, workload: str) -> int:
+def one(tmp: Path, steps: int, mode: str, workload: str, native_step_s: float) -> int:
     prefix = tmp / f"cg-{mode}-{steps}"
     env = dict(os.environ, PITSTOP_STATUS_INTERVAL="3600", PYTHONHASHSEED="0")
-    command = [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--record",
-               str(tmp / f"{mode}-{steps}.jsonl"), "--", "valgrind", "--tool=callgrind", "--separate-threads=yes",
+    pitstop = [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--record",
+               str(tmp / f"{mode}-{steps}.jsonl"), "--"]
+    command = ([] if mode == "none" else pitstop) + ["valgrind", "--tool=callgrind", "--separate-threads=yes",
                "--dump-before=getsid", f"--callgrind-out-file={prefix}.%p", sys.executable, str(Path(__file__).resolve()),
-               "--child", f"{steps},{mode}", "--workload", workload]
+               "--child", f"{steps},{mode},{native_step_s}", "--workload", workload]
     subprocess.run(command, check=True, env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return training_thread_instructions(prefix)
 
@@ -113,25 +126,29 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        steps, mode = args.child.split(",")
-        child(int(steps), mode, args.workload)
+        steps, mode, native = args.child.split(",")
+        child(int(steps), mode, args.workload, float(native))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: this benchmark counts instructions with callgrind")
     steps = args.steps
     print(f"command: python benchmarks/instructions.py --steps {steps} --workload {args.workload}", flush=True)
+    step_s = native_step_s(args.workload)
     with tempfile.TemporaryDirectory() as tmp:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            counts = dict(zip(("on", "off"), pool.map(lambda m: one(Path(tmp), steps, m, args.workload), ("on", "off"))))
-    per_step = {mode: counts[mode] / steps for mode in ("on", "off")}
+            counts = dict(zip(MODES, pool.map(lambda m: one(Path(tmp), steps, m, args.workload, step_s), MODES)))
+    per_step = {mode: counts[mode] / steps for mode in MODES}
     added = per_step["on"] - per_step["off"]
-    step_s = native_step_s(args.workload)
+    whole = per_step["on"] - per_step["none"]
     rate = per_step["off"] / step_s / 1e9  # instructions per ns, the workload's own
-    print(f"training thread, instructions per step over {steps} steps: agent off {per_step['off']:,.0f}, "
-          f"on {per_step['on']:,.0f}")
-    print(f"  added by the agent: {added:,.0f} instructions a step ({added / per_step['off']:.2%} of the step's)")
-    print(f"  at the workload's own rate ({rate:.2f} instructions/ns; median step {step_s * 1e3:.3f} ms natively): "
-          f"{added / rate / 1e3:.1f} us a step, a floor (cache misses cost more)")
+    print(f"training thread, instructions per step over {steps} steps: without pitstop {per_step['none']:,.0f}, "
+          f"agent off {per_step['off']:,.0f}, on {per_step['on']:,.0f}")
+    print(f"  at the workload's own rate ({rate:.2f} instructions/ns; median step {step_s * 1e3:.3f} ms natively), "
+          f"a floor (cache misses cost more):")
+    for label, figure in (("the agent on against off (the hooks' work)", added),
+                          ("pitstop against no pitstop (the hooks' calls too)", whole)):
+        print(f"  {label}: {figure:+,.0f} instructions a step ({figure / per_step['none']:.2%} of the step's), "
+              f"{figure / rate / 1e3:.1f} us")
 
 
 if __name__ == "__main__":

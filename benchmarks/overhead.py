@@ -12,8 +12,9 @@ the microseconds are what the training thread pays whatever the step's length.
 
 Part 1, the targets (issue 10: agent <= 1.005, with default windows <= 1.015),
 measured in ONE process under `pitstop run` (`_overhead_ab.py`): the agent is
-switched off and on in alternating 25-step blocks, ABBA, so the drift of a
-shared machine cancels pair by pair. Printed: the ratio of median step times
+on, or off with its hot-path patches taken out (the training thread as without
+pitstop: `_patchswitch.py`), in alternating 25-step blocks, ABBA, so the drift
+of a shared machine cancels pair by pair. Printed: the ratio of median step times
 (on / off) with a bootstrap 90% interval over the pairs, and the ratio of mean
 step times. Then schedule periods with windows on: the time each window adds
 (its 5 profiled steps, profiler start and stop, the tables built on a thread)
@@ -32,7 +33,7 @@ marks are printed after it, read from the record: how many per window, and how
 the unmarked steps among the 40 compare with the rest of their period (~1.0
 when the marks cover what a window disturbs).
 
-The ~1 ms workload runs part 1's agent off / on blocks only (`--fast-pairs`
+The ~1 ms workload runs part 1's plain / agent blocks only (`--fast-pairs`
 pairs, no windowed periods): a window's cost is measured on the 10 ms steps.
 
 Part 2 runs whole processes instead, alternating: the plain script,
@@ -201,12 +202,12 @@ def in_process(pairs: int, fast_pairs: int, periods: int, window_every: int, tmp
         env = dict(ENV, PITSTOP_AB_WORKLOAD="_workload_1ms")
         fast = ab_figures(run_ab(fast_pairs, 0, window_every, tmp, env=env, name="ab1ms"))
         print(f"part 1, in one process, ~1 ms steps (_workload_1ms.py): {fast_pairs} pairs of 25-step blocks, "
-              "agent off / on (ABBA)", flush=True)
+              "without pitstop's hooks / agent on (ABBA)", flush=True)
         agent_lines(fast)
     data = run_ab(pairs, periods, window_every, tmp)
     f = ab_figures(data)
     print(f"part 1, in one process, ~10 ms steps (_workload_10ms.py): {pairs} pairs of "
-          f"{len(data['blocks']['plain'][0])}-step blocks, agent off / on (ABBA)")
+          f"{len(data['blocks']['plain'][0])}-step blocks, without pitstop's hooks / agent on (ABBA)")
     agent_lines(f)
     density = (f"{DEFAULT_EVERY / f.every:g}x as dense as the default {DEFAULT_EVERY}, to measure more of them"
                if f.every != DEFAULT_EVERY else "the default schedule")
