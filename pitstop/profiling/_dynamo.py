@@ -13,9 +13,9 @@ Two places, two means, both free in eager mode:
   inside `Optimizer.step`, the root module's `__call__` inside a compiled
   function), the hook asks `torch.compiler.is_dynamo_compiling()` first: Dynamo
   folds it to True, so the hook traces as nothing at all (the original alone);
-  eagerly it returns False. It is asked only once the process has made a
-  compile context (`compile_gate`, a one-item list read first): before that
-  Dynamo traces nothing, and a script that never compiles pays no Python call
+  eagerly it returns False. It is asked only once Dynamo has begun to trace
+  in this process (`compile_gate`, a one-item list read first): before that
+  no hook can be traced, and a script that never compiles pays no Python call
   for it (five a step, each a frame with the caches cold from the step's work);
 - where Dynamo would *compile a frame* of pitstop's (a hook that runs eagerly
   at a graph break, `loss.backward()` in a compiled step), every code object
@@ -35,46 +35,47 @@ import sys
 import types
 from typing import Any, Callable
 
-_COMPILES = [False]  # [True] once the process made a Dynamo compile context (`compile_gate`)
+_TRACED = [False]  # [True] once Dynamo began to trace a frame in this process (`compile_gate`)
 _WATCHED = [False]  # the gate's watch is set up (once a process; a fork inherits it)
 
 
 def compile_gate() -> list[bool]:
     """A one-item list, [True] once Dynamo may trace: every hook reads it before it asks `compiling()`.
 
-    Dynamo traces only under a compile context: `torch.compile` (a model's
-    `compile()` too), `torch._dynamo.optimize` and `torch.export` all make an
-    `OptimizeContext` first. Its constructor is patched (once `torch._dynamo`
-    has imported: every torch optimizer's constructor imports it) to set the
-    gate before anything can be traced. Dynamo then reads the gate as True (and
-    guards on it: it never turns back). A torch without that class, or a
-    `torch._dynamo` imported before pitstop could watch: the gate is set at
-    once, and the hooks ask `compiling()` always, as they did before the gate."""
+    Every frame Dynamo traces, whatever asked for it (`torch.compile`, a model's
+    `compile()`, `torch._dynamo.optimize`, `torch.export` strict: its capture
+    makes no compile context of its own), is traced by an `InstructionTranslator`
+    made first (`torch._dynamo.convert_frame.trace_frame`); the hooks it inlines
+    come later. Its constructor is patched, once `torch._dynamo` has imported
+    (every torch optimizer's constructor imports it), to set the gate. Dynamo
+    then reads the gate as True (and guards on it: it never turns back). A torch
+    without that class, or a `torch._dynamo` imported before pitstop could
+    watch: the gate is set at once, and the hooks ask `compiling()` always."""
     if not _WATCHED[0]:
         _WATCHED[0] = True
         if "torch._dynamo" in sys.modules:
-            _COMPILES[0] = True
+            _TRACED[0] = True
         else:
             from pitstop.profiling._postimport import after_import
 
-            after_import("torch._dynamo", _watch_contexts)
-    return _COMPILES
+            after_import("torch._dynamo", _watch_tracers)
+    return _TRACED
 
 
-def _watch_contexts(dynamo: Any) -> None:
+def _watch_tracers(dynamo: Any) -> None:
     from pitstop.profiling._patch import patch
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        def __init__(context: Any, *args: Any, **kwargs: Any) -> None:
-            _COMPILES[0] = True
-            original(context, *args, **kwargs)
+        def __init__(tracer: Any, *args: Any, **kwargs: Any) -> None:
+            _TRACED[0] = True
+            original(tracer, *args, **kwargs)
 
         return __init__
 
     try:
-        patch(dynamo.eval_frame.OptimizeContext, "__init__", make)
-    except Exception:  # a torch that compiles otherwise: asked always
-        _COMPILES[0] = True
+        patch(dynamo.symbolic_convert.InstructionTranslator, "__init__", make)
+    except Exception:  # a torch that traces otherwise: asked always
+        _TRACED[0] = True
 
 
 def _never() -> bool:

@@ -149,7 +149,7 @@ class Hooks:
         self.state_init: int | None = None  # id() of the optimizer whose running step only creates its state
         self.frames: FrameSkip | None = None  # pitstop's frames, never compiled by Dynamo (`hide_frames`)
         self.compiling: Any = None  # True only while Dynamo traces the hook that asks (`_dynamo.compiling`)
-        self.dynamo: list[bool] = [False]  # [True] once Dynamo may trace (`_dynamo.compile_gate`)
+        self.dynamo: list[bool] = [False]  # [True] once Dynamo began to trace (`_dynamo.compile_gate`)
         self._backward_wrapper: Any = None  # makes the Tensor.backward wrapper (distributed autograd's too)
 
     def install(self, torch: Any) -> None:

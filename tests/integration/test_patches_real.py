@@ -13,7 +13,7 @@ EXPECTED = {
     "DataLoader.__init__", "_BaseDataLoaderIter.__next__", "_BaseDataLoaderIter.__init__",
     "_MultiProcessingDataLoaderIter.__init__", "TensorBase.backward", "Conv2d.__init__", "GradScaler.__init__",
     "DataParallel.__init__", "DistributedDataParallel.__init__", "autocast.__enter__",
-    "torch.distributed.autograd.backward", "OptimizeContext.__init__",
+    "torch.distributed.autograd.backward", "InstructionTranslator.__init__",
 }
 
 

@@ -129,6 +129,19 @@ def test_a_compiled_training_step_compiles_as_without_pitstop(tmp_path: Path, en
     assert len(steps) == 30 and steps[-1].source == "backward", [s.source for s in steps]
 
 
+def test_torch_export_of_the_trained_model_exports_as_without_pitstop(tmp_path: Path, env: dict[str, str]) -> None:
+    # A strict export traces with Dynamo without a compile context: a gate that waited for one left
+    # the hooks to Dynamo, which failed the export ("does not know how to trace time.perf_counter").
+    script = str(SCRIPTS / "loop_export.py")
+    plain = run_group([sys.executable, script], env)
+    assert plain.returncode == 0, plain.stderr
+    result = pitstop(["run", "--headless", "--profile", "off", "--record", str(tmp_path / "r.jsonl"), script], env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == json.loads(plain.stdout.splitlines()[-1])
+    assert "Dynamo does not know" not in result.stderr, result.stderr
+    assert len(_steps(tmp_path / "r.jsonl")) == 10
+
+
 def test_a_window_scheduled_among_held_backward_steps_profiles_steps_that_run(
         tmp_path: Path, env: dict[str, str]) -> None:
     # Backward calls are held until it is clear no optimizer steps (64 of them), then emitted at

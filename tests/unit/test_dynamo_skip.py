@@ -103,24 +103,30 @@ from pitstop.profiling._dynamo import compile_gate
 gate = compile_gate()
 import torch
 opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # imports torch._dynamo
-eager = gate[0]
-compiled = torch.compile(torch.nn.Linear(2, 2), backend="eager")
-print(eager, "torch._dynamo" in sys.modules, gate[0])
+model = torch.nn.Linear(2, 2)
+seen = [gate[0]]
+compiled = torch.compile(model, backend="eager")  # lazy: nothing traced yet
+seen.append(gate[0])
+{trace}
+print(*seen, gate[0])
 """
 
 
-def _gate(before: str) -> str:
-    done = subprocess.run([sys.executable, "-c", GATE.format(before=before)], capture_output=True, text=True,
-                          timeout=120)
+def _gate(before: str = "", trace: str = "compiled(torch.zeros(1, 2))") -> str:
+    code = GATE.format(before=before, trace=trace)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
-def test_the_compile_gate_opens_at_the_first_compile_not_at_torch_dynamos_import() -> None:
+def test_the_compile_gate_opens_when_dynamo_begins_to_trace_not_at_its_import() -> None:
     # Eagerly, with torch._dynamo imported (by the optimizer), the hooks ask nothing: the gate is shut
-    # until torch.compile makes its context, before Dynamo can trace a hook.
-    assert _gate("") == "False True True"
+    # until Dynamo makes the tracer of a frame, before any hook can be traced.
+    assert _gate() == "False False True"
+    # torch.export's strict capture traces without a compile context (a gate patched there stayed
+    # shut, and Dynamo traced the hooks: "does not know how to trace the builtin time.perf_counter").
+    assert _gate(trace="torch.export.export(model, (torch.zeros(1, 2),), strict=True)") == "False False True"
 
 
 def test_the_compile_gate_is_open_where_torch_dynamo_was_imported_before_pitstop_watched() -> None:
-    assert _gate("import torch._dynamo") == "True True True"
+    assert _gate(before="import torch._dynamo") == "True True True"

@@ -9,7 +9,7 @@ import torch.utils.data
 
 from pitstop.profiling._patch import patches
 
-# A torch optimizer's constructor imports torch._dynamo, where pitstop patches the compile contexts' constructor.
+# A torch optimizer's constructor imports torch._dynamo, where pitstop patches its tracer's constructor.
 torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
