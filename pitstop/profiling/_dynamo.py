@@ -30,7 +30,6 @@ run's steps are counted at each backward call (the summary says so).
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
 import types
 from typing import Any, Callable
