@@ -7,11 +7,14 @@ times each call it makes into torch with perf_counter_ns: the batch
 (`next(it)`: the DataLoader hook), the model's forward (the root module's
 `__call__` hook), the loss, `zero_grad`, `backward` (the `Tensor.backward`
 wrapper) and `opt.step()` (the optimizer pre- and post-hooks). Each round
-runs three 25-step blocks in one process, in a rotating order: the agent on,
+runs four 25-step blocks in one process, in a rotating order: the agent on,
 switched off (`disabled`: every hook is still called and passes straight
-through), and "none": the hot path's patches taken out (the originals of
+through), "none": the hot path's patches taken out (the originals of
 `__next__`, `Tensor.backward` and the model's `__call__` back in place, torch's
-global optimizer hooks emptied), as without pitstop. A call's cost is its mean
+global optimizer hooks emptied), as without pitstop, and "floor": in their
+place, hooks at the same five points that only stamp their times and append
+them to a deque (`_patchswitch.py`): the least a Python hook there costs this
+machine, before any of pitstop's work. A call's cost is its mean
 time on minus its mean time without pitstop (and on minus off: the hooks' work
 alone), so what each hook adds is measured in place, with the caches cold from
 the step's own work, not in a tight loop. "step" is
@@ -43,11 +46,11 @@ from _patchswitch import PatchSwitch
 HERE = Path(__file__).resolve().parent
 CALLS = ("next", "forward", "loss", "zero_grad", "backward", "step", "total")
 BLOCK = 25
-MODES = ("none", "off", "on")  # without pitstop's hot-path patches, the agent switched off, on
+MODES = ("none", "off", "on", "floor")  # without pitstop's hot-path patches, the agent switched off, on; stamps only
 
 
 def child(pairs: int, out: str) -> None:
-    """Under `pitstop run`: the timed loop, agent off / on (ABBA); writes each block's per-call sums."""
+    """Under `pitstop run`: the timed loop, in rotating blocks of each mode; writes each block's per-call sums."""
     import importlib
 
     import torch
@@ -96,10 +99,11 @@ def child(pairs: int, out: str) -> None:
                if t.name.startswith("pitstop-") and t.ident is not None}
     before = {name: time.clock_gettime_ns(clock) for name, clock in threads.items()}
     for i in range(pairs):
-        for name in MODES[i % 3:] + MODES[:i % 3]:
-            switch.set(name != "none")
+        for name in MODES[i % len(MODES):] + MODES[:i % len(MODES)]:
+            switch.set("none" if name == "none" else "floor" if name == "floor" else "pitstop")
             agent.disabled = name == "off"
             blocks[name].append(block(BLOCK))
+            switch.held.clear()
     switch.set(True)
     agent.disabled = False
     deadline = time.monotonic() + 10
@@ -122,7 +126,7 @@ def interval(off: list[list[int]], on: list[list[int]], i: int, rounds: int = 10
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=300, help="rounds of three 25-step blocks: none, off, on")
+    parser.add_argument("--pairs", type=int, default=300, help="rounds of four 25-step blocks: none, off, on, floor")
     parser.add_argument("--workload", default="_workload_1ms", help="workload module in benchmarks/")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -138,30 +142,34 @@ def main() -> None:
                         str(Path(tmp) / "run.jsonl"), str(Path(__file__).resolve()), "--pairs", str(args.pairs),
                         "--child", str(out)], check=True, env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         blocks = json.loads(out.read_text())
-    none, off, on = blocks["none"], blocks["off"], blocks["on"]
+    none, off, on, floor = blocks["none"], blocks["off"], blocks["on"], blocks["floor"]
     steps = len(off) * BLOCK
-    print(f"{args.pairs} rounds of three {BLOCK}-step blocks; per step, mean over {steps} steps each way:")
+    print(f"{args.pairs} rounds of four {BLOCK}-step blocks; per step, mean over {steps} steps each way "
+          f"(floor: stamps only, the least these five hooks can cost):")
     print(f"  {'call':10s} {'none us':>8s} {'off us':>8s} {'on us':>8s} {'on-none':>8s}  90% interval"
-          f"   {'on-off':>7s}  90% interval")
+          f"   {'on-off':>7s}  90% interval   {'floor-none':>10s}  90% interval")
     for i, name in enumerate(CALLS):
         means = [statistics.fmean(b[i] for b in mode) / BLOCK / 1e3 for mode in (none, off, on)]
         whole, low, high = interval(none, on, i)
         work, wlow, whigh = interval(off, on, i)
+        least, flow, fhigh = interval(none, floor, i)
         print(f"  {name:10s} {means[0]:8.1f} {means[1]:8.1f} {means[2]:8.1f} {whole:8.1f}  {low:.1f}..{high:.1f}"
-              f"   {work:7.1f}  {wlow:.1f}..{whigh:.1f}")
+              f"   {work:7.1f}  {wlow:.1f}..{whigh:.1f}   {least:10.1f}  {flow:.1f}..{fhigh:.1f}")
     # The typical step (overhead.py's figure): a preempted step moves a block's mean, not the median.
     from overhead import bootstrap, median_us
 
     first = len(CALLS) + 2  # each block's step totals (ns) follow its sums
     steps_of = {mode: [[t / 1e9 for t in b[first:]] for b in blocks[mode]] for mode in MODES}
-    for base, label in (("none", "without pitstop"), ("off", "off")):
-        low, high = bootstrap(steps_of[base], steps_of["on"], rounds=300, figure=median_us)
-        added = median_us([t for b in steps_of["on"] for t in b], [t for b in steps_of[base] for t in b])
-        print(f"  median step: {added:+.1f} us on - {label} ({low:.1f}..{high:.1f})")
+    for base, top, label in (("none", "on", "on - without pitstop"), ("off", "on", "on - off"),
+                             ("none", "floor", "floor - without pitstop")):
+        low, high = bootstrap(steps_of[base], steps_of[top], rounds=300, figure=median_us)
+        added = median_us([t for b in steps_of[top] for t in b], [t for b in steps_of[base] for t in b])
+        print(f"  median step: {added:+.1f} us {label} ({low:.1f}..{high:.1f})")
     for column, label in ((len(CALLS), "training thread's CPU time"), (len(CALLS) + 1, "process CPU time (every thread)")):
-        for base, name in ((none, "without pitstop"), (off, "off")):
-            added, low, high = interval(base, on, column)
-            print(f"  {label}: {added:+.1f} us per step on - {name} ({low:.1f}..{high:.1f})")
+        for base, top, name in ((none, on, "on - without pitstop"), (off, on, "on - off"),
+                                (none, floor, "floor - without pitstop")):
+            added, low, high = interval(base, top, column)
+            print(f"  {label}: {added:+.1f} us per step {name} ({low:.1f}..{high:.1f})")
     # The writer's work follows the steps the agent saw, whichever block it ran in (off - on cancels
     # it): its own clock, over the steps the agent was on.
     spent = "; ".join(f"{name} {ns / 1e3 / steps:.1f}" for name, ns in sorted(blocks["threads"].items()))
