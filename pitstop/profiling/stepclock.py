@@ -109,6 +109,10 @@ class StepClock:
         self._others = 0  # steps in a row of one other optimizer (`_other`) since the primary's last
         self._other: Any = None
         self.train_loader: Any = None
+        # loader -> its DataLoader's batch_size (the agent, as each is built), and the dimension of
+        # its batches that holds it once told (`batch_of`): 1 for a loader that batches sequence-first.
+        self.batch_sizes: dict[Any, int] = {}
+        self._batch_dims: dict[Any, int] = {}
         self._pending: list[list[Any]] = []  # held backward boundaries (see module doc)
         # Phase stamps: `marker()` records a token (a CUDA event) where one is set (the agent,
         # once the loss is seen on CUDA); `_mark` is the latest phase boundary.
@@ -161,9 +165,12 @@ class StepClock:
         self._spans: list[tuple[int, Any, Any]] | None = [] if self.marker is not None else None
 
     # ---- inputs ---------------------------------------------------------------
-    def on_fetch(self, loader: Any, started: float, waited: float, samples: int | None) -> None:
-        """A batch came out of a DataLoader iterator (`loader` identifies its DataLoader)."""
+    def on_fetch(self, loader: Any, started: float, waited: float, samples: int | tuple[int, ...] | None) -> None:
+        """A batch came out of a DataLoader iterator (`loader` identifies its DataLoader). `samples`:
+        the batch's samples, or the shape of its first tensor (`batch_of` reads it)."""
         self.batches += 1
+        if samples is not None and type(samples) is not int:
+            samples = self.batch_of(loader, samples)
         if self.t_last is None:
             self.t_last = started
         acc = self._fetch.get(loader)
@@ -180,6 +187,23 @@ class StepClock:
             self._mark_tok = self.marker()
         self._last_loader = loader
         self._unused = (loader, started, waited, samples)
+
+    def batch_of(self, loader: Any, shape: tuple[int, ...]) -> int:
+        """Samples in a batch of `loader` whose first tensor has `shape`: its batch dimension.
+
+        The leading one, unless the loader batches sequence-first (a collate_fn that stacks
+        samples along dimension 1, for a model with batch_first=False: pytorch/examples'
+        language_translation read its padded length, 17, for batches of 32). Told once a
+        batch holds the DataLoader's batch_size in one of its first two dimensions and not in
+        the other; until then, and without a batch_size (a batch_sampler), the leading one.
+        """
+        dim = self._batch_dims.get(loader)
+        if dim is None:
+            size = self.batch_sizes.get(loader)
+            if size is None or len(shape) < 2 or (shape[0] == size) == (shape[1] == size):
+                return shape[0]
+            dim = self._batch_dims[loader] = 0 if shape[0] == size else 1
+        return shape[dim] if len(shape) > dim else shape[0]
 
     @property
     def wants_forward_samples(self) -> bool:

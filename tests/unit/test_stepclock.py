@@ -61,6 +61,29 @@ def test_optimizer_steps_are_the_clock() -> None:
     assert r.steps[2]["samples"] == 16
 
 
+def test_a_batch_shape_counts_its_batch_dimension_the_one_that_holds_the_loaders_batch_size() -> None:
+    r = Recorder()
+    r.clock.batch_sizes.update({TRAIN: 32, VAL: 32})
+    # sequence-first (seq, batch, features): the first batch's sequence is as long as the batch,
+    # which tells nothing (the leading dimension, right either way), the next tells dimension 1
+    shapes = [(32, 32, 64), (17, 32, 64), (32, 32, 64), (19, 8, 64)]
+    for shape in shapes:
+        r.fetch(TRAIN, 0.01, shape)  # type: ignore[arg-type]
+        r.clock.on_forward(True, None, r.tick(0.001))
+        r.clock.on_backward(r.tick(0.05))
+        r.clock.on_optimizer_step("opt", r.tick(0.05))
+    assert [s["samples"] for s in r.steps] == [32, 32, 32, 8]
+    # batch-first: the leading dimension, the short last batch too, whatever the second holds
+    for shape in [(32, 17), (8, 32)]:
+        r.fetch(VAL, 0.01, shape)  # type: ignore[arg-type]
+    assert r.clock.batch_of(VAL, (8, 32)) == 8
+    # no batch_size (a batch_sampler), one dimension, or neither dimension holding it: the leading one
+    assert r.clock.batch_of(3, (17, 32)) == 17
+    assert r.clock.batch_of(TRAIN, (5,)) == 5
+    r.clock.batch_sizes[4] = 32
+    assert r.clock.batch_of(4, (128, 3, 224)) == 128  # (a collate that concatenated 4 crops a sample)
+
+
 def test_an_eval_loader_iterated_between_steps_marks_the_step_and_is_not_counted() -> None:
     r = Recorder()
     for i in range(30):
