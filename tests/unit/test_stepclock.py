@@ -84,6 +84,42 @@ def test_a_batch_shape_counts_its_batch_dimension_the_one_that_holds_the_loaders
     assert r.clock.batch_of(4, (128, 3, 224)) == 128  # (a collate that concatenated 4 crops a sample)
 
 
+def test_batches_fetched_and_not_trained_on_do_not_count_as_samples() -> None:
+    # pytorch/examples' language_translation ends each epoch with `len(list(train_dl))`: every batch of
+    # the training loader fetched again, untrained, in the step that then evaluates (and in a plain one)
+    r = Recorder()
+    for _ in range(5):
+        r.train_step(batch=32)
+    for _ in range(100):
+        r.fetch(TRAIN, 0.001, 32)
+    r.eval_pass()
+    r.train_step(batch=32)
+    for _ in range(100):
+        r.fetch(TRAIN, 0.001, 32)
+    r.train_step(batch=32)
+    assert [s["samples"] for s in r.steps] == [32] * 7
+    assert r.steps[5]["mark"] == "eval" and r.steps[6]["mark"] is None
+    assert r.steps[6]["wait"] == pytest.approx(0.11)  # (the time in the DataLoader was data wait all the same)
+
+
+def test_a_loop_that_trains_on_several_batches_a_step_counts_them_all() -> None:
+    r = Recorder()
+    for i in range(8):
+        for _ in range(4 if i < 6 else 9):  # four batches concatenated into each forward, then nine
+            r.fetch(TRAIN, 0.001, 8)
+        r.clock.on_forward(True, None, r.tick(0.001))
+        r.clock.on_backward(r.tick(0.05))
+        r.clock.on_optimizer_step("opt", r.tick(0.05))
+    assert [s["samples"] for s in r.steps] == [32] * 6 + [72, 72]  # (9 is not more than 2 x 4 + 1)
+    for _ in range(4):  # then 20 a step from now on: two counted short, the rest whole
+        for _ in range(20):
+            r.fetch(TRAIN, 0.001, 8)
+        r.clock.on_forward(True, None, r.tick(0.001))
+        r.clock.on_backward(r.tick(0.05))
+        r.clock.on_optimizer_step("opt", r.tick(0.05))
+    assert [s["samples"] for s in r.steps[8:]] == [72, 72, 160, 160]
+
+
 def test_an_eval_loader_iterated_between_steps_marks_the_step_and_is_not_counted() -> None:
     r = Recorder()
     for i in range(30):
