@@ -179,7 +179,7 @@ class StepClock:
         the batch's samples, or the shape of its first tensor (`batch_of` reads it)."""
         self.batches += 1
         if samples is not None and type(samples) is not int:
-            samples = self.batch_of(loader, samples)
+            samples = self.batch_of(loader, samples) if isinstance(samples, tuple) else None
         if self.t_last is None:
             self.t_last = started
         acc = self._fetch.get(loader)
@@ -611,7 +611,7 @@ class StepClock:
                 return False
             wait = acc[0]
             samples = acc[1] if acc[1] is not None else self._fwd_samples
-            if acc[4] > 1 or self._batches_seen < TRAINED_STEPS:
+            if acc[4] > 1 or self._batches_seen < TRAINED_STEPS:  # (once set, one batch is never too many)
                 samples = self._trained(acc[4], samples)
             self._fetch = {}
             self._last_loader = None
