@@ -76,6 +76,7 @@ def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: d
         ("loop_kfold.py", ["3", "10"], 30, "optimizer"),  # a new model each fold, no DataLoader
         ("loop_unbatched_states.py", ["12"], 12, "optimizer"),  # a policy fed one 1-D state a forward
         ("loop_seq_first_loader.py", ["12"], 12, "optimizer"),  # a DataLoader's (seq, batch, features) batches
+        ("loop_refetch_loader.py", ["3"], 24, "optimizer"),  # len(list(loader)) at each epoch's end
     ],
 )
 def test_step_detection_without_code_changes(
@@ -113,6 +114,8 @@ def test_step_detection_without_code_changes(
         assert [s.samples for s in steps[1:]] == [3 + i % 4 for i in range(1, 12)], [s.samples for s in steps]
     if script == "loop_seq_first_loader.py":  # the batch dimension (1), not the sequence's length (3, then 4)
         assert [s.samples for s in steps] == [8] * 11 + [5], [s.samples for s in steps]
+    if script == "loop_refetch_loader.py":  # the batches fetched again are not the next step's samples
+        assert [s.samples for s in steps] == [8] * 24, [s.samples for s in steps]
 
 
 def test_a_compiled_training_step_compiles_as_without_pitstop(tmp_path: Path, env: dict[str, str]) -> None:
