@@ -100,7 +100,7 @@ def child(pairs: int, out: str) -> None:
     before = {name: time.clock_gettime_ns(clock) for name, clock in threads.items()}
     for i in range(pairs):
         for name in MODES[i % len(MODES):] + MODES[:i % len(MODES)]:
-            switch.set("none" if name == "none" else "floor" if name == "floor" else "pitstop")
+            switch.set("pitstop" if name in ("on", "off") else name)
             agent.disabled = name == "off"
             blocks[name].append(block(BLOCK))
             switch.held.clear()
