@@ -36,7 +36,7 @@ pytest_args() {
   fi
 }
 
-# A shared CI machine keeps other work running beside the suite (issue 13: at load 9-13 it failed
+# A shared CI machine keeps other work running beside the suite (at load 9-13 it failed
 # twice and took 20.5 minutes). The hogs are spinning Python processes, killed on any exit.
 HOGS=()  # global: the EXIT trap runs after test_busy's locals are gone
 test_busy() {

@@ -146,7 +146,7 @@ def overhead(setup: Setup, step_ms: float, budget: float) -> list[Row]:
     return [
         judged(name, f"x{f.median_ratio:.4f} (90% x{f.low:.4f}..x{f.high:.4f}); median step {f.plain_s * 1e3:.2f} "
                f"-> {f.agent_s * 1e3:.2f} ms; {pairs} ABBA pairs", f.median_ratio, Target("<=", 1.01)),
-        # Issue 21's target: what the training thread pays a step, whatever the step's length. The
+        # The agent's target (10 us a step): what the training thread pays a step, whatever the step's length. The
         # typical step's shift (median on - median off), the mean's beside it (preempted steps move it).
         judged(f"agent us per step, ~{step_ms:g} ms", f"{f.median_us:+.1f} us on a typical step (90% "
                f"{f.median_us_low:.1f}..{f.median_us_high:.1f}); mean {f.added_us:+.1f} us "

@@ -1,4 +1,4 @@
-"""Runs issue 15's GPU acceptance in one command and prints one table of what it measured.
+"""Runs the GPU acceptance checks in one command and prints one table of what it measured.
 
     python benchmarks/gpu_acceptance.py --out DIR [--quick] [--budget 540]
     benchmarks/gpu_acceptance.sh run DIR [--quick]        # on the lent GPU machine: installs, then this
@@ -11,7 +11,7 @@ must fit one 10-minute device call, its set-up included):
   2. The agent's overhead on GPU steps of ~10 ms and ~1 ms (`_workload_gpu.py`
      under overhead.py's in-process ABBA harness): ratio of median steps,
      target <= 1.01; the agent's microseconds on a typical step (median on -
-     median off), target <= 10 (issue 21); agent + default profiler windows,
+     median off), target <= 10; agent + default profiler windows,
      target <= 1.015.
   3. `pitstop tune` with every knob (--batch-size too) on the ResNet-like
      conv workload (tests/gpu/scripts/conv_train.py: synthetic images, a CPU
@@ -89,7 +89,7 @@ def machine(cpu: bool) -> tuple[list[str], dict[str, str]]:
     facts = {"gpu": gpus[0].name if gpus else f"none ({why})", "driver": str(driver),
              "cuda": str(torch.version.cuda), "torch": str(torch.__version__), "python": sys.version.split()[0],
              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-    title = [f"pitstop GPU acceptance (issue 15) on {facts['gpu']}: driver {facts['driver']}, CUDA "
+    title = [f"pitstop GPU acceptance on {facts['gpu']}: driver {facts['driver']}, CUDA "
              f"{facts['cuda']}, torch {facts['torch']}, Python {facts['python']}, {facts['date']}"]
     if cpu:
         title.append("--allow-cpu: a check of the harness on the CPU; the figures mean nothing for the targets")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the GPU acceptance (benchmarks/gpu_acceptance.py, issue 15) on a lent GPU machine in one device call.
+# Runs the GPU acceptance (benchmarks/gpu_acceptance.py) on a lent GPU machine in one device call.
 #
 #   benchmarks/gpu_acceptance.sh fetch                  # HERE, once (needs PyPI): the wheels pitstop needs there, into .whl/
 #   benchmarks/gpu_acceptance.sh run "$OUT" [--quick]   # THERE: install the carried wheels, run, tee the log into $OUT

@@ -10,7 +10,7 @@ agent's cost is printed as a ratio and in microseconds per step (mean step on
 minus mean step off, with a bootstrap 90% interval over the pairs of blocks):
 the microseconds are what the training thread pays whatever the step's length.
 
-Part 1, the targets (issue 10: agent <= 1.005, with default windows <= 1.015),
+Part 1, the targets (agent <= 1.005, with default windows <= 1.015),
 measured in ONE process under `pitstop run` (`_overhead_ab.py`): the agent is
 on, or off with its hot-path patches taken out (the training thread as without
 pitstop: `_patchswitch.py`), in alternating 25-step blocks, ABBA, so the drift

@@ -15,7 +15,7 @@ CPU is time.process_time() over the run divided by wall time (the source's
 thread included, so the figure is an upper bound for the viewer itself).
 Memory is the process RSS (psutil) at each quarter of the run: it must level off.
 
-Keys (issue 12: screen switches took 330-1350 ms on a loaded machine): a live
+Keys (screen switches took 330-1350 ms on a loaded machine): a live
 run with 5,000 steps of history, samples and profiler windows, still training
 at 50 steps/s, at 80x24; the screen keys 1-6 are pressed in turn for --rounds
 rounds and each switch is timed from the key press until the compositor has

@@ -289,7 +289,7 @@ def probe_matmul(torch: Any, budget_s: float = 1.0) -> list[Check]:
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
             tflops, how = _cuda_matmul(torch, dev, dtype, budget_s / 3)
             rows.append(rule_matmul_cuda(name, str(dtype).replace("torch.", ""), tflops, how))
-            # fp32 without and with TF32 tensor cores (issue 15): what a script that never
+            # fp32 without and with TF32 tensor cores: what a script that never
             # sets float32_matmul_precision gets, and what one line of code gives it.
             # No datasheet table for these: the figures are shown, not judged.
             before = torch.get_float32_matmul_precision()

@@ -1,7 +1,7 @@
 """Provides pitstop's version, in a module that imports nothing.
 
 `pitstop/__init__.py` and the agent both read it from here: the agent importing
-`pitstop` for it made a cycle pitstop <-> agent (issue 13, seam 8). Kept equal
+`pitstop` for it made a cycle pitstop <-> agent. Kept equal
 to `version` in pyproject.toml.
 """
 

@@ -3,7 +3,7 @@
 The repository's docs/ travels in the wheel as package data (`pitstop/_docs`:
 a link to docs/ in a checkout, plain files once built), so what the README,
 the generated pitstop.toml and docs/prometheus.md point to is reachable after
-`pip install pitstop` with `pitstop docs NAME` (issue 13: those links led into
+`pip install pitstop` with `pitstop docs NAME` (those links led into
 a docs/ folder that no wheel had). Standard library only.
 """
 

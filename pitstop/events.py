@@ -98,7 +98,7 @@ class Step:
     mark: str | None = None
     eval_s: float = 0.0  # seconds of the step spent in evaluation (0.0 when none)
     loader: int | None = None  # DataLoaderInfo.id of the loader whose batches fed the step (training loader)
-    # The step's anatomy (issue 14 §5), summed over every forward/backward/optimizer step in it;
+    # The step's anatomy, summed over every forward/backward/optimizer step in it;
     # None when no backward or optimizer step ran in it. See docs/events.md for the bounds.
     forward_s: float | None = None  # batch in hand (or the previous boundary) to the start of each backward
     backward_s: float | None = None  # inside Tensor.backward
@@ -140,7 +140,7 @@ class Gpu:
     pcie_rx_kbs: float | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
     # NVML GPM (Hopper and newer): percent over the sampler's last interval. NVML's `util` counts
-    # any kernel running, so a GPU at 100% can have its math units 10% busy (issue 15): these say
+    # any kernel running, so a GPU at 100% can have its math units 10% busy: these say
     # how busy. SMs with a warp resident, warps resident of the SMs' maximum, tensor pipes active
     # (any precision), DRAM bandwidth used of the peak. None: the reason is under unavailable["gpm"].
     sm_active: float | None = None

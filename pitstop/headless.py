@@ -38,14 +38,14 @@ from pitstop.analysis import (
 from pitstop.analysis import format as fmt
 from pitstop.errors import reason_of
 from pitstop.events import Note
-from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts (issue 13)
+from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts
 from pitstop.profiling.sources import SocketSource
 from pitstop.recorded import JOB_FULL_RANKS, annotate, children_of, job_lines, load_runs, primary, sessions  # load_runs re-exported, as exit_code_of
 
 STATUS_INTERVAL_S = float(os.environ.get("PITSTOP_STATUS_INTERVAL", "5"))
 # A line is printed when it changed (a new step, a rank that ended); an unchanged
 # one is repeated once a minute, saying for how long nothing moved, so a hang
-# shows without 10 copies of "waiting for the first step" (issue 10).
+# shows without 10 copies of "waiting for the first step".
 QUIET_REPEAT_S = 60.0
 
 
@@ -239,7 +239,7 @@ class StatusPrinter:
 
     def notes(self, batch: StreamBatch, job: JobState) -> None:
         """Say the agent's warnings and errors now (a metrics port that cannot be bound, a part switched off),
-        and a stream that broke (issue 13: its error was dropped)."""
+        and a stream that broke (its error was dropped)."""
         if batch.error is not None:
             self.failure(f"stream:{batch.stream}", f"stream from {stream_label(job, batch.stream)} ended: {batch.error}")
         for event in batch.events:

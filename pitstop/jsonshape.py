@@ -4,7 +4,7 @@ Standard library only (the in-process agent and every viewer decode events).
 A record line whose `sample` event lacked a process's fields ended
 `pitstop view --summary` in `TypeError: Proc.__init__() missing 3 required
 positional arguments`, and a step whose `wall` was a string failed later,
-deep in the analysis (issue 13). Here a missing field, a value of the wrong
+deep in the analysis. Here a missing field, a value of the wrong
 type or a malformed nested object is a `ShapeError` naming where it is
 ("procs[0]: missing 'pid'"), which the event decoder turns into its one-line
 error. Unknown fields are ignored, so an older reader reads a newer minor addition.

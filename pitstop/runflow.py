@@ -6,7 +6,7 @@ directory checked, the trace and record directories made), starts the target
 with the agent injected, hands the stream to one front (the TUI, or the
 headless status lines) and prints the end summary from the record. The way is
 one-way, cli -> runflow -> launch -> a front, where it used to climb back into
-the CLI five times (issue 13, seam 11).
+the CLI five times.
 
 `TuneLaunch` is the one `t` callback every viewer gets: the script tuned in the
 Trials view, from `pitstop run` (the target it started) and from
@@ -217,7 +217,7 @@ def _live_viewers() -> bool:
     """Find this user's socket directory before the script starts; say on stderr when it is not the usual one.
 
     The agent would otherwise switch its socket off with a note inside the
-    record only, and the user learns nothing until `attach` fails (issue 10).
+    record only, and the user learns nothing until `attach` fails.
     """
     from pitstop.profiling.rundir import resolve_runtime_dir
 
@@ -267,7 +267,7 @@ class Run:
 
             config = load_config(request.config).to_dict()
             # Said before the script starts: a script that logs its own dtype would
-            # otherwise contradict a bf16 applied behind its back (issue 10).
+            # otherwise contradict a bf16 applied behind its back.
             print(f"pitstop: applying {request.config}: {describe_config(config)}", file=sys.stderr, flush=True)
         session = new_session_id(request.target.stem)
         live = _live_viewers()

@@ -2,8 +2,8 @@
 
 Standard library only, beside the event schema: the sources (`pitstop.profiling`),
 the analysis that folds the batches and the fronts that show the answers all
-import it, and none of them has to import another room for it (issue 13 found
-`profiling/sources.py` importing `pitstop.analysis` for `StreamBatch` alone).
+import it, and none of them has to import another room for it (once,
+`profiling/sources.py` imported `pitstop.analysis` for `StreamBatch` alone).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Standard library and `pitstop.events` only (no torch, textual or rich): the TUI,
 the headless printer, `pitstop view`, `pitstop report`, `pitstop compare` and the
 tuner all read runs through here, and print figures through `pitstop.analysis.format`.
 The `_*` modules are private: a front imports only what this package exports
-(issue 13: the TUI reached into `_summary` and `_rules_loop`).
+(the TUI reached into `_summary` and `_rules_loop`).
 """
 
 from __future__ import annotations

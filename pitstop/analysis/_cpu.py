@@ -2,7 +2,7 @@
 
 Sampler readings are percent of one core per process (`Proc.cpu`) and percent
 of the whole machine (`Sample.system_cpu`); every front shows them converted
-to cores, saying so (issue 10: "main 93%" of a core beside "system 79%" of the
+to cores, saying so ("main 93%" of a core beside "system 79%" of the
 machine). Workers of different loaders are never summed into one figure.
 """
 

@@ -3,7 +3,7 @@
 One definition each, shared by every screen that shows them (DESIGN rule 7):
 the step split is over the measured steps that the data-wait finding reads
 (`measure`: warm-up and marked steps out), and the Data screen's verdict *is*
-that finding (issue 12: the Data screen said "the loader keeps up" beside an
+that finding (the Data screen said "the loader keeps up" beside an
 overview finding that said it cannot).
 """
 

@@ -435,7 +435,7 @@ def job_advice(job: JobState, warmup: int = WARMUP, summary: JobSummary | None =
     `summary`: the job's `job_summary`, when the caller has it already (over 64 ranks it is ~0.2 s).
 
     Advice is never worth breaking a viewer over, and never silently empty
-    (issue 13: `job_findings` returned [] on any exception, and no front knew).
+    (`job_findings` returned [] on any exception, and no front knew).
     """
     try:
         return Advice(tuple(job_findings(job, warmup, summary)))

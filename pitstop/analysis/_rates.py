@@ -1,7 +1,7 @@
 """Provides the pace of training over some steps: steps/s, samples/s and the data-wait share, one definition.
 
 The TUI's header, the headless status line, the end summary and the tuner's
-measured windows all read their throughput here (issue 13: the tuner folded
+measured windows all read their throughput here (the tuner folded
 events with its own definition, and three fronts each cut their own recent
 window of 50 steps).
 """

@@ -51,7 +51,7 @@ def findings(run: RunState, warmup: int = WARMUP) -> list[Finding]:
     """Every rule that fires on this run, by severity then by the order of RULES.
 
     Never raises, and drops the failures: a front uses `advise`, which keeps them
-    to show (issue 13: a rule that raised vanished from every front).
+    to show (a rule that raised vanished from every front).
     """
     return list(advise(run, warmup).findings)
 

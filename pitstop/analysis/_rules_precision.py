@@ -105,7 +105,7 @@ def _cpu_bf16(ctx: Context) -> Finding | None:
     """fp32 on a CPU with native bf16: something to try with `pitstop tune`, never a promise.
 
     On such CPUs (avx512_bf16 / amx_bf16) bf16 autocast ran 1.5x and 2.3x
-    faster on two real training scripts (issue 10); on others, or on a model
+    faster on two real training scripts; on others, or on a model
     of small layers, it can be slower, so only a measurement decides. Without
     native bf16 (or when unknown) nothing is said: emulated bf16 is slower.
     """

@@ -16,7 +16,7 @@ EVAL_SHARE_MEDIUM = 0.30
 # One pass may be the final evaluation, which no schedule change removes.
 EVAL_MIN_PASSES = 2
 
-# A data wait over 10% of the step is a stall worth more than 1.11x: issue 14 saw a peer call a run
+# A data wait over 10% of the step is a stall worth more than 1.11x: a peer profiler called a run
 # input-bound at 13% while pitstop, under its 20% threshold, said nothing. "Over 10%" as the evidence
 # shows it, in whole percent: a wait shown as "10%" (0.1000...02 after summing) does not fire.
 DATA_WAIT_MODERATE_FRAC = 0.105

@@ -89,7 +89,7 @@ class RunState:
         self.head: list[Step] = []  # steps with index < HEAD_STEPS (warm-up accounting)
         self.samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
         # An OrderedDict: trimming the oldest of a plain dict (`next(iter(d))`) walks the
-        # deleted slots at its front: ~100 us a Loss event once 20,000 are kept, 10 with popitem (issue 13).
+        # deleted slots at its front: ~100 us a Loss event once 20,000 are kept, 10 with popitem.
         self.losses: OrderedDict[int, float | None] = OrderedDict()
         self.losses_read = 0  # steps whose loss the agent read (at fast steps one every 10 ms: docs/events.md)
         self.nonfinite_steps: list[int] = []

@@ -452,7 +452,7 @@ def status_line(run: RunState, warmup: int = WARMUP) -> str:
     """One compact line for the headless front, over the last RECENT_STEPS measured steps.
 
     The steps are those `summarize` measures (warm-up dropped), so the line's
-    steps/s and the summary's agree: one definition (issue 10: 0.58 steps/s
+    steps/s and the summary's agree: one definition (0.58 steps/s
     beside a 448 ms median, where the summary said 1.92).
     """
     if run.last_step is None:

@@ -2,7 +2,7 @@
 
 Every front (the TUI, the headless lines and summary, `pitstop report`,
 `pitstop compare`) and the advice rules print through here, so one value reads
-the same everywhere (issue 13: `pct(0.62)` gave "1%" beside `fmt_pct(0.62)`'s
+the same everywhere (`pct(0.62)` gave "1%" beside `fmt_pct(0.62)`'s
 "62%", and one step time read "12.5 s" on a screen and "12500.0 ms" in a summary).
 Standard library only, as the rest of `pitstop.analysis`.
 """
@@ -55,7 +55,7 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 
 def duration(seconds: float | None, reason: str | None = None) -> str:
-    """A step-scale duration: milliseconds below a second, seconds from one (issue 12: "2244 ms")."""
+    """A step-scale duration: milliseconds below a second, seconds from one ("2244 ms")."""
     if seconds is None:
         return na(reason)
     if seconds >= 10:

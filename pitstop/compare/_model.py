@@ -292,7 +292,7 @@ def _findings(runs: list[RunState], side: str, notes: list[str]) -> dict[str, Fi
     """Every finding of the job by rule id: each process's, then the job's (stragglers, dead ranks).
 
     A rule that failed is a note ("A: advice rule host-sync failed: ..."): its
-    finding is not "gone", it was not computed (issue 13).
+    finding is not "gone", it was not computed.
     """
     advice = Advice()
     for run in runs:

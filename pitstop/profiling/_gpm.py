@@ -1,7 +1,7 @@
 """Provides the GPM readings of NVML (Hopper and newer): SM activity, occupancy, tensor-pipe activity, DRAM bandwidth.
 
 NVML's "utilisation" is the share of time any kernel ran, so a GPU at 100%
-can have its math units 10% busy (issue 15). GPM (GPU Performance Monitoring,
+can have its math units 10% busy. GPM (GPU Performance Monitoring,
 NVML 12 / driver R525+, Hopper GPUs and newer) reads the units themselves:
 each metric is computed over the interval between two GPM samples. Two samples
 per GPU are allocated once and reused in turn, one reading per sampler tick,

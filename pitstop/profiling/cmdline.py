@@ -4,7 +4,7 @@
 `[OPTIONS] (SCRIPT ARGS... | -m MODULE ARGS... | -- COMMAND...)`: everything
 after the target's start is the target's, so a script's own `--headless` or
 `--lr` is never read as ours. It lives beside `Target`, below every command
-that parses it (in `cli.py`, it made cli and tuning import each other, issue 13).
+that parses it (in `cli.py`, it made cli and tuning import each other).
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ def parse_prometheus(text: str | None) -> tuple[str, int] | None:
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise UsageError(f"--prometheus {text!r}: give a TCP port from 1 to 65535 (rank r serves PORT + LOCAL_RANK)")
     if not sep:
-        return "127.0.0.1", int(port)  # loopback: the endpoint has no authentication (issue 13)
+        return "127.0.0.1", int(port)  # loopback: the endpoint has no authentication
     host = host.strip("[]")
     try:
         socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)

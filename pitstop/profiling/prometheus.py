@@ -1,7 +1,7 @@
 """Provides the per-rank Prometheus endpoint: raw counters and gauges of this process (names in docs/prometheus.md).
 
 Runs inside the training process, so it only counts: no advice rule, no
-recent-window rate, no import of `pitstop.analysis` (issue 13: every rule ran
+recent-window rate, no import of `pitstop.analysis` (every rule ran
 on the scrape thread of the user's process, a second time beside the viewers).
 Rates, quantiles and ratios are PromQL over these counters (`rate()`,
 `histogram_quantile()`), as in docs/prometheus.md and the Grafana dashboard.
@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from pitstop.events import Event, Gpu, Hello, ProfileWindow, Runtime, Sample, Step
 
 # Loopback unless the person asks for more (`--prometheus HOST:PORT`): the
-# endpoint has no authentication (issue 13; it bound 0.0.0.0 before).
+# endpoint has no authentication (it bound 0.0.0.0 before).
 LOOPBACK = "127.0.0.1"
 # Step wall time spans 1 ms (a small model on a GPU) to minutes (a large one
 # with gradient accumulation); 15 buckets keep each rank's series count small.
@@ -55,7 +55,7 @@ PER_GPU: dict[str, tuple[str, Callable[[Gpu], float | None]]] = {
     "pitstop_gpu_memory_total_bytes": ("GPU memory size (NVML).", lambda g: g.mem_total),
     "pitstop_gpu_temperature_celsius": ("GPU temperature (NVML).", lambda g: g.temp_c),
     "pitstop_gpu_sm_clock_hertz": ("GPU SM clock (NVML).", lambda g: None if g.sm_clock_mhz is None else g.sm_clock_mhz * 1e6),
-    # GPM (Hopper and newer, issue 15): absent where the GPU, driver or nvidia-ml-py has none.
+    # GPM (Hopper and newer): absent where the GPU, driver or nvidia-ml-py has none.
     "pitstop_gpu_sm_active_ratio": ("Share of SMs busy over the last sampler interval (NVML GPM), 0..1.",
                                     lambda g: _ratio(g.sm_active)),
     "pitstop_gpu_sm_occupancy_ratio": ("Warps resident of the SMs' maximum over the last sampler interval "

@@ -24,8 +24,8 @@ def candidates() -> list[Path]:
 
     PITSTOP_RUNTIME_DIR is a choice, so it is the only candidate. Otherwise
     $XDG_RUNTIME_DIR/pitstop, then /tmp/pitstop-<uid>, then a directory under
-    the user's own cache: any local user can create /tmp/pitstop-<uid> first
-    (issue 10), and a private fallback keeps live viewers working then.
+    the user's own cache: any local user can create /tmp/pitstop-<uid> first,
+    and a private fallback keeps live viewers working then.
     """
     explicit = os.environ.get("PITSTOP_RUNTIME_DIR")
     if explicit:

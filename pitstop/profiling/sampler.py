@@ -154,7 +154,7 @@ class Sampler:
         try:
             from pitstop.profiling import nvml
 
-            nvml.release_gpm()  # the GPM samples the readings took turns in (issue 15)
+            nvml.release_gpm()  # the GPM samples the readings took turns in
         except Exception:
             pass
 

@@ -199,7 +199,7 @@ class SocketSource:
             finally:
                 last = malformed.flush()
                 # A stream that closes without an End event is a process that died; one that
-                # broke says why, for the fronts to show (issue 13: other errors were dropped).
+                # broke says why, for the fronts to show (other errors were dropped).
                 why = reason_of(failure) if failure is not None else None
                 with lock:
                     done.add(path)

@@ -1,7 +1,7 @@
 """Provides sampling of a training job's data-loading Python stacks with py-spy, from outside the process.
 
 When the loader is the bottleneck the next question is which line of the
-dataset's `__getitem__` is slow (issue 14 §4). py-spy reads another process's
+dataset's `__getitem__` is slow. py-spy reads another process's
 Python stacks through ptrace; with `--nonblocking` it never pauses the target
 (a sample costs the target nothing but a shared CPU core), so the DataLoader
 workers, or the main process when `num_workers=0`, keep their pace while

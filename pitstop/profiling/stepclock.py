@@ -40,7 +40,7 @@ What it decides:
   to be one optimizer step), their sum (`_combine`: the mean loss where the
   script divides each by their number, as HF Trainer, accelerate, Lightning and
   nanoGPT do). With several optimizers (a GAN), the last.
-- The step's anatomy (issue 14 §5): forward is from the latest boundary (a batch
+- The step's anatomy: forward is from the latest boundary (a batch
   fetched, a backward or an optimizer step ended, an eval stretch closed, the
   step began) to the start of each backward; backward is inside each backward;
   optimizer is inside each optimizer's step (a closure's forward and backward

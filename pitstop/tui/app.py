@@ -66,7 +66,7 @@ from pitstop.tui.view import Frame, Replay
 if TYPE_CHECKING:
     from pitstop.profiling.sources import EventSource
 
-# 4 refreshes a second: a figure is at most 0.25 s stale (issue 4's lag target is
+# 4 refreshes a second: a figure is at most 0.25 s stale (the viewer's lag target is
 # 0.5 s at p95) and the viewer stays far from its 20%-of-a-core budget.
 REFRESH_S = 0.25
 # Data screen `s`: seconds of py-spy sampling (~500 samples a process at its 100 Hz).
@@ -90,7 +90,7 @@ def prefixed(prefix: str, message: str) -> str:
     """"profile: window skipped": the prefix once, even when the message already starts with it.
 
     Agent notes may name their source ("profile: window skipped" from source
-    "profile"): prefixing again read "profile: profile: ..." (issue 12).
+    "profile"): prefixing again read "profile: profile: ...".
     """
     message = message.strip()
     if message.lower().startswith(f"{prefix.lower()}:"):
@@ -260,7 +260,7 @@ class PitstopApp(App[str]):
         batches = self._inbox.drain()
         for batch in batches:
             self.job.add(batch)
-            if batch.error is not None:  # a stream that broke is said, not only closed (issue 13)
+            if batch.error is not None:  # a stream that broke is said, not only closed
                 self.say_failure(f"stream:{batch.stream}",
                                  f"stream from {stream_label(self.job, batch.stream)} ended: {batch.error}")
             for event in batch.events:  # the agent's warnings are said, not only recorded
@@ -310,7 +310,7 @@ class PitstopApp(App[str]):
                 self.notify("the event stream ended: training finished or the agent stopped", timeout=8)
                 self.refresh_views()
             elif worker.group == "command":
-                # Each process's own answer, or that it gave none (issue 13: "sent" said nothing).
+                # Each process's own answer, or that it gave none ("sent" said nothing).
                 replies: Replies = worker.result
                 self.notify(prefixed(worker.name, replies.text()), timeout=8,
                             severity="information" if replies.complete else "warning")
@@ -437,7 +437,7 @@ class PitstopApp(App[str]):
         if self.current_mode != mode:
             await self.switch_mode(mode)
         # A screen switch shows the figures already computed (at most a second old): the ~30 ms
-        # of rules, split and job summary wait for the next tick, not the key (issue 12).
+        # of rules, split and job summary wait for the next tick, not the key.
         self._switching = True
         try:
             self.refresh_views()

@@ -13,7 +13,7 @@ class Inbox(Generic[T]):
 
     `put` says whether the inbox was empty, so the thread posts one doorbell
     message per drain instead of one per item: at 1,000 events/s a message per
-    event would flood the message queue (issue 4's viewer benchmark).
+    event would flood the message queue.
     """
 
     def __init__(self) -> None:

@@ -61,7 +61,7 @@ def session_log(record: str | Path) -> Path | None:
     cli._run_tui); a rank's record is `rank1.jsonl` in the directory, or
     `NAME.rank1.jsonl` / `NAME.pid123.jsonl` beside the named file
     (record.record_path_for). `attach` and `view` find the log from the record
-    the stream names (issue 12: their Log screen said "No log here").
+    the stream names (their Log screen said "No log here").
     """
     path = Path(record)
     stem = re.sub(r"\.jsonl(\.gz)?$", "", path.name)

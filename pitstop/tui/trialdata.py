@@ -1,7 +1,7 @@
 """Provides what the Trials view reads: the tuner's journal records, followed as it grows, folded into one state.
 
 Records only (pitstop.tuning.journalformat): the view once read the tuner's
-human output with regexes, and rewording the report emptied it (issue 13).
+human output with regexes, and rewording the report emptied it.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
     """(label, value) pairs, most important first: the header drops the last ones that do not fit.
 
     pid, step and (in a replay) the cursor come first: at 80 columns a long record
-    path or device name once pushed them off the header (issue 12).
+    path or device name once pushed them off the header.
     """
     run = frame.run
     if run is None:
@@ -238,7 +238,7 @@ def _gpu_rows(g: Gpu, many: bool) -> list[Row]:
     ]
 
 
-# GPM figures (Hopper and newer, issue 15): what the SMs, tensor pipes and DRAM did, where
+# GPM figures (Hopper and newer): what the SMs, tensor pipes and DRAM did, where
 # `util` only says a kernel was running.
 GPM_ROWS = (("SM active", "sm_active"), ("SM occupancy", "sm_occupancy"),
             ("tensor active", "tensor_active"), ("DRAM bandwidth", "dram_bw_util"))
@@ -288,7 +288,7 @@ def _no_workers_text(run: RunState) -> str:
     """Why no worker runs now, from the training loader's settings (else any loader's), never a guess.
 
     At the end of a run that used 2 workers they have exited: that is not
-    "num_workers=0" (issue 10).
+    "num_workers=0".
     """
     info = run.training_loader() or max(run.dataloaders.values(), key=lambda d: d.num_workers, default=None)
     if info is None:
@@ -373,7 +373,7 @@ def data_rows(run: RunState | None, found: tuple[Finding, ...] | None = None,
 
     The same steps and share as the data-wait finding (`split`, the run's
     step_split), and the verdict is that finding (`data_verdict`): the Data
-    screen and the overview cannot disagree (issue 12).
+    screen and the overview cannot disagree.
     """
     if run is None or split is None:
         return ()

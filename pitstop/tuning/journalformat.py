@@ -2,7 +2,7 @@
 
 The tuner writes these records and the Trials view reads them and nothing
 else: it used to read the tuner's human output with regexes, and a reworded
-report line silently emptied its "written to" (issue 13). docs/tuning.md
+report line silently emptied its "written to". docs/tuning.md
 ("Journal and resume") documents every kind and field.
 """
 
@@ -17,7 +17,7 @@ from pitstop.jsonshape import build
 from pitstop.tuning.results import TrialResult
 
 # 1: a header, then one "trial" line per finished trial.
-# 2 (issue 13): adds "start", "trial_start", "trial_progress" and "outcome" lines; its
+# 2: adds "start", "trial_start", "trial_progress" and "outcome" lines; its
 # "header" and "trial" lines are version 1's, so --resume reads a version-1 journal as is.
 JOURNAL_VERSION = 2
 READABLE_VERSIONS = (1, 2)

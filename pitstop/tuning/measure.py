@@ -1,7 +1,7 @@
 """Provides a trial's measurement from its recorded events: warm-up dropped, windows, median and spread.
 
 Each window's throughput is `pitstop.analysis.rates`, the definition every
-front shows (issue 13: the tuner counted samples its own way); what is the
+front shows (the tuner counted samples its own way); what is the
 tuner's own is the cut into windows and their median and spread (DESIGN rule 6).
 """
 

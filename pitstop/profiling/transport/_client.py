@@ -4,7 +4,7 @@ A command is a request with an id; the agent's reply comes back in its event
 stream, and whoever reads the stream (`Client.lines`) hands it to the waiting
 `PendingReply` instead of passing it on as an event. So a viewer hears each
 process's own answer ("profiler windows are off in this run"), or that it did
-not answer, where it used to say "sent" (issue 13).
+not answer, where it used to say "sent".
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class _Client:
 
 
 AUTH_TIMEOUT_S = 5.0  # a TCP client that has not sent its token by then is dropped
-# Idle strangers must not keep a viewer out (issue 13: with 10 unauthenticated connections open,
+# Idle strangers must not keep a viewer out (with 10 unauthenticated connections open,
 # the 11th attempt timed out: a backlog of 8 and one accept per wake-up of a thread that waits for
 # the GIL). The kernel now completes any burst of handshakes, each wake-up accepts all that wait,
 # and past these caps the oldest unauthenticated connection (from that address, else from any) is

@@ -17,7 +17,7 @@ class DataScreen(PitstopScreen):
 
     TITLE_TEXT = "3 data"
     BINDINGS = [
-        # Which line of __getitem__ is slow (issue 14 §4): py-spy, the loader never paused.
+        # Which line of __getitem__ is slow: py-spy, the loader never paused.
         Binding("s", "app.sample_stacks", "Stacks", show=False),
     ]
 

@@ -122,7 +122,7 @@ class KernelsScreen(PitstopScreen):
         rows: list[TableRow] = (
             opstable.op_rows(window, frame.run, col, self.grouped) if self.table_kind == "ops"
             else opstable.kernel_rows(window, frame.run, col))
-        # No horizontal scrollbar at 80 columns (issue 12): the name takes what the others leave.
+        # No horizontal scrollbar at 80 columns: the name takes what the others leave.
         # A number column is wide enough for its title and the sort marker (" ▼") either way.
         widths = [max(c.width, len(c.title) + 2) if c.width else 0 for c in columns]
         others = sum(w + CELL_PADDING for w in widths if w)

@@ -24,7 +24,7 @@ REBUILD_AFTER = 500
 
 
 def wrap(line: str, width: int) -> list[str]:
-    """One output line as rows of at most `width` cells (issue 12: long lines were cut, and the
+    """One output line as rows of at most `width` cells (long lines were cut, and the
     horizontal scrollbar drew stray ▄▄ glyphs); continuations are indented."""
     line = clean(line)
     if width <= len(CONTINUATION) + 1 or cell_len(line) <= width:

@@ -1,6 +1,6 @@
 """Provides OverviewScreen: where the step time goes, what to change, and how busy the machine is, at 80x24.
 
-Issue 12: at 80x24 (a default SSH terminal) only the step chart used to fit.
+At 80x24 (a default SSH terminal) only the step chart used to fit.
 Now the fixed parts come first and take what they need: the step's split into
 data wait and compute (and the latest profiler window's phases), the top
 finding with its fix and expected gain, one line each for GPU, CPU and memory

@@ -48,7 +48,7 @@ def rank_text(row: RankRow) -> str:
     return str(row.rank) if row.rank is not None else "–"
 
 
-# Short titles: every column fits 80 columns without a horizontal scrollbar (issue 12).
+# Short titles: every column fits 80 columns without a horizontal scrollbar.
 COLUMNS = (
     RankColumn("rank", rank_text, lambda r: r.rank if r.rank is not None else r.label),
     RankColumn("host", lambda r: r.host or fmt.NA, lambda r: r.host, numeric=False),

@@ -1,6 +1,6 @@
 """Provides BarChart: per-step stacked bars in text cells, robustly scaled, marked steps apart.
 
-Drawn by hand rather than with plotext (issue 12): plotext's legend sat on the
+Drawn by hand rather than with plotext: plotext's legend sat on the
 bars, its ticks read "24104.5", one slow step set the scale, and a 120x40
 render cost ~75 ms. Here the scale is the 95th percentile of the bars (bars
 above it are clipped and marked ▲, and the chart says so), ticks are round

@@ -1,6 +1,6 @@
 """Provides Gauges: one line per resource (GPU, CPU, memory), each figure with its history as a sparkline.
 
-As nvitop shows them (issue 12): the latest value and, beside it, how it
+As nvitop shows them: the latest value and, beside it, how it
 moved. On each line the sparklines share the width its figures leave, and
 disappear before a figure is cut.
 """

@@ -40,7 +40,7 @@ def header_lines(info: HeaderInfo | None, width: int) -> list[Text]:
     """The title line (cut to `width`), then the items wrapped at item boundaries into ITEM_LINES lines.
 
     An item is never split across lines, and the items are in order of
-    importance: what does not fit is dropped from the end (issue 12: at 80
+    importance: what does not fit is dropped from the end (at 80
     columns a record path once filled every line, and pid, step and the replay
     cursor never showed).
     """
