@@ -36,7 +36,8 @@ COUNTED_BY = {
     "manual": "marked by the script (pitstop.step())",
 }
 # How each Step.mark reads where steps are counted (docs/events.md).
-MARK_WORDS = {"eval": "with evaluation", "profiled": "in profiler windows", "after-profile": "after profiler windows"}
+MARK_WORDS = {"eval": "with evaluation", "rollout": "with rollouts", "profiled": "in profiler windows",
+              "after-profile": "after profiler windows"}
 # A Note from this source says a viewer asked the agent to stop the script (`k`).
 STOP_NOTE_SOURCE = "stop"
 # A warm-up this long, and over 10x as many measured steps, is said with its time on the steps row.
@@ -81,7 +82,9 @@ class Summary:
     device_type: str | None
     stopped: bool = False  # a viewer asked the agent to stop the script (`k`)
     marked: tuple[tuple[str, int], ...] = ()  # (Step.mark, steps) kept out of the training figures
-    eval_passes: int = 0  # steps holding an evaluation pass, and one after the last step
+    eval_passes: int = 0  # evaluation passes, in steps and after the last step (`RunState.eval_passes`)
+    rollouts: int = 0  # a policy's rollouts, counted apart from evaluation (`RunState.rollouts`)
+    rollout_s: float = 0.0
     evaluates_each_step: bool = False  # most steps evaluate: their training parts are measured (RunState)
     eval_s: float = 0.0  # time spent evaluating in them
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
@@ -133,6 +136,8 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         evaluates_each_step=each,
         eval_passes=run.eval_passes,
         eval_s=run.eval_s,
+        rollouts=run.rollouts,
+        rollout_s=run.rollout_s,
         steps=run.total_steps,
         measured_steps=n,
         warmup=warmup,
@@ -336,6 +341,10 @@ def format_summary(
         share = f", {fmt.pct(s.eval_s / s.elapsed_s)} of wall time" if s.elapsed_s else ""
         passes = f"{s.eval_passes} pass{'es' if s.eval_passes != 1 else ''}"
         lines.append(_row("eval", f"{passes}, {s.eval_s:.1f} s{share}"))
+    if s.rollouts:
+        share = f", {fmt.pct(s.rollout_s / s.elapsed_s)} of wall time" if s.elapsed_s else ""
+        lines.append(_row("rollouts", f"{s.rollouts}, {s.rollout_s:.1f} s{share} (the policy collecting the data "
+                                      "it trains on: not evaluation)"))
     if s.measured_steps == 0:
         lines.append(_row("throughput", "n/a (no measured step yet)"))
     else:
