@@ -85,6 +85,9 @@ class Summary:
     eval_passes: int = 0  # evaluation passes, in steps and after the last step (`RunState.eval_passes`)
     rollouts: int = 0  # a policy's rollouts, counted apart from evaluation (`RunState.rollouts`)
     rollout_s: float = 0.0
+    # Optimizers that stepped (`Model.optimizers`): with several (a GAN's), the loss shown is the clock's
+    # optimizer's (the first to step), summed over its backward calls since another optimizer's step.
+    loss_optimizers: int = 1
     evaluates_each_step: bool = False  # most steps evaluate: their training parts are measured (RunState)
     eval_s: float = 0.0  # time spent evaluating in them
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
@@ -164,6 +167,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         cpu=cpu_mean(run),
         workers=run.workers_max,
         last_loss=run.last_loss(),
+        loss_optimizers=run.model.optimizers if run.model is not None and run.model.optimizers else 1,
         nonfinite_losses=run.nonfinite_total,
         first_nonfinite_step=min(run.nonfinite_steps) if run.nonfinite_steps else None,
         dropped=end.dropped if end is not None and end.reason != "signal" else None,  # (not counted: killed)
@@ -383,6 +387,9 @@ def format_summary(
     lines.append(_row("cpu", cpu_text(s.cpu)))
     if s.last_loss is not None or s.nonfinite_losses:
         loss = f"last {s.last_loss:.4g}" if s.last_loss is not None else "last n/a (non-finite)"
+        if s.loss_optimizers > 1:
+            loss += (f" (the first optimizer to step, of {s.loss_optimizers}: its backward calls' losses summed,"
+                     " as a GAN's D loss)")
         if s.nonfinite_losses:
             loss += f", {s.nonfinite_losses} non-finite (first at step {s.first_nonfinite_step})"
         lines.append(_row("loss", loss))

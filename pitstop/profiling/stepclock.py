@@ -682,12 +682,13 @@ class StepClock:
     def _fast_cut(self, now: float) -> bool:
         """The primary optimizer's step ended a plain training step: cut it in few operations, or False.
 
-        Plain: no evaluation evidence, no held backward boundaries, no phase tokens, and no
+        Plain: no evaluation evidence or rollout, no held backward boundaries, no phase tokens, and no
         loader but the training one fed it. Whatever `_cut` would compute here this computes
         the same way (`test_stepclock.py` runs random event streams both ways); anything else
         goes to `_cut`. Per-step Python is what a 1 ms step pays for (docs/internals.md).
         """
-        if self._seg_t0 is not None or self._eval_t0 is not None or self._pending or self.marker is not None:
+        if self._seg_t0 is not None or self._eval_t0 is not None or self._pending or self.marker is not None \
+                or self._rollouts:
             return False
         fetched = self._fetch
         train = self.train_loader

@@ -102,8 +102,9 @@ def test_a_policy_rollout_is_a_rollout_and_counted_apart_from_evaluation() -> No
     c = r.clock
     for _ in range(3):
         rollout(r, 512, env_s=0.0005)
-        for _ in range(32):
+        for _ in range(32):  # (with the pre-hook's call, as the hooks make it: the fast cut's path)
             c.on_backward(r.tick(0.002))
+            c.on_optimizer_start("adam", r.tick(0.0001))
             c.on_optimizer_step("adam", r.tick(0.001))
     marks = [s["mark"] for s in r.steps]
     assert marks == (["rollout"] + [None] * 31) * 3
