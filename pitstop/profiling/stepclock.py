@@ -32,14 +32,21 @@ What it decides:
   loader: 640 samples a step counted as training) count as evaluation, not as
   the step's samples or data wait. Keras's `model.fit` takes one batch of a
   loader of its own to build the model (`_symbolic_build`): one batch is not
-  an evaluation. The evaluation in the partial step at the process's end
-  (after the last step) is `finish()`'s.
+  an evaluation. One forward in eval mode without grad is one (a full-batch
+  GNN's). The evaluation in the partial step at the process's end (after the
+  last step) is `finish()`'s. Each pass counts (`passes`): an iteration of a
+  loader an evaluation took batches of (`on_iter`), or a stretch of evaluating
+  forwards that took none.
+- Rollouts: a stretch of no-grad forwards that a policy ran to collect its
+  training data (`_passes.is_rollout` says what the call rests on) marks its
+  step "rollout", counted apart from evaluation.
 - The loss of a step: the last loss a backward of that step passed in; where
   several backward calls outside an optimizer step fed one optimizer's step
   (gradient accumulation's micro-steps, also held backward calls that turn out
   to be one optimizer step), their sum (`_combine`: the mean loss where the
   script divides each by their number, as HF Trainer, accelerate, Lightning and
-  nanoGPT do). With several optimizers (a GAN), the last.
+  nanoGPT do). With several optimizers (a GAN), the clock's optimizer's backward
+  calls since another optimizer's step, summed (D's errD_real + errD_fake).
 - The step's anatomy (issue 14 §5): forward is from the latest boundary (a batch
   fetched, a backward or an optimizer step ended, an eval stretch closed, the
   step began) to the start of each backward; backward is inside each backward;
