@@ -22,9 +22,9 @@ from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
 from pitstop.profiling._dynamo import FrameSkip, compiling, compile_gate
+from pitstop.profiling._keras import hook_keras_optimizer
 from pitstop.profiling._losses import LOSS_EVERY_S
 from pitstop.profiling._patch import patch, patches
-from pitstop.profiling._keras import hook_keras_optimizer
 from pitstop.profiling._root import RootWatch, leading_dim
 
 _PERF = time.perf_counter
