@@ -93,10 +93,11 @@ class Step:
     mem_peak: int | None = None  # max allocated since start
     host_rss: int | None = None  # bytes
     # Why the step is kept out of training statistics (None: a training step):
-    # "eval" (an evaluation pass ran in it), "profiled" (inside a profiler window),
-    # "after-profile" (while a window's tables were built). See docs/events.md.
+    # "eval" (an evaluation pass ran in it), "rollout" (a policy's rollout: the data its updates
+    # train on), "profiled" (inside a profiler window), "after-profile" (while a window's tables
+    # were built). See docs/events.md.
     mark: str | None = None
-    eval_s: float = 0.0  # seconds of the step spent in evaluation (0.0 when none)
+    eval_s: float = 0.0  # seconds of the step spent in evaluation, or in rollouts where mark is "rollout"
     loader: int | None = None  # DataLoaderInfo.id of the loader whose batches fed the step (training loader)
     # The step's anatomy, summed over every forward/backward/optimizer step in it;
     # None when no backward or optimizer step ran in it. See docs/events.md for the bounds.
@@ -105,6 +106,9 @@ class Step:
     optimizer_s: float | None = None  # inside optimizer.step(), every optimizer
     other_s: float | None = None  # compute - forward - backward - optimizer (at least 0)
     phase_clock: str | None = None  # "host" (perf_counter) | "cuda" (CUDA events on the training stream)
+    # Evaluation passes in the step (mark "eval"), or rollouts (mark "rollout"); None in records made
+    # before it was kept, where a step marked "eval" holds one.
+    passes: int | None = None
 
     @property
     def compute(self) -> float:
@@ -342,6 +346,9 @@ class End:
     # Seconds of an evaluation pass after the last step (in no step: HF Trainer's final
     # evaluation); 0.0 when there was none. See docs/events.md.
     eval_s: float = 0.0
+    eval_passes: int | None = None  # its passes; None: one where eval_s > 0 (records made before it was kept)
+    rollouts: int = 0  # rollouts after the last step, and their seconds
+    rollout_s: float = 0.0
 
 
 Event = Union[

@@ -27,7 +27,10 @@ OVERSUBSCRIBED_EXCESS = 0.5
 
 
 def eval_share(ctx: Context) -> Finding | None:
-    """Evaluation passes take a large share of the run's wall time."""
+    """Evaluation passes take a large share of the run's wall time.
+
+    A policy's rollouts are not in `eval_passes` or `eval_s` (`RunState.rollouts`): they collect the
+    data it trains on, and stable-baselines3's PPO was told to "evaluate half as often" for them."""
     run = ctx.run
     if run.eval_passes < EVAL_MIN_PASSES or run.first_t is None or run.last_t is None:
         return None

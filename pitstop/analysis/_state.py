@@ -107,6 +107,12 @@ class RunState:
         self.train_steps = 0
         self.marked: dict[str, int] = {}  # Step.mark -> steps
         self.eval_steps = 0  # steps marked "eval"
+        self.eval_step_passes = 0  # the evaluation passes in them (`Step.passes`; one a step in older records)
+        # Steps holding a policy's rollouts (marked "rollout"), the rollouts and their seconds: the
+        # data the updates train on, not evaluation (`profiling/_passes.py` says how they are told).
+        self.rollout_steps = 0
+        self.rollout_step_count = 0
+        self.rollout_steps_s = 0.0
         self.eval_wall = 0.0  # their wall time
         self.eval_steps_s = 0.0  # time spent evaluating inside them (Step.eval_s)
         # Their training part, past the warm-up: wall less `eval_s`, the training loader's wait and
@@ -213,8 +219,13 @@ class RunState:
         mark = s.mark
         if mark is not None:
             self.marked[mark] = self.marked.get(mark, 0) + 1
+            if mark == "rollout":
+                self.rollout_steps += 1
+                self.rollout_step_count += s.passes or 1
+                self.rollout_steps_s += s.eval_s
             if mark == "eval":
                 self.eval_steps += 1
+                self.eval_step_passes += s.passes if s.passes is not None else 1
                 self.eval_wall += s.wall
                 self.eval_steps_s += s.eval_s
                 if s.step >= WARMUP:
@@ -416,13 +427,26 @@ class RunState:
     # -- reading ----------------------------------------------------------
     @property
     def eval_passes(self) -> int:
-        """Evaluation passes: one per step holding one, and the one after the last step (`End.eval_s`)."""
-        return self.eval_steps + (1 if self.end is not None and self.end.eval_s > 0 else 0)
+        """Evaluation passes: those of the steps holding one (`Step.passes`; one a step in records made
+        before it was kept), and those after the last step (`End.eval_passes`; one where `End.eval_s`)."""
+        end = self.end
+        after = 0 if end is None else end.eval_passes if end.eval_passes is not None else int(end.eval_s > 0)
+        return self.eval_step_passes + after
 
     @property
     def eval_s(self) -> float:
         """Seconds spent evaluating: inside steps, and after the last step."""
         return self.eval_steps_s + (self.end.eval_s if self.end is not None else 0.0)
+
+    @property
+    def rollouts(self) -> int:
+        """A policy's rollouts (data collected for its updates): in steps, and after the last step."""
+        return self.rollout_step_count + (self.end.rollouts if self.end is not None else 0)
+
+    @property
+    def rollout_s(self) -> float:
+        """Seconds spent in rollouts: inside steps, and after the last step."""
+        return self.rollout_steps_s + (self.end.rollout_s if self.end is not None else 0.0)
 
     def measured_steps(self, warmup: int = 3) -> list[Step]:
         """Training steps in the window whose index is at or past `warmup` (warm-up and marked steps dropped).

@@ -36,7 +36,8 @@ COUNTED_BY = {
     "manual": "marked by the script (pitstop.step())",
 }
 # How each Step.mark reads where steps are counted (docs/events.md).
-MARK_WORDS = {"eval": "with evaluation", "profiled": "in profiler windows", "after-profile": "after profiler windows"}
+MARK_WORDS = {"eval": "with evaluation", "rollout": "with rollouts", "profiled": "in profiler windows",
+              "after-profile": "after profiler windows"}
 # A Note from this source says a viewer asked the agent to stop the script (`k`).
 STOP_NOTE_SOURCE = "stop"
 # A warm-up this long, and over 10x as many measured steps, is said with its time on the steps row.
@@ -81,7 +82,12 @@ class Summary:
     device_type: str | None
     stopped: bool = False  # a viewer asked the agent to stop the script (`k`)
     marked: tuple[tuple[str, int], ...] = ()  # (Step.mark, steps) kept out of the training figures
-    eval_passes: int = 0  # steps holding an evaluation pass, and one after the last step
+    eval_passes: int = 0  # evaluation passes, in steps and after the last step (`RunState.eval_passes`)
+    rollouts: int = 0  # a policy's rollouts, counted apart from evaluation (`RunState.rollouts`)
+    rollout_s: float = 0.0
+    # Optimizers that stepped (`Model.optimizers`): with several (a GAN's), the loss shown is the clock's
+    # optimizer's (the first to step), summed over its backward calls since another optimizer's step.
+    loss_optimizers: int = 1
     evaluates_each_step: bool = False  # most steps evaluate: their training parts are measured (RunState)
     eval_s: float = 0.0  # time spent evaluating in them
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
@@ -133,6 +139,8 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         evaluates_each_step=each,
         eval_passes=run.eval_passes,
         eval_s=run.eval_s,
+        rollouts=run.rollouts,
+        rollout_s=run.rollout_s,
         steps=run.total_steps,
         measured_steps=n,
         warmup=warmup,
@@ -159,6 +167,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         cpu=cpu_mean(run),
         workers=run.workers_max,
         last_loss=run.last_loss(),
+        loss_optimizers=run.model.optimizers if run.model is not None and run.model.optimizers else 1,
         nonfinite_losses=run.nonfinite_total,
         first_nonfinite_step=min(run.nonfinite_steps) if run.nonfinite_steps else None,
         dropped=end.dropped if end is not None and end.reason != "signal" else None,  # (not counted: killed)
@@ -336,6 +345,10 @@ def format_summary(
         share = f", {fmt.pct(s.eval_s / s.elapsed_s)} of wall time" if s.elapsed_s else ""
         passes = f"{s.eval_passes} pass{'es' if s.eval_passes != 1 else ''}"
         lines.append(_row("eval", f"{passes}, {s.eval_s:.1f} s{share}"))
+    if s.rollouts:
+        share = f", {fmt.pct(s.rollout_s / s.elapsed_s)} of wall time" if s.elapsed_s else ""
+        lines.append(_row("rollouts", f"{s.rollouts}, {s.rollout_s:.1f} s{share} (the policy collecting the data "
+                                      "it trains on: not evaluation)"))
     if s.measured_steps == 0:
         lines.append(_row("throughput", "n/a (no measured step yet)"))
     else:
@@ -374,6 +387,9 @@ def format_summary(
     lines.append(_row("cpu", cpu_text(s.cpu)))
     if s.last_loss is not None or s.nonfinite_losses:
         loss = f"last {s.last_loss:.4g}" if s.last_loss is not None else "last n/a (non-finite)"
+        if s.loss_optimizers > 1:
+            loss += (f" (the first optimizer to step, of {s.loss_optimizers}: its backward calls' losses summed,"
+                     " as a GAN's D loss)")
         if s.nonfinite_losses:
             loss += f", {s.nonfinite_losses} non-finite (first at step {s.first_nonfinite_step})"
         lines.append(_row("loss", loss))

@@ -22,6 +22,7 @@ from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
 from pitstop.profiling._dynamo import FrameSkip, compiling, compile_gate
+from pitstop.profiling._keras import hook_keras_optimizer
 from pitstop.profiling._losses import LOSS_EVERY_S
 from pitstop.profiling._patch import patch, patches
 from pitstop.profiling._root import RootWatch, leading_dim
@@ -151,6 +152,8 @@ class Hooks:
         self.compiling: Any = None  # True only while Dynamo traces the hook that asks (`_dynamo.compiling`)
         self.dynamo: list[bool] = [False]  # [True] once Dynamo began to trace (`_dynamo.compile_gate`)
         self._backward_wrapper: Any = None  # makes the Tensor.backward wrapper (distributed autograd's too)
+        self.step_now: Any = None  # tells the clock of an optimizer step at once (`_hook_optimizer`)
+        self.keras = False  # Keras's optimizer steps are hooked (`_keras.py`)
 
     def install(self, torch: Any) -> None:
         agent = self.agent
@@ -173,6 +176,7 @@ class Hooks:
         self.overrides = Overrides(agent, torch, agent.settings.config)
         self.overrides.apply_global()
         self.root = RootWatch(agent, torch)
+        self.root.watch_at_eval(self.watch_model)
         self._hook_optimizer()
         self._hook_dataloader()
         self._hook_backward()
@@ -431,6 +435,7 @@ class Hooks:
             step_now(optimizer, id(optimizer), now)
 
         self.scaler_skipped = skipped
+        self.step_now = step_now  # (Keras's own optimizer steps, `_keras.py`)
 
         self.optimizer_mod.register_optimizer_step_pre_hook(pre_hook)
         self.optimizer_mod.register_optimizer_step_post_hook(post_hook)
@@ -444,7 +449,7 @@ class Hooks:
         perf = _PERF
         root = self.root
         stamps = agent.stamps
-        on_fetch = clock.on_fetch
+        on_fetch, on_iter = clock.on_fetch, clock.on_iter
         compiling, dynamo = self.compiling, self.dynamo
         hooks = self
 
@@ -471,10 +476,17 @@ class Hooks:
                         samples = shape if shape else leading_dim(batch, tensor_type)
                     else:
                         samples = leading_dim(batch, tensor_type)
+                    state = it.__dict__
+                    key = state.get("_pitstop_loader")
+                    if state.get("_num_yielded") == 1:  # an iteration's first batch: one pass of an evaluation
+                        if agent.batching:
+                            stamps.append((on_iter, key))
+                        else:
+                            on_iter(key)
                     if agent.batching:
-                        stamps.append((on_fetch, it.__dict__.get("_pitstop_loader"), started, waited, samples))
+                        stamps.append((on_fetch, key, started, waited, samples))
                     else:
-                        clock.on_fetch(it.__dict__.get("_pitstop_loader"), started, waited, samples)
+                        clock.on_fetch(key, started, waited, samples)
                 except Exception as err:  # never into the training loop
                     agent.fail("the DataLoader hook", err)
                 return batch
@@ -809,6 +821,12 @@ class Hooks:
         then hide the code loaded by now, and the forward's wrapper, from torch.compile."""
         if self.root is not None:
             self.root.watch()
+        if not self.keras:
+            try:
+                self.keras = hook_keras_optimizer(self)
+            except Exception as err:
+                self.agent.note("warn", "hooks", f"Keras optimizer steps not watched: {err}", once="keras")
+                self.keras = True
         self.hide_frames()
 
     # ---- profiler windows -----------------------------------------------------

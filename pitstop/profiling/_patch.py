@@ -141,7 +141,8 @@ def patches() -> tuple[Patch, ...]:
 
 
 def unpatch(done: Patch) -> None:
-    """Put one original back (for tests); a patch no longer in place is left alone."""
+    """Put one original back (tests; a patch needed only until the model is found, `RootWatch.watch_at_eval`);
+    a patch no longer in place is left alone."""
     key = (id(done.owner), done.name)
     with _lock:
         if _registry.get(key) is done:

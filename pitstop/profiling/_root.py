@@ -5,12 +5,12 @@ from __future__ import annotations
 import gc
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pitstop.profiling._dynamo import compile_gate
 from pitstop.profiling._dynamo import compiling as is_compiling
-from pitstop.profiling._patch import patch
+from pitstop.profiling._patch import Patch, patch, unpatch
 
 _PERF = time.perf_counter
 
@@ -107,6 +107,7 @@ class RootWatch:
         self._root: Any = None  # weakref to the root module
         self._seq_first = False
         self._watched: set[type] = set()  # classes whose __call__ is patched
+        self._at_eval: list[Patch] = []  # `Module.train`'s patch until the model is found (`watch_at_eval`)
 
     def module(self) -> Any:
         """The root module found last, while it lives; None before (or after it was freed)."""
@@ -118,6 +119,39 @@ class RootWatch:
         # (seq, batch, ...) inputs: the batch is their second dimension.
         self._seq_first = any(getattr(m, "batch_first", True) is False for m in root.modules())
         self._root = weakref.ref(root)
+
+    def watch_at_eval(self, found: Callable[[], None]) -> None:
+        """Call `found` (which watches the model) at the script's first `model.eval()` (`Module.train(False)`)
+        if no DataLoader batch or backward found the model before: an evaluation before the first step
+        without a DataLoader (nanoGPT's `estimate_loss` at iteration 0, a stable-baselines3 policy's first
+        rollout) was not seen. The patch goes once the model is found: every module's `train()` passes
+        through it (HF Trainer calls `model.train()` each step, once per submodule).
+        """
+        watcher = self
+        agent = self.agent
+
+        def make(original: Any) -> Any:
+            def train(module: Any, mode: bool = True) -> Any:
+                if not mode and watcher._at_eval:
+                    watcher.stop_at_eval()
+                    if watcher._root is None and not agent.disabled:
+                        try:
+                            found()
+                        except Exception as err:  # never into the training loop
+                            agent.note("warn", "hooks", f"model not watched: {err}", once="root-eval")
+                return original(module, mode)
+
+            return train
+
+        try:
+            self._at_eval.append(patch(self.torch.nn.Module, "train", make))
+        except Exception as err:
+            agent.note("warn", "hooks", f"model not watched at eval(): {err}", once="root-eval-hook")
+
+    def stop_at_eval(self) -> None:
+        """`Module.train` as it was (the model is found)."""
+        while self._at_eval:
+            unpatch(self._at_eval.pop())
 
     def watch(self) -> None:
         """Find the model and watch its forwards: at the first DataLoader batch and at the first backward.
@@ -141,6 +175,7 @@ class RootWatch:
             return
         if root is None:
             return
+        self.stop_at_eval()
         self.adopt(root)
         cls = type(root)
         if cls in self._watched:
@@ -172,14 +207,21 @@ class RootWatch:
                     watcher.adopt(module)
                 training = True
                 try:
-                    training = module.training and grad_enabled()
+                    grad = grad_enabled()
+                    train_mode = module.training
+                    training = train_mode and grad
                     samples = None
-                    if training and clock.train_loader is None:
+                    if clock.train_loader is None:  # (an evaluation's samples tell a rollout's few: `_passes.py`)
                         samples = model_samples(args if args else kwargs, tensor_type, watcher._seq_first)
-                    if agent.batching:  # held for the clock (`Agent.flush_stamps`)
-                        stamps.append((on_forward, training, samples, perf()))
+                    if training:
+                        if agent.batching:  # held for the clock (`Agent.flush_stamps`)
+                            stamps.append((on_forward, True, samples, perf()))
+                        else:
+                            clock.on_forward(True, samples, perf())
+                    elif agent.batching:
+                        stamps.append((on_forward, False, samples, perf(), not grad, not train_mode))
                     else:
-                        clock.on_forward(training, samples, perf())
+                        clock.on_forward(False, samples, perf(), not grad, not train_mode)
                 except Exception as err:  # never into the training loop
                     agent.fail("the model's forward hook", err)
                 result = original(module, *args, **kwargs) if kwargs else original(module, *args)

@@ -12,7 +12,7 @@ class StepEvents:
     """What the training thread queued, as the events of the record, in order (writer thread).
 
     A step is queued as the tuple `Agent._on_step` builds, (index, now, wall,
-    wait, samples, source, mem, rss, mark, eval_s, loader, phases, loss): `now`
+    wait, samples, source, mem, rss, mark, eval_s, loader, phases, loss, passes): `now`
     is a perf_counter stamp, `phases` the step clock's, `loss` a float where it
     was read on the CPU (gathered here into `Loss` events) and else ignored.
     Building the `Step` on the training thread had cost ~11 us of ~38 a step.
@@ -24,14 +24,15 @@ class StepEvents:
 
     def step(self, item: tuple[Any, ...], offset: float, final: bool = False) -> Step:
         """The `Step` event of a queued tuple; `offset` turns perf_counter stamps into wall time."""
-        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases, _ = item
+        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases, _, passes = item
         alloc, reserved, peak = mem if mem is not None else (None, None, None)
         fig = self.phases.figures(phases, wall, wait, block=final)
         forward, backward, optimizer, other, clock = fig if fig is not None else (None,) * 5
         return Step(t=offset + now, step=index, wall=wall, data_wait=wait, samples=samples, source=source,
                     mem_allocated=alloc, mem_reserved=reserved, mem_peak=peak, host_rss=rss, mark=mark,
                     eval_s=eval_s, loader=loader if isinstance(loader, int) else None, forward_s=forward,
-                    backward_s=backward, optimizer_s=optimizer, other_s=other, phase_clock=clock)
+                    backward_s=backward, optimizer_s=optimizer, other_s=other, phase_clock=clock,
+                    passes=passes if mark is not None and passes else None)
 
     def events(self, item: Event | tuple[Any, ...], offset: float, final: bool = False) -> list[Event]:
         """The events of one queued item: a step, then the `Loss` event its loss completed; an event

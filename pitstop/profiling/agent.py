@@ -399,16 +399,16 @@ class Agent:
                 self.note("warn", "profiler", f"profiler windows off: {err}")
 
     def _on_first_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                       mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any) -> None:
+                       mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any, passes: int = 0) -> None:
         """Step 0: the model and the rank are reported (before a trial of one step ends the process)."""
         self.clock.on_step = self._on_step
         if self.hooks is not None and not (self.disabled or self.finished):
             self.hooks.report_model()
             self.hooks.report_rank()
-        self._on_step(index, start, now, wait, samples, source, mark, eval_s, loader, loss, phases)
+        self._on_step(index, start, now, wait, samples, source, mark, eval_s, loader, loss, phases, passes)
 
     def _on_step(self, index: int, start: float, now: float, wait: float, samples: int | None, source: str,
-                 mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any) -> None:
+                 mark: str | None, eval_s: float, loader: Any, loss: Any, phases: Any, passes: int = 0) -> None:
         """A step ended (the clock calls this): what each step costs after its stamps and the clock.
 
         Measured in place (caches cold from the step's own work) every Python
@@ -440,7 +440,7 @@ class Agent:
             self.dropped += 1
         # A CPU loss (a float) rides in the tuple: the writer thread gathers it into a `Loss` event.
         queue.append((index, now, now - start, wait, samples, source, mem, self.rss_now, mark, eval_s, loader, phases,
-                      loss))
+                      loss, passes))
         if loss is not None and type(loss) is not float:  # a tensor (GPU): copied in batches, from this thread
             pending = self._pending_losses
             pending[index] = loss
@@ -515,8 +515,10 @@ class Agent:
         if self.sampler is not None:
             self.sampler.stop()
         self.blind.check(self, final=True)
+        clock = self.clock
         self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code,
-                      eval_s=eval_after or 0.0))
+                      eval_s=eval_after or 0.0, eval_passes=clock.end_passes or None, rollouts=clock.end_rollouts,
+                      rollout_s=clock.end_rollout_s))
         self._stop.set()
         if self._writer_thread is not None and self._writer_thread is not threading.current_thread():
             self._writer_thread.join(timeout=2.0)

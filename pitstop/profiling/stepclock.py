@@ -32,14 +32,21 @@ What it decides:
   loader: 640 samples a step counted as training) count as evaluation, not as
   the step's samples or data wait. Keras's `model.fit` takes one batch of a
   loader of its own to build the model (`_symbolic_build`): one batch is not
-  an evaluation. The evaluation in the partial step at the process's end
-  (after the last step) is `finish()`'s.
+  an evaluation. One forward in eval mode without grad is one (a full-batch
+  GNN's). The evaluation in the partial step at the process's end (after the
+  last step) is `finish()`'s. Each pass counts (`passes`): an iteration of a
+  loader an evaluation took batches of (`on_iter`), or a stretch of evaluating
+  forwards that took none.
+- Rollouts: a stretch of no-grad forwards that a policy ran to collect its
+  training data (`_passes.is_rollout` says what the call rests on) marks its
+  step "rollout", counted apart from evaluation.
 - The loss of a step: the last loss a backward of that step passed in; where
   several backward calls outside an optimizer step fed one optimizer's step
   (gradient accumulation's micro-steps, also held backward calls that turn out
   to be one optimizer step), their sum (`_combine`: the mean loss where the
   script divides each by their number, as HF Trainer, accelerate, Lightning and
-  nanoGPT do). With several optimizers (a GAN), the last.
+  nanoGPT do). With several optimizers (a GAN), the clock's optimizer's backward
+  calls since another optimizer's step, summed (D's errD_real + errD_fake).
 - The step's anatomy: forward is from the latest boundary (a batch
   fetched, a backward or an optimizer step ended, an eval stretch closed, the
   step began) to the start of each backward; backward is inside each backward;
@@ -57,6 +64,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from pitstop.profiling._passes import is_rollout
 
 # Backward calls held before deciding that no optimizer steps in this script.
 # nanoGPT accumulates 40 micro-steps per optimizer step by default: fewer would
@@ -86,8 +95,10 @@ MAX_OPTIMIZERS = 64
 # Phase indexes of a step's token spans (`Phases.spans`).
 FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2
 
-# on_step(index, start, now, data_wait, samples, source, mark, eval_s, loader, loss, phases)
-StepSink = Callable[[int, float, float, float, "int | None", str, "str | None", float, Any, Any, Any], None]
+# on_step(index, start, now, data_wait, samples, source, mark, eval_s, loader, loss, phases, passes):
+# mark "eval" (evaluation passes in the step; eval_s their seconds, passes their count) or "rollout"
+# (a policy's rollouts: eval_s and passes are theirs), else None.
+StepSink = Callable[[int, float, float, float, "int | None", str, "str | None", float, Any, Any, Any, int], None]
 # A step's anatomy as the clock hands it on: (forward, backward, optimizer) seconds and the
 # token spans [(phase, start token, end token)] that bound them, or None where a phase had
 # no token (the marker came mid-step, or a marker call failed): that step keeps the host clock.
@@ -151,19 +162,38 @@ class StepClock:
         self._loose = 0
         self._micro_max = 1
         self._first: tuple[float, float, int | None] = (0.0, 0.0, None)
+        # Iterations begun per loader (`on_iter`): an evaluation pass is an iteration of a loader
+        # whose batches an evaluation took, and two back to back (ignite's evaluator over the
+        # training loader, then the validation loader) are two passes in one step.
+        self._iters: dict[Any, int] = {}
+        self._primary_from = 0  # held boundaries before this index are another optimizer's (`_cut`)
+        # The evaluation after the last step (`finish`): its passes, and rollouts there.
+        self.end_passes = 0
+        self.end_rollouts = 0
+        self.end_rollout_s = 0.0
         self._reset()
 
     def _reset(self) -> None:
-        # loader -> [wait, samples|None, first start, last end, batches, eval wait, eval samples, eval batches]
+        # loader -> [wait, samples|None, first start, last end, batches, eval wait, eval samples, eval batches,
+        #            its first iteration in this step, its last]
         self._fetch: dict[Any, list[Any]] = {}
         self._last_loader: Any = None
-        self._unused: tuple[Any, ...] | None = None  # the last batch no root forward took yet: (loader, start, wait, samples)
+        # the last batch no root forward took yet: (loader, start, wait, samples, iteration)
+        self._unused: tuple[Any, ...] | None = None
         self._fwd_samples: int | None = None
         self._seg_t0: float | None = None  # open stretch of eval forwards
         self._seg_n = 0
         self._seg_batches: list[tuple[Any, ...]] = []  # the batches its forwards took
         self._seg_need = EVAL_FORWARDS  # forwards that make it an evaluation
+        self._seg_nograd = False  # all its forwards ran without grad: no backward can have come of them
+        self._seg_busy = 0.0  # seconds inside its forwards
+        self._seg_most: int | None = 0  # the most samples one of its forwards took (None: one unknown)
+        self._fwd_t0: float | None = None  # where the latest forward without grad began
         self._fwd_end: float | None = None  # where the latest forward without grad ended
+        self._eval_iters: set[tuple[Any, int]] = set()  # (loader, iteration) an evaluation's forwards took batches of
+        self._plain_passes = 0  # evaluation stretches that took no DataLoader batch (nanoGPT's estimate_loss)
+        self._rollouts = 0  # stretches that were rollouts (`_passes.is_rollout`), and their seconds
+        self._rollout_s = 0.0
         self._eval_t0: float | None = None  # evidence of evaluation in this step
         self._eval_t1 = 0.0
         self._eval_told = False
@@ -182,20 +212,26 @@ class StepClock:
             samples = self.batch_of(loader, samples) if isinstance(samples, tuple) else None
         if self.t_last is None:
             self.t_last = started
+        gen = self._iters.get(loader, 0)
         acc = self._fetch.get(loader)
         if acc is None:
-            acc = self._fetch[loader] = [0.0, None, started, 0.0, 0, 0.0, 0, 0]
+            acc = self._fetch[loader] = [0.0, None, started, 0.0, 0, 0.0, 0, 0, gen, gen]
         acc[0] += waited
         if samples is not None:
             acc[1] = samples if acc[1] is None else acc[1] + samples
         acc[3] = self._mark = started + waited
         acc[4] += 1
+        acc[9] = gen
         if acc[4] == EVAL_FORWARDS and self.train_loader is not None and loader != self.train_loader:
             self._tell_eval()  # counted at the boundary: it may be a new training loader
         if self.marker is not None:
             self._mark_tok = self.marker()
         self._last_loader = loader
-        self._unused = (loader, started, waited, samples)
+        self._unused = (loader, started, waited, samples, gen)
+
+    def on_iter(self, loader: Any) -> None:
+        """An iteration of `loader` gave its first batch (called before that batch's `on_fetch`)."""
+        self._iters[loader] = self._iters.get(loader, 0) + 1
 
     def batch_of(self, loader: Any, shape: tuple[int, ...]) -> int:
         """Samples in a batch of `loader` whose first tensor has `shape`: its batch dimension.
@@ -221,18 +257,33 @@ class StepClock:
         `on_forward` keeps them while this holds."""
         return self.train_loader is None and not self._fetch
 
-    def on_forward(self, training: bool, samples: int | None, now: float) -> None:
-        """The model's root module starts a forward; `training`: grad on and train mode."""
+    def on_forward(self, training: bool, samples: int | None, now: float, no_grad: bool = False,
+                   eval_mode: bool = False) -> None:
+        """The model's root module starts a forward; `training`: grad on and train mode. For one that
+        does not train, the hooks say which: `no_grad` (grad off), `eval_mode` (`model.eval()`);
+        `samples` is then its input's where the hooks know it (no DataLoader fed a step)."""
         unused, self._unused = self._unused, None  # this forward takes the batch in hand
         if not training:
             if self._seg_t0 is None:
                 self._seg_t0 = unused[1] if unused is not None else now  # its batch's loading too
-                self._seg_need = 1 if self.closure and not self._open else EVAL_FORWARDS
+                # One forward in eval mode without grad is an evaluation (a full-batch GNN's, over the
+                # whole graph: a PyG GCN's 20 evaluations read as training steps 0.66 s longer); one
+                # without grad in train mode is not (a target computed under no_grad every step).
+                self._seg_need = 1 if (self.closure and not self._open) or (no_grad and eval_mode) \
+                    else EVAL_FORWARDS
+                self._seg_nograd = no_grad
+                self._seg_busy, self._seg_most = 0.0, 0
+            elif not no_grad:
+                self._seg_nograd = False
             if unused is not None:
                 self._seg_batches.append(unused)
+            most = self._seg_most
+            if most is not None:
+                self._seg_most = None if samples is None else max(most, samples)
+            self._fwd_t0 = now
             self._seg_n += 1
             if self._seg_n == self._seg_need:
-                self._evidence(self._seg_t0)
+                self._tell_eval()  # (the stretch's evaluation or rollout is decided where it ends)
             return
         if self._seg_t0 is not None:
             # Training resumed where its batch began to load (ignite's next epoch after an
@@ -244,6 +295,9 @@ class StepClock:
     def on_forward_end(self, now: float) -> None:
         """A forward of the root module without grad returned (where an evaluation after the last step ends)."""
         self._fwd_end = now
+        if self._fwd_t0 is not None:
+            self._seg_busy += now - self._fwd_t0
+            self._fwd_t0 = None
 
     def on_backward(self, now: float, loss: Any = None, started: float | None = None, token: Any = None) -> int:
         """A backward call (of `loss`, when it was read) that began at `started` (`token`: the marker's
@@ -268,8 +322,10 @@ class StepClock:
             if self.marker is not None:
                 self._spans_to_now((FORWARD, BACKWARD), token)
         if self._seg_t0 is not None:
-            # Forwards that a backward follows were training (eval-mode fine-tuning).
-            self._seg_t0, self._seg_n, self._seg_batches, self._seg_need = None, 0, [], EVAL_FORWARDS
+            if self._seg_nograd:  # no backward came of forwards without grad: the stretch ended before it
+                self._close_segment(started if started is not None and started >= self._seg_t0 else now, True)
+            else:  # forwards with grad that a backward follows were training (eval-mode fine-tuning)
+                self._seg_t0, self._seg_n, self._seg_batches, self._seg_need = None, 0, [], EVAL_FORWARDS
         if self._open:  # a closure's backward: the running optimizer step is the boundary
             self.closure = True
             self.closures += 1
@@ -309,7 +365,7 @@ class StepClock:
             end, wait, samples = self._first
             loss = self._losses.pop(0) if len(self._losses) >= 2 else None
             start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else end)
-            self._pending.append([end, start, wait, samples, 0.0, False, self.train_loader, loss, None])
+            self._pending.append([end, start, wait, samples, 0.0, None, self.train_loader, loss, None, 0])
             self.t_last = end
             step = self._measure(now)
             step[2] -= wait
@@ -337,6 +393,7 @@ class StepClock:
     def _release(self, held: list[list[Any]], source: str) -> None:
         """Held boundaries turned out to be steps: emitted now, in order."""
         self.releasing = True
+        self._primary_from = 0
         try:
             for step in held:
                 self._emit(step, source)
@@ -352,6 +409,9 @@ class StepClock:
             self._close_segment(end)
         acc = self._fetch.get(self.train_loader)
         evaluated, eval_s = self._eval_span(acc, now)
+        # (HF Trainer's evaluation at its last step and its final `evaluate()` are two passes here)
+        self.end_passes = self._pass_count(acc) if evaluated else 0
+        self.end_rollouts, self.end_rollout_s = self._rollouts, self._rollout_s
         return eval_s if evaluated else None
 
     def abandon(self, key: Any) -> None:
@@ -420,6 +480,7 @@ class StepClock:
             if self._others < SWITCH_AFTER and (self.alive is None or self.alive(self.primary)):
                 # Held: the clock's next step takes it in, or it is a new phase's first step.
                 self._pending.append(self._measure(now))
+                self._primary_from = len(self._pending)  # the clock's own backward calls come after it
                 self.t_last = now
                 self._reset()
                 return 0
@@ -438,6 +499,7 @@ class StepClock:
         """`pitstop.step()`: the script marks its steps itself."""
         self.mode = "manual"
         self._pending = []
+        self._primary_from = 0
         if samples is not None:
             self._fwd_samples = samples if self._fwd_samples is None else self._fwd_samples + samples
         self._cut("manual", now)
@@ -486,16 +548,28 @@ class StepClock:
             if self.on_eval is not None:
                 self.on_eval()
 
-    def _close_segment(self, now: float) -> None:
+    def _close_segment(self, now: float, by_backward: bool = False) -> None:
+        """The stretch of forwards without grad ended at `now`: an evaluation pass, a rollout, or nothing.
+        `by_backward`: a backward ended it, which no forward of the model fed since (stored data)."""
+        t0 = self._seg_t0 if self._seg_t0 is not None else now
+        batches = self._seg_batches
         if self._seg_n >= self._seg_need:
-            self._eval_t1 = max(self._eval_t1, now)
-            for loader, _, waited, samples in self._seg_batches:  # evaluation's batches, not training's
-                acc = self._fetch.get(loader)
-                if acc is not None:
-                    acc[5] += waited
-                    acc[6] += samples or 0
-                    acc[7] += 1
-            # The evaluation is nobody's forward: the next forward starts here.
+            if is_rollout(self._seg_n, self._seg_most, self._seg_busy, now - t0, len(batches), by_backward):
+                self._rollouts += 1
+                self._rollout_s += now - t0
+            else:
+                self._evidence(t0)
+                self._eval_t1 = max(self._eval_t1, now)
+                if not batches:
+                    self._plain_passes += 1
+                for loader, _, waited, samples, gen in batches:  # evaluation's batches, not training's
+                    self._eval_iters.add((loader, gen))
+                    acc = self._fetch.get(loader)
+                    if acc is not None:
+                        acc[5] += waited
+                        acc[6] += samples or 0
+                        acc[7] += 1
+            # The evaluation (or rollout) is nobody's forward: the next forward starts here.
             if self._mark is None or now > self._mark:
                 self._mark = now
                 if self.marker is not None:
@@ -503,7 +577,7 @@ class StepClock:
         self._seg_t0, self._seg_n, self._seg_batches, self._seg_need = None, 0, [], EVAL_FORWARDS
 
     def _measure(self, now: float) -> list[Any]:
-        """This step as [end, start, wait, samples, eval_s, eval, loader, loss, phases]."""
+        """This step as [end, start, wait, samples, eval_s, mark, loader, loss, phases, passes] (`StepSink`)."""
         if self._seg_t0 is not None:
             self._close_segment(now)
         fetched = self._fetch
@@ -521,11 +595,30 @@ class StepClock:
             # No batch of the training loader in this step: its batch was fetched in an
             # earlier one (accelerate's loaders fetch one ahead), which counted it.
             samples = 0
-        evaluated, eval_s = self._eval_span(acc, now)
+        mark, eval_s, passes = self._judged(acc, now)
         start = self.t_last if self.t_last is not None else (self.t_start if self.t_start is not None else now)
         phases = (self._fwd, self._bwd, self._opt, self._spans) if self._phased else None
         self._mark = now
-        return [now, start, wait, samples, eval_s, evaluated, train, self._step_loss(), phases]
+        return [now, start, wait, samples, eval_s, mark, train, self._step_loss(), phases, passes]
+
+    def _judged(self, acc: list[Any] | None, now: float) -> tuple[str | None, float, int]:
+        """(mark, seconds, count) of what the step held besides training: evaluation passes, else rollouts."""
+        evaluated, eval_s = self._eval_span(acc, now)
+        if evaluated:
+            return "eval", eval_s, self._pass_count(acc)
+        if self._rollouts:
+            return "rollout", self._rollout_s, self._rollouts
+        return None, 0.0, 0
+
+    def _pass_count(self, acc: list[Any] | None) -> int:
+        """Evaluation passes in this step: each iteration of a loader that gave an evaluation's batches
+        (another loader's, or the training loader's that evaluating forwards took), and each stretch of
+        evaluating forwards that took no DataLoader batch. At least one: evidence was seen."""
+        iters = set(self._eval_iters)
+        for loader, a in self._fetch.items():
+            if a is not acc and a[4] >= EVAL_FORWARDS:
+                iters.update((loader, gen) for gen in range(a[8], a[9] + 1))
+        return max(1, len(iters) + self._plain_passes)
 
     def _step_loss(self) -> Any:
         """The step's loss: the last a backward passed in, or, where several backward calls outside
@@ -538,11 +631,11 @@ class StepClock:
         Where one optimizer trains, their sum: HF Trainer, accelerate, Lightning and nanoGPT
         divide each micro-step's loss by the k micro-steps before its backward, so the sum is
         the mean loss they log (the last alone read 0.17 for accelerate's 0.69 at k = 4). Where
-        several do (a GAN's), the last. Floats add up here; tensors (a GPU's) are listed, and
+        several do (a GAN's), `_cut` passes the clock's optimizer's parts only. Floats add up here; tensors (a GPU's) are listed, and
         added up when read (`_losses.flush`): adding them here would launch a kernel.
         """
         present = [loss for loss in losses if loss is not None]
-        if len(present) < 2 or len(self.optimizers) > 1:
+        if len(present) < 2:
             return present[-1] if present else None
         if all(type(loss) is float for loss in present):
             return sum(present)
@@ -596,12 +689,13 @@ class StepClock:
     def _fast_cut(self, now: float) -> bool:
         """The primary optimizer's step ended a plain training step: cut it in few operations, or False.
 
-        Plain: no evaluation evidence, no held backward boundaries, no phase tokens, and no
+        Plain: no evaluation evidence or rollout, no held backward boundaries, no phase tokens, and no
         loader but the training one fed it. Whatever `_cut` would compute here this computes
         the same way (`test_stepclock.py` runs random event streams both ways); anything else
         goes to `_cut`. Per-step Python is what a 1 ms step pays for (docs/internals.md).
         """
-        if self._seg_t0 is not None or self._eval_t0 is not None or self._pending or self.marker is not None:
+        if self._seg_t0 is not None or self._eval_t0 is not None or self._pending or self.marker is not None \
+                or self._rollouts:
             return False
         fetched = self._fetch
         train = self.train_loader
@@ -639,7 +733,7 @@ class StepClock:
         self._phased = False
         index = self.index
         self.index = index + 1
-        self.on_step(index, start, now, wait, samples, "optimizer", None, 0.0, train, loss, phases)
+        self.on_step(index, start, now, wait, samples, "optimizer", None, 0.0, train, loss, phases, 0)
         return True
 
     def _cut(self, source: str, now: float) -> None:
@@ -652,22 +746,38 @@ class StepClock:
                 step[2] += held[2]
                 if held[3] is not None:
                     step[3] = held[3] if step[3] is None else step[3] + held[3]
-                step[4] += held[4]
-                step[5] = step[5] or held[5]
-            step[7] = self._combine([*(held[7] for held in self._pending), step[7]])
+                _merge_mark(step, held)
+            # The loss of the clock's optimizer: its backward calls since another optimizer's step (a GAN's
+            # D: errD_real + errD_fake, the script's Loss_D; the last alone read errD_fake, 0.1511 for 0.2084).
+            # Where it had none since, the last loss of the step (another optimizer's).
+            parts = [*(held[7] for held in self._pending), step[7]]
+            own = self._combine(parts[self._primary_from:])
+            present = [loss for loss in parts if loss is not None]
+            step[7] = own if own is not None else (present[-1] if present else None)
             for held in reversed(self._pending):
                 step[8] = _sum_phases(held[8], step[8])
             self._pending = []
+            self._primary_from = 0
         self.t_last = now
         self._reset()
         self._emit(step, source)
 
     def _emit(self, step: list[Any], source: str) -> None:
-        end, start, wait, samples, eval_s, evaluated, loader, loss, phases = step
+        end, start, wait, samples, eval_s, mark, loader, loss, phases, passes = step
         index = self.index
         self.index = index + 1
-        self.on_step(index, start, end, wait, samples, source, "eval" if evaluated else None, eval_s, loader, loss,
-                     phases)
+        self.on_step(index, start, end, wait, samples, source, mark, eval_s, loader, loss, phases, passes)
+
+
+def _merge_mark(step: list[Any], held: list[Any]) -> None:
+    """A held part's evaluation or rollouts into its step's (evaluation over rollouts where both came)."""
+    if held[5] is None:
+        return
+    if step[5] == held[5]:
+        step[4] += held[4]
+        step[9] += held[9]
+    elif step[5] is None or held[5] == "eval":
+        step[4], step[5], step[9] = held[4], held[5], held[9]
 
 
 def _sum_phases(a: Phases | None, b: Phases | None) -> Phases | None:

@@ -136,7 +136,9 @@ def test_epoch_stall_counts_an_eval_marked_first_step() -> None:
 
 
 # -- evaluation share -----------------------------------------------------------
-def eval_run(passes: int, eval_s: float) -> RunState:
+def eval_run(passes: int, eval_s: float, mark: str = "eval", each: int | None = None) -> RunState:
+    """100 steps, `passes` of them holding `eval_s` of evaluation (or of `mark`), `each` passes in each (None:
+    a record made before steps counted their passes)."""
     run = RunState()
     run.add(cpu_runtime())
     run.add(loader(workers=0, ident=1))
@@ -147,7 +149,7 @@ def eval_run(passes: int, eval_s: float) -> RunState:
         wall = 0.05 + (eval_s if holds else 0.0)
         t += wall
         run.add(Step(t=t, step=i, wall=wall, data_wait=0.0, samples=32, loader=1,
-                     mark="eval" if holds else None, eval_s=eval_s if holds else 0.0))
+                     mark=mark if holds else None, eval_s=eval_s if holds else 0.0, passes=each if holds else None))
     return run
 
 
@@ -163,6 +165,16 @@ def test_eval_share_quiet_for_a_small_share_or_a_single_pass() -> None:
     assert rule(eval_run(passes=4, eval_s=0.05), "eval-share") is None  # ~4%
     assert rule(eval_run(passes=1, eval_s=5.0), "eval-share") is None  # a final evaluation
     assert rule(eval_run(passes=0, eval_s=0.0), "eval-share") is None
+
+
+def test_eval_share_counts_each_pass_of_a_step_and_never_a_rollout() -> None:
+    # ignite's evaluator over the training loader, then the validation loader: 2 passes a step
+    f = rule(eval_run(passes=4, eval_s=1.0, each=2), "eval-share")
+    assert f is not None and f.evidence[0].startswith("8 evaluation passes took 4.0 s, 42% of the run's 10 s (500.0 ms each)")
+    # stable-baselines3's PPO: its rollouts are the data it trains on, not an evaluation to run less often
+    run = eval_run(passes=4, eval_s=1.0, mark="rollout", each=1)
+    assert rule(run, "eval-share") is None
+    assert (run.rollouts, run.rollout_s, run.eval_passes) == (4, 4.0, 0)
 
 
 # -- CPU oversubscription -------------------------------------------------------

@@ -21,7 +21,7 @@ from pitstop.analysis import (
 )
 from pitstop.analysis import _state
 from pitstop.headless import StatusPrinter
-from pitstop.events import Applied, DataLoaderInfo, End, Gpu, Hello, Loss, Note, Proc, Runtime, Sample, Step
+from pitstop.events import Applied, DataLoaderInfo, End, Gpu, Hello, Loss, Model, Note, Proc, Runtime, Sample, Step
 
 
 def hello(started: float = 100.0) -> Hello:
@@ -484,3 +484,41 @@ def test_a_long_warm_up_is_said_with_its_time_and_a_usual_one_is_not() -> None:
     fill(usual, 40, wall=0.5, wait=0.0)
     assert summarize(usual).long_warmup_s is None
     assert "(37 measured, first 3 dropped as warm-up)" in format_summary(summarize(usual), [])
+
+
+def test_the_eval_row_counts_every_pass_and_an_older_record_one_a_step() -> None:
+    older = RunState()
+    older.add(hello())
+    fill(older, 40, wall=0.01, wait=0.0)
+    for k in (40, 41):  # a record made before steps counted their passes: one a step, and one after the last
+        older.add(Step(t=200.0 + k, step=k, wall=1.0, data_wait=0.0, samples=32, mark="eval", eval_s=0.5))
+    older.add(End(t=300.0, steps=42, dropped=0, eval_s=0.5))
+    assert "eval        3 passes, 1.5 s" in format_summary(summarize(older), [])
+    run = RunState()
+    run.add(hello())
+    fill(run, 40, wall=0.01, wait=0.0)
+    for k in (40, 41):  # ignite: the evaluator over the training loader, then the validation loader
+        run.add(Step(t=200.0 + k, step=k, wall=1.0, data_wait=0.0, samples=32, mark="eval", eval_s=0.5, passes=2))
+    run.add(End(t=300.0, steps=42, dropped=0, eval_s=0.5, eval_passes=2))
+    assert "eval        6 passes, 1.5 s" in format_summary(summarize(run), [])
+
+
+def test_rollouts_have_their_own_row_and_no_eval_row() -> None:
+    run = RunState()
+    run.add(hello())
+    fill(run, 40, wall=0.01, wait=0.0)
+    run.add(Step(t=200.0, step=40, wall=1.0, data_wait=0.0, mark="rollout", eval_s=0.9, passes=1))
+    text = format_summary(summarize(run), [])
+    assert "rollouts    1, 0.9 s" in text and "\n  eval " not in text, text
+    assert "kept out of training figures: 1 with rollouts" in text
+
+
+def test_a_gans_loss_says_whose_it_is() -> None:
+    run = RunState()
+    run.add(hello())
+    fill(run, 10, wall=0.01, wait=0.0)
+    run.add(Loss(t=200.0, steps=[9], values=[0.2084]))
+    assert "last 0.2084\n" in format_summary(summarize(run), []) + "\n"
+    run.add(Model(t=200.0, optimizers=2))
+    assert "last 0.2084 (the first optimizer to step, of 2: its backward calls' losses summed" \
+        in format_summary(summarize(run), [])

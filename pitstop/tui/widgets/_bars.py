@@ -25,9 +25,10 @@ from pitstop.analysis import format as fmt
 BLOCKS = " ▁▂▃▄▅▆▇█"
 CLIP = "▲"
 # Marks: what a marked step is drawn in, and the letter under a bar that mixes one in.
-MARK_STYLE = {"warm-up": "grey50", "eval": "blue", "profiled": "magenta", "after-profile": "magenta"}
-MARK_LETTER = {"warm-up": "w", "eval": "e", "profiled": "p", "after-profile": "p"}
-MARK_LEGEND = {"warm-up": "warm-up", "eval": "eval", "profiled": "profiled", "after-profile": "profiled"}
+MARK_STYLE = {"warm-up": "grey50", "eval": "blue", "rollout": "cyan", "profiled": "magenta", "after-profile": "magenta"}
+MARK_LETTER = {"warm-up": "w", "eval": "e", "rollout": "r", "profiled": "p", "after-profile": "p"}
+MARK_LEGEND = {"warm-up": "warm-up", "eval": "eval", "rollout": "rollout", "profiled": "profiled",
+               "after-profile": "profiled"}
 # The scale is the bars' p95 unless the tallest bar is within 1.5x of it (then the tallest):
 # a one-off 100x step (the first, an eval pass, a checkpoint) must not flatten the others.
 SCALE_PCT = 95.0

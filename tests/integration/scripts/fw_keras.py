@@ -1,4 +1,4 @@
-"""Keras 3 on the torch backend: model.fit on a tiny dense model, with validation data.
+"""Keras 3 on the torch backend: model.fit on a tiny dense model, with validation data, then model.evaluate.
 
 usage: fw_keras.py EPOCHS STEPS_PER_EPOCH BATCH OUT
 """
@@ -46,6 +46,7 @@ model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation=
 model.compile(optimizer="adam", loss=keras.losses.BinaryCrossentropy(from_logits=True))
 counts = Counts()
 model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, validation_data=(xv, yv), callbacks=[counts], verbose=0, shuffle=True)
+model.evaluate(xv, yv, batch_size=BATCH, callbacks=[counts], verbose=0)  # one more pass, right after the last
 with open(OUT, "w") as f:
     json.dump({"batches": counts.batches, "val_s": counts.val}, f)
-print(f"{counts.batches} training batches, validation passes {counts.val}; done")
+print(f"{counts.batches} training batches, evaluation passes {counts.val}; done")
