@@ -30,7 +30,8 @@ EXIT_BROKEN_PIPE = 141
 # Options (per command) that take a value, so the target's start can be found
 # without argparse reading the script's own options as ours.
 VALUE_OPTIONS = {
-    "run": {"--config", "--record", "--profile", "--trace-dir", "--prometheus", "--listen", "--token-file"},
+    "run": {"--config", "--record", "--profile", "--trace-dir", "--prometheus", "--listen", "--token-file",
+            "--stall-after"},
     "tune": TUNE_VALUE_OPTIONS,
 }
 
@@ -68,7 +69,20 @@ def _run_request(args: argparse.Namespace, target: Target) -> RunRequest:
         token_file=getattr(args, "token_file", None),
         plot=getattr(args, "plot", False),
         color=not getattr(args, "no_color", False),
+        stall_after=_stall_after(getattr(args, "stall_after", None)),
     )
+
+
+def _stall_after(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise UsageError(f"--stall-after {text!r}: give seconds, e.g. 120") from err
+    if not value > 0:
+        raise UsageError(f"--stall-after {text!r}: must be more than 0 seconds")
+    return value
 
 
 def cmd_run(args: argparse.Namespace, target: Target) -> int:
@@ -362,6 +376,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", metavar="HOST:PORT",
                      help="also serve viewers over TCP on PORT (+LOCAL_RANK), token required")
     run.add_argument("--token-file", metavar="FILE", help="the TCP token (created 0600 if missing)")
+    run.add_argument("--stall-after", metavar="SECONDS",
+                     help="no progress for this long is a stall (default: max(60 s, 20x the p95 step))")
     _plot_flags(run)
 
     attach = sub.add_parser("attach", help="open the viewer on a live run")

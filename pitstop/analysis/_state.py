@@ -21,6 +21,7 @@ from pitstop.events import (
     Rank,
     Runtime,
     Sample,
+    Stall,
     Step,
     decode,
     encode,
@@ -149,6 +150,10 @@ class RunState:
         self.first_alloc_retries: int | None = None
         self.last_alloc_retries: int | None = None
         self.last_ooms: int | None = None
+        # The latest Stall event, the latest one with stacks, and the stalls begun (analysis/_stall.py).
+        self.stall: Stall | None = None
+        self.stall_stacks: Stall | None = None
+        self.stalls = 0
 
     # -- feeding ----------------------------------------------------------
     def add(self, event: Event) -> None:
@@ -184,6 +189,12 @@ class RunState:
             self.applied = event
         elif isinstance(event, End):
             self.end = event
+        elif isinstance(event, Stall):
+            self.stall = event
+            if event.stacks:
+                self.stall_stacks = event
+            if event.phase == "start":
+                self.stalls += 1
         else:
             self.unknown_events += 1
 
@@ -485,7 +496,7 @@ class RunState:
 
 _SERIES_FIELDS = frozenset({"steps", "samples", "losses", "profiles", "notes"})
 _SERIES_KINDS = (("steps", "step"), ("samples", "sample"), ("profiles", "profile"), ("notes", "note"))  # deques
-_EVENT_FIELDS = frozenset({"hello", "runtime", "model", "end", "applied"})
+_EVENT_FIELDS = frozenset({"hello", "runtime", "model", "end", "applied", "stall", "stall_stacks"})
 
 
 def _plain(value: object) -> bool:
