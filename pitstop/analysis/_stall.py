@@ -41,6 +41,7 @@ class Wait:
 
 
 def _short(path: str) -> str:
+    path = path.split(" (", 1)[0]  # pitstop's patches name their code "_hooks.py (pitstop patch; ...)"
     for marker in ("site-packages/", "dist-packages/"):
         if marker in path:
             return path.split(marker, 1)[1]

@@ -19,6 +19,8 @@ process runs, this one included: such a hang is read from outside
 
 from __future__ import annotations
 
+import re
+import signal
 import sys
 import threading
 import time
@@ -178,8 +180,8 @@ class StallWatch:
 
     def _on_uncaught(self, kind: Any, value: Any, tb: Any) -> None:
         try:
-            if self.agent.worker_pids:
-                note_dead_workers(self.agent)
+            note_dead_workers(self.agent)
+            note_worker_error(self.agent, value)
         except Exception:
             pass
         self._excepthook(kind, value, tb)
@@ -210,3 +212,36 @@ def note_dead_workers(agent: Any) -> None:
         if state == "Z":
             agent.note("error", "dataloader", f"DataLoader worker {pid} died ({death_text(status)})",
                        once=f"worker-dead:{pid}")
+
+
+_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)")
+_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
+
+
+def _signal_named(text: str) -> str:
+    """torch's strsignal text ("Killed") as the signal's name (SIGKILL), where one matches."""
+    for sig in signal.Signals:
+        try:
+            if signal.strsignal(sig) == text.strip():
+                return sig.name
+        except ValueError:
+            continue
+    return f"signal: {text.strip()}"
+
+
+def note_worker_error(agent: Any, error: BaseException | None) -> None:
+    """torch's own watchdog reaped the dead worker before raising: its exception (and the one it was raised
+    from) names the worker and the signal; said as the same note as a zombie read in /proc."""
+    chain: list[str] = []
+    while error is not None and len(chain) < 5:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    for text in chain:  # "killed by signal" first: it says more than "exited unexpectedly"
+        for m in _KILLED.finditer(text):
+            agent.note("error", "dataloader", f"DataLoader worker {m.group(1)} died (killed by "
+                       f"{_signal_named(m.group(2))})", once=f"worker-dead:{m.group(1)}")
+    for text in chain:
+        for m in _EXITED.finditer(text):
+            for pid in m.group(1).replace(" ", "").split(","):
+                agent.note("error", "dataloader", f"DataLoader worker {pid} died (exited unexpectedly)",
+                           once=f"worker-dead:{pid}")
