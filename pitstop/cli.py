@@ -294,6 +294,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0 if replies.complete else 1
 
 
+def cmd_stacks(args: argparse.Namespace) -> int:
+    from pitstop.stackscmd import cmd_stacks as stacks
+
+    return stacks(args.target, token_file=args.token_file, now=args.now)
+
+
 def _profile_data(args: argparse.Namespace) -> int:
     """`pitstop profile --data PID`: where the DataLoader's Python time goes, sampled with py-spy."""
     from pitstop.profiling import stacks
@@ -401,6 +407,12 @@ def _parser() -> argparse.ArgumentParser:
                               "with num_workers=0) with py-spy and show the dataset's slowest lines")
     profile.add_argument("--seconds", type=float, default=5.0, help="how long --data samples (default 5)")
 
+    stacks = sub.add_parser("stacks", help="where every rank of a live or recorded job waits (its stall's stacks)")
+    stacks.add_argument("target", metavar="PID|RECORD|HOST:PORT",
+                        help="a process of a live run, a record file or directory, or a --listen address")
+    stacks.add_argument("--now", action="store_true",
+                        help="read a live local process's stacks now with py-spy, not the latest stall's")
+    stacks.add_argument("--token-file", metavar="FILE", help="token for HOST:PORT (from the run's machine)")
     demo = sub.add_parser("demo", help="run the embedded demo workload under pitstop")
     demo.add_argument("--headless", action="store_true")
     demo.add_argument("--steps", type=int, default=200, help="training steps (default 200: under a minute on a 2-core CPU)")
@@ -505,6 +517,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "compare": cmd_compare,
             "report": cmd_report,
             "docs": cmd_docs,
+            "stacks": cmd_stacks,
         }
         if args.command == "doctor":
             from pitstop.doctor import run as run_doctor

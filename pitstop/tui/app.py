@@ -115,6 +115,7 @@ class PitstopApp(App[str]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("f1", "help", "Help", show=False),  # htop's keys
         Binding("f", "findings", "Findings", show=False),
+        Binding("w", "waits", "Waits", show=False),  # where each rank waits: a stall's stacks (Help lists it)
         Binding("p", "profile", "Profile"),
         Binding("t", "tune", "Tune"),
         Binding("r", "next_rank", "Rank", show=False),
@@ -453,6 +454,15 @@ class PitstopApp(App[str]):
             return
         frame = self.frame()
         self.push_screen(FindingsScreen(frame.findings, quiet_text(frame)))
+
+    def action_waits(self) -> None:
+        """The latest stall stacks of every rank and the job's cause (`pitstop stacks`' text)."""
+        if isinstance(self.screen, StacksScreen):
+            return
+        from pitstop.stackscmd import job_text
+
+        lines = job_text(self.job, live=self.live, spy=False).splitlines()
+        self.push_screen(StacksScreen("Where each rank waits (the stacks of its latest stall)", lines))
 
     def action_screenshot_svg(self) -> None:
         """Save the screen as SVG in the current directory (or `screenshot_dir`) and say where."""
