@@ -266,8 +266,8 @@ class StatusPrinter:
         ranks = job.ranks()
         if not ranks:
             return
-        key = tuple((label, run.last_step, run.end is not None, _doing(run), run.stall and run.stall.phase)
-                    for label, run in ranks)
+        key = tuple((label, run.last_step, run.end is not None, _doing(run),
+                     run.stall.phase if run.stall is not None else None) for label, run in ranks)
         now = self._clock()
         if len(ranks) == 1:
             line = _status(ranks[0][1])

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from pitstop.analysis import JobState, RunState, headline, job_cause, stack_text, stall_open, thread_lines
+from pitstop.analysis import JobState, stacks_text, thread_lines
 from pitstop.errors import TransportError, UsageError
 
 # A live job's history comes on connect: read until nothing new came for QUIET_S (at most READ_MAX_S).
@@ -51,53 +51,6 @@ def read_live(source: object, quiet_s: float = QUIET_S, max_s: float = READ_MAX_
     if failure and not job.runs:
         raise failure[0]
     return job
-
-
-def _workers(run: RunState) -> list[int]:
-    """The DataLoader worker pids of the run's latest sample."""
-    if not run.samples:
-        return []
-    return [p.pid for p in run.samples[-1].procs if p.role == "worker"]
-
-
-def job_text(job: JobState, now: bool = False, live: bool = True, spy: bool = True) -> str:
-    """Every rank's latest stall stacks (or, with `now` or none recorded, read now with py-spy where local;
-    never with `spy` False: the viewer's key, which must not block on py-spy)."""
-    ranks = job.ranks()
-    if not ranks:
-        return "pitstop: no process of this job was seen"
-    out: list[str] = []
-    cause = job_cause(ranks)
-    if cause:
-        out += [f"cause: {cause}", ""]
-    here = socket.gethostname()
-    for label, run in ranks:
-        title = headline(run)
-        if run.end is not None:
-            state = "ended"
-        elif not live:
-            state = "stuck when its record stops" if stall_open(run) else "its record stops without an end"
-        else:
-            state = "stuck now" if stall_open(run) else "running"
-        out.append(f"== {label} (pid {run.pid}, {state}){': ' + title if title else ''} ==")
-        st = run.stall_stacks
-        live_here = spy and live and run.end is None and run.hello is not None and run.hello.host == here and run.pid is not None
-        if st is not None and not now:
-            age = time.time() - st.t
-            out.append(f"stacks taken {_ago(age)} ago, {int(st.since_s)} s into the stall:")
-            out.extend(f"  {line}" for line in stack_text(st))
-        elif live_here and run.pid is not None:
-            out.append("stacks read now (py-spy dump):")
-            out.extend(f"  {line}" for line in now_lines(run.pid, _workers(run)))
-        elif st is None:
-            out.append("  no stall: no stacks were taken "
-                       + ("(the process ended)" if run.end is not None else f"(it runs on {run.hello.host if run.hello else '?'})"))
-        out.append("")
-    return "\n".join(out).rstrip()
-
-
-def _ago(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def now_lines(pid: int, workers: list[int]) -> list[str]:
@@ -148,7 +101,7 @@ def cmd_stacks(target: str, token_file: str | None = None, now: bool = False) ->
         if not path.exists():
             raise UsageError(f"stacks {target!r}: no such record, and not a PID or HOST:PORT")
         runs, _ = load_runs(path)
-        print(job_text(JobState.of_runs(runs, closed=True), live=False))
+        print(stacks_text(JobState.of_runs(runs, closed=True), live=False))
         return 0
-    print(job_text(job, now=now))
+    print(stacks_text(job, live=True, read_now=now_lines, now=now, host=socket.gethostname()))
     return 0

@@ -47,7 +47,8 @@ from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measu
 from pitstop.analysis._rules import RULE_IDS, advise, findings
 from pitstop.analysis._state import SERIES, JobState, RunState, StreamBatch
 from pitstop.analysis._stall import (Wait, dead_worker_finding, describe, headline, job_cause, job_stall_finding,
-                                     stack_text, stall_block, stall_finding, stall_open, stalled_for, thread_lines)
+                                     stack_text, stacks_text, stall_block, stall_finding, stall_open, stalled_for,
+                                     thread_lines)
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.analysis._summary import (
     Summary,
@@ -133,6 +134,7 @@ __all__ = [
     "job_stall_finding",
     "stall_block",
     "stack_text",
+    "stacks_text",
     "stall_finding",
     "stall_open",
     "stalled_for",

@@ -14,11 +14,12 @@ mismatched collectives.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pitstop.analysis import format as fmt
 from pitstop.analysis._context import Finding
-from pitstop.analysis._state import RunState
+from pitstop.analysis._state import JobState, RunState
 from pitstop.events import Frame, Stall, ThreadStack
 
 COLLECTIVES = frozenset({
@@ -216,7 +217,8 @@ def dead_worker_finding(run: RunState) -> Finding | None:
 
 def job_cause(ranks: Sequence[tuple[str, RunState]]) -> str | None:
     """The job's cause in words: "rank 1 is blocked in ...; rank 0 waits in all_reduce (DDP backward) for rank 1"."""
-    stalled = [(label, run, run_wait(run)) for label, run in ranks if run.stall is not None and run.stall.phase != "end"]
+    stalled = [(label, run, run_wait(run)) for label, run in ranks
+               if run.stall is not None and run.stall.phase != "end"]
     if not stalled:
         return None
     if len(ranks) == 1:
@@ -316,3 +318,50 @@ def stall_block(run: RunState) -> list[str]:
     out.append(f"where it waits (stacks taken {span(st.since_s)} into the stall):")
     out.extend(f"  {line}" for line in stack_text(st))
     return out
+
+
+def _worker_pids(run: RunState) -> list[int]:
+    """The DataLoader worker pids of the run's latest sample."""
+    if not run.samples:
+        return []
+    return [p.pid for p in run.samples[-1].procs if p.role == "worker"]
+
+
+def stacks_text(job: JobState, live: bool = True, read_now: Callable[[int, list[int]], list[str]] | None = None,
+                now: bool = False, host: str | None = None) -> str:
+    """Every rank's latest stall stacks and the job's cause (`pitstop stacks`, the viewer's `w`).
+
+    `read_now(pid, workers)` reads a live process on this host now (py-spy, from outside), where it
+    recorded no stall or with `now` (`host`: this machine's name: a process elsewhere cannot be read);
+    None (the viewer, which must not block on py-spy): never."""
+    ranks = job.ranks()
+    if not ranks:
+        return "pitstop: no process of this job was seen"
+    out: list[str] = []
+    cause = job_cause(ranks)
+    if cause:
+        out += [f"cause: {cause}", ""]
+    for label, run in ranks:
+        title = headline(run)
+        if run.end is not None:
+            state = "ended"
+        elif not live:
+            state = "stuck when its record stops" if stall_open(run) else "its record stops without an end"
+        else:
+            state = "stuck now" if stall_open(run) else "running"
+        out.append(f"== {label} (pid {run.pid}, {state}){': ' + title if title else ''} ==")
+        st = run.stall_stacks
+        live_here = (read_now is not None and live and run.end is None and run.hello is not None
+                     and run.hello.host == host and run.pid is not None)
+        if st is not None and not now:
+            out.append(f"stacks taken at {fmt.clock_time(st.t)}, {span(st.since_s)} into the stall:")
+            out.extend(f"  {line}" for line in stack_text(st))
+        elif live_here and run.pid is not None:
+            out.append("stacks read now (py-spy dump):")
+            out.extend(f"  {line}" for line in read_now(run.pid, _worker_pids(run)))
+        elif st is None:
+            host_of = run.hello.host if run.hello else "?"
+            out.append("  no stall: no stacks were taken "
+                       + ("(the process ended)" if run.end is not None else f"(it runs on {host_of})"))
+        out.append("")
+    return "\n".join(out).rstrip()

@@ -459,9 +459,9 @@ class PitstopApp(App[str]):
         """The latest stall stacks of every rank and the job's cause (`pitstop stacks`' text)."""
         if isinstance(self.screen, StacksScreen):
             return
-        from pitstop.stackscmd import job_text
+        from pitstop.analysis import stacks_text
 
-        lines = job_text(self.job, live=self.live, spy=False).splitlines()
+        lines = stacks_text(self.job, live=self.live).splitlines()
         self.push_screen(StacksScreen("Where each rank waits (the stacks of its latest stall)", lines))
 
     def action_screenshot_svg(self) -> None:
