@@ -4,7 +4,7 @@ After the first step, no progress for longer than max(60 s, 20x the p95
 step) (or `pitstop run --stall-after SECONDS`) is a stall. Progress is a step,
 and also a batch fetched, a backward, a gradient or an evaluation forward: an
 evaluation pass between steps fetches batches and runs forwards, so it is not
-called stuck while it moves. Before the first step nothing is a stall (a slow
+called stuck while it moves; while one is in progress the threshold is 20x. Before the first step nothing is a stall (a slow
 first step is the blind watch's and the first-step progress line's). The
 watch runs on its own named daemon thread, never the training thread, ticks
 once a second by deadline and stops on an Event; on a stall it reads the
@@ -39,6 +39,11 @@ TICK_S = 1.0
 UPDATE_S = 180.0
 # Step walls kept for the p95: the recent 200 training steps.
 P95_STEPS = 200
+# While an evaluation pass is in progress (forwards without grad since the last step) the threshold is
+# 20x: pytorch/examples' mnist evaluates batches of 1,000 with no step between, and one such forward
+# took 7 s on a loaded 2-core machine (3.5x its 2 s training step): with `--stall-after 3` every eval
+# batch read as a stall that began and ended. A hung evaluation is still one, after 20 min by default.
+EVAL_TIMES = 20.0
 
 
 def _p95(values: list[float]) -> float | None:
@@ -74,10 +79,11 @@ class StallDetector:
         if training:
             self.walls.append(wall)
 
-    def check(self, key: Any, now: float) -> str | None:
+    def check(self, key: Any, now: float, evaluating: bool = False) -> str | None:
         """At a tick with the progress counters `key`: "start", "update", "end" or None.
 
-        Nothing before the first step: `key` None."""
+        Nothing before the first step: `key` None. `evaluating`: an evaluation pass is in progress
+        (EVAL_TIMES the threshold)."""
         if key is None:
             return None
         if key != self._key or self.progress_at is None:
@@ -90,7 +96,7 @@ class StallDetector:
             return None
         idle = now - self.progress_at
         if not self.stalled:
-            if idle > self.threshold():
+            if idle > self.threshold() * (EVAL_TIMES if evaluating else 1.0):
                 self.stalled = True
                 self.since = self.progress_at
                 self.next_update = now + UPDATE_S
@@ -155,7 +161,7 @@ class StallWatch:
             return
         if agent.worker_pids:
             note_dead_workers(agent)
-        what = self.detector.check(self.key(), now)
+        what = self.detector.check(self.key(), now, getattr(agent.clock, "_seg_t0", None) is not None)
         if what is None:
             return
         d = self.detector

@@ -130,3 +130,10 @@ def test_py_spy_dump_json_is_read_innermost_last() -> None:
 def test_a_job_without_a_stall_has_no_cause() -> None:
     job = JobState()
     assert job_cause(job.ranks()) is None
+
+
+def test_an_evaluation_in_progress_gets_twenty_times_the_threshold() -> None:
+    d = StallDetector(after_s=3.0)
+    d.check((1,), 0.0)
+    assert d.check((1,), 7.0, evaluating=True) is None  # one eval forward of 7 s (mnist's batch of 1,000)
+    assert d.check((1,), 61.0, evaluating=True) == "start"  # a hung evaluation is still one
