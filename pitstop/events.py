@@ -291,7 +291,7 @@ class ProfileWindow:
     step_start: int
     step_end: int  # exclusive
     device: str  # "cuda" | "cpu": where the time figures come from
-    trigger: str = "schedule"  # "schedule" | "demand"
+    trigger: str = "schedule"  # "schedule" | "demand" | "slowdown" (steps slowed down: profiling/_slowwatch.py)
     duration_s: float = 0.0
     ops: list[OpStat] = field(default_factory=list)  # top ops by self time
     kernels: list[KernelStat] = field(default_factory=list)

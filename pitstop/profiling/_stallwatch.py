@@ -114,6 +114,9 @@ class StallWatch:
     def __init__(self, agent: Any, after_s: float | None = None) -> None:
         self.agent = agent
         self.detector = StallDetector(after_s)
+        from pitstop.profiling._slowwatch import SlowdownDetector
+
+        self.slowdown = SlowdownDetector()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._excepthook: Any = sys.excepthook
@@ -133,6 +136,8 @@ class StallWatch:
         for e in events:
             if getattr(e, "kind", None) == "step":
                 self.detector.step(e.step, e.wall, e.mark is None)
+                if e.mark is None:
+                    self.slowdown.step(e.wall)
 
     def key(self) -> Any:
         """What moves while the training thread works; None before the first step."""
@@ -161,6 +166,10 @@ class StallWatch:
             return
         if agent.worker_pids:
             note_dead_workers(agent)
+        if self.slowdown.check(now):
+            from pitstop.profiling._slowwatch import capture
+
+            capture(agent, self.slowdown, self.detector.last_step)
         what = self.detector.check(self.key(), now, getattr(agent.clock, "_seg_t0", None) is not None)
         if what is None:
             return

@@ -173,8 +173,9 @@ def parse_dump(threads: Iterable[Any], pid: int, role: str, state: str | None = 
     for thread in threads:
         if not isinstance(thread, dict):
             continue
+        # The source lines are read here (the same files: a DataLoader worker or a rank on this host).
         frames = [_frame(str(f.get("filename", "")), f.get("line") if isinstance(f.get("line"), int) else None,
-                         str(f.get("name", "?")), with_code=False)
+                         str(f.get("name", "?")))
                   for f in reversed(thread.get("frames") or []) if isinstance(f, dict)][-MAX_FRAMES:]
         tid = thread.get("os_thread_id")
         if tid == pid or (tid is None and not out):

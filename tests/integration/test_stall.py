@@ -122,6 +122,20 @@ def test_a_deadlock_on_the_scripts_own_lock_is_named(tmp_path: Path, env: dict[s
     assert len(starts) == 1 and starts[0].step == 20 and starts[0].stacks[0].state == "S"
 
 
+@pytest.mark.skipif(not Path(sys.executable).with_name("py-spy").exists(), reason="py-spy not installed")
+def test_a_stuck_dataloader_worker_is_read_with_py_spy_and_named(tmp_path: Path, env: dict[str, str]) -> None:
+    run = Stderr(["run", "--headless", "--stall-after", AFTER, "--record", str(tmp_path / "w.jsonl"),
+                  str(SCRIPTS / "stall_worker_stuck.py")], env)
+    try:
+        wait_for(lambda: run.find("pitstop | STUCK:") is not None, 150, "the stall", run.text)
+        cause = run.find("pitstop | STUCK:") or ""
+        assert "waits for a batch from its DataLoader workers; worker " in cause, cause
+        assert "is in Slow.__getitem__ (stall_worker_stuck.py:15: time.sleep(3600))" in cause, cause
+    finally:
+        text = run.stop()
+    assert "DataLoader worker (read by py-spy" in text, text[-3000:]
+
+
 def test_a_dataloader_worker_killed_is_named(tmp_path: Path, env: dict[str, str]) -> None:
     result = pitstop(["run", "--headless", "--stall-after", AFTER, "--record", str(tmp_path / "w.jsonl"),
                       str(SCRIPTS / "stall_worker_killed.py")], env, timeout=180)

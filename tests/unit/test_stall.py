@@ -137,3 +137,62 @@ def test_an_evaluation_in_progress_gets_twenty_times_the_threshold() -> None:
     d.check((1,), 0.0)
     assert d.check((1,), 7.0, evaluating=True) is None  # one eval forward of 7 s (mnist's batch of 1,000)
     assert d.check((1,), 61.0, evaluating=True) == "start"  # a hung evaluation is still one
+
+
+def test_a_slowdown_of_twenty_steps_captures_once_per_ten_minutes() -> None:
+    from pitstop.profiling._slowwatch import COOLDOWN_S, SlowdownDetector
+
+    d = SlowdownDetector()
+    fired = []
+    t = 0.0
+    for i in range(300):
+        d.step(0.010 if i < 100 or i >= 200 else 0.030)  # steps 100-199 take 3x
+        if i % 5 == 4:
+            t += 1.0
+            if d.check(t):
+                fired.append(i)
+    # The recent median turns 3x after 11 slow steps (step 110); 20 steps later, one capture.
+    assert len(fired) == 1 and 125 <= fired[0] <= 140, fired
+    assert d.ratio is not None
+    d2 = SlowdownDetector()
+    for i in range(100):
+        d2.step(0.010)
+    assert not d2.check(1.0)
+    for i in range(60):
+        d2.step(0.030)
+    assert d2.check(2.0)
+    for i in range(300):
+        d2.step(0.010)
+    assert not d2.check(3.0)
+    for i in range(60):
+        d2.step(0.030)
+    assert not d2.check(4.0)  # slow again, within the cooldown
+    for i in range(60):
+        d2.step(0.030)
+    assert d2.check(4.0 + COOLDOWN_S)
+
+
+def test_a_slowdown_capture_opens_a_window_and_notes_where_the_thread_is() -> None:
+    import os
+    from types import SimpleNamespace
+
+    from pitstop.profiling._slowwatch import SlowdownDetector, capture
+
+    asked: list[str] = []
+    notes: list[str] = []
+    windows = SimpleNamespace(request=lambda trigger: asked.append(trigger) or "profiling the next 5 steps")
+    agent = SimpleNamespace(windows=windows, pid=os.getpid(),
+                            note=lambda level, source, message, once=None: notes.append(message))
+    d = SlowdownDetector()
+    d.ratio = 3.0
+    import threading
+
+    said: list[str] = []
+    # From another thread, as the stall watch's: this one is the "training thread" it reads.
+    thread = threading.Thread(target=lambda: said.append(capture(agent, d, 199)))
+    thread.start()
+    thread.join()
+    message = said[0]
+    assert asked == ["slowdown"] and notes == [message]
+    assert message.startswith("steps slowed down after step 199: the median of the last 20 is 3.0x the run's, "
+                              "for 20+ steps: profiling the next 5 steps; the training thread was at test_stall.py:")
