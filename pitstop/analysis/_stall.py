@@ -244,6 +244,10 @@ def job_cause(ranks: Sequence[tuple[str, RunState]]) -> str | None:
         else:
             parts.append(f"{who} {verb} in {' / '.join(ops)} for the ranks that are not stuck "
                          f"({', '.join(quiet)})")
+    flight = [f"{label} {st.flight[0][len('flight recorder: '):]}" for label, run, _ in stalled
+              if (st := run.stall_stacks) is not None and st.flight and st.flight[0].startswith("flight recorder: in ")]
+    if flight:
+        parts.append("flight recorder: " + ", ".join(flight))
     return "; ".join(parts) if parts else None
 
 
@@ -253,6 +257,7 @@ def stack_text(stall: Stall, label: str = "") -> list[str]:
     out: list[str] = []
     for s in stall.stacks:
         out.extend(thread_lines(s, label))
+    out.extend(stall.flight)
     out.extend(f"note: {n}" for n in stall.notes)
     return out
 

@@ -183,7 +183,7 @@ class StallWatch:
             return
         stacks, notes = self._stacks()
         agent.emit(Stall(t=time.time(), phase=what, step=step, since_s=since, threshold_s=d.threshold(),
-                         stacks=stacks, notes=notes))
+                         stacks=stacks, notes=notes, flight=self._flight()))
 
     def _stacks(self) -> tuple[list[ThreadStack], list[str]]:
         from pitstop.profiling import waits
@@ -200,6 +200,15 @@ class StallWatch:
         except Exception:
             pass
         self._excepthook(kind, value, tb)
+
+    @staticmethod
+    def _flight() -> list[str]:
+        from pitstop.profiling import _flight
+
+        try:
+            return _flight.take()
+        except Exception as err:  # noqa: BLE001 - said in the event
+            return [f"flight recorder: {type(err).__name__}: {err}"]
 
     def stop(self) -> None:
         """At the agent's stop: the thread ends; a stall still going is closed with "exit" (its length)."""

@@ -196,3 +196,48 @@ def test_a_slowdown_capture_opens_a_window_and_notes_where_the_thread_is() -> No
     assert asked == ["slowdown"] and notes == [message]
     assert message.startswith("steps slowed down after step 199: the median of the last 20 is 3.0x the run's, "
                               "for 20+ steps: profiling the next 5 steps; the training thread was at test_stall.py:")
+
+
+def _flight_dump(rank: int, seq_open: int | None) -> bytes:
+    """A Flight Recorder dump as torch pickles it (the format torch.distributed.flight_recorder reads)."""
+    import pickle
+
+    def entry(seq: int, state: str) -> dict[str, object]:
+        return {"record_id": seq, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": seq,
+                "p2p_seq_id": 0, "op_id": seq, "profiling_name": "nccl:all_reduce", "time_created_ns": 0,
+                "input_sizes": [[1024]], "input_dtypes": ["Float"], "output_sizes": [[1024]],
+                "output_dtypes": ["Float"], "state": state, "time_discovered_started_ns": None,
+                "time_discovered_completed_ns": None, "retired": state == "completed", "timeout_ms": 600000,
+                "is_p2p": False, "duration_ms": None, "frames": []}
+
+    entries = [entry(s, "completed") for s in range(38, 42)]
+    if seq_open is not None:
+        entries.append(entry(seq_open, "started"))
+    return pickle.dumps({"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+                         "pg_status": {}, "entries": entries, "rank": rank})
+
+
+def test_a_flight_recorder_dump_says_which_collective_each_rank_is_in() -> None:
+    import pickle
+
+    from pitstop.profiling import _flight
+
+    in_it = _flight.summarize(pickle.loads(_flight_dump(0, 42)))
+    assert in_it == ["flight recorder: in nccl:all_reduce (seq 42, started, group 0 (default_pg), input sizes "
+                     "[[1024]])",
+                     "flight recorder: last completed nccl:all_reduce (seq 41, completed, group 0 (default_pg), "
+                     "input sizes [[1024]])"]
+    assert _flight.summarize(pickle.loads(_flight_dump(1, None)))[0].startswith(
+        "flight recorder: every recorded collective completed")
+    assert not _flight.enabled({}) and _flight.enabled({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"})
+    # Beside the stacks, job-wide: which collective each rank is in.
+    r0, r1 = _run(0, BACKWARD), _run(1, DATASET)
+    for run, dump in ((r0, _flight_dump(0, 42)), (r1, _flight_dump(1, None))):
+        st = run.stall
+        assert st is not None
+        run.add(Stall(t=st.t, phase="update", step=19, since_s=80.0, threshold_s=60.0, stacks=st.stacks,
+                      flight=_flight.summarize(pickle.loads(dump))))
+    cause = job_cause([("rank 0", r0), ("rank 1", r1)]) or ""
+    assert cause.endswith("; flight recorder: rank 0 in nccl:all_reduce (seq 42, started, group 0 (default_pg), "
+                          "input sizes [[1024]])"), cause
+    assert "flight recorder: last completed nccl:all_reduce (seq 41" in "\n".join(stall_block(r0))
