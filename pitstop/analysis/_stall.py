@@ -100,6 +100,9 @@ def describe(stacks: Sequence[ThreadStack], distributed: bool = False) -> Wait:
                             "released")
     if mine is not None and mine is leaf and _LOCKY.search(mine.code or ""):
         return Wait("lock", f"waits on a lock{at}: never released (a deadlock in the script's own code?)")
+    if mine is not None and main.state == "R":
+        return Wait("code", f"is computing in {where(mine)} (running, not blocked: one step far longer than the "
+                            "threshold, or a loop that does not end)")
     if mine is not None:
         return Wait("code", f"is in {where(mine)}")
     if leaf is not None:
@@ -185,6 +188,8 @@ _FIXES = {
                   "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 on NCCL) so that a hang ends in an error",
     "disk": "the kernel waits on storage that does not answer: check the mount (`mount`, `dmesg`)",
     "lock": "a lock, event or join that never returns: the thread holding it is stuck or gone",
+    "code": "the script's own line above: `pitstop stacks PID --now` shows where it is now (py-spy)",
+    "unknown": "`pitstop stacks PID --now` reads the stacks from outside (py-spy)",
 }
 
 
