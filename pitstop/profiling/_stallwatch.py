@@ -201,6 +201,12 @@ class StallWatch:
             pass
         self._excepthook(kind, value, tb)
 
+    def release(self) -> None:
+        """sys.excepthook is the script's again, where nothing wrapped ours since (the exit watch, which
+        wrapped it, gives its own back first)."""
+        if sys.excepthook == self._on_uncaught:
+            sys.excepthook = self._excepthook
+
     @staticmethod
     def _flight() -> list[str]:
         from pitstop.profiling import _flight
@@ -213,8 +219,6 @@ class StallWatch:
     def stop(self) -> None:
         """At the agent's stop: the thread ends; a stall still going is closed with "exit" (its length)."""
         self._stop.set()
-        if sys.excepthook == self._on_uncaught:
-            sys.excepthook = self._excepthook
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout=2.0)

@@ -540,6 +540,8 @@ class Agent:
         if self.server is not None:
             self.server.close()
         self._exits.uninstall()
+        if self.stallwatch is not None:
+            self.stallwatch.release()  # after the exit watch's: it wrapped ours
         fd, self._rss_fd = self._rss_fd, None
         if fd is not None:
             try:
