@@ -413,6 +413,7 @@ def _parser() -> argparse.ArgumentParser:
     stacks.add_argument("--now", action="store_true",
                         help="read a live local process's stacks now with py-spy, not the latest stall's")
     stacks.add_argument("--token-file", metavar="FILE", help="token for HOST:PORT (from the run's machine)")
+
     demo = sub.add_parser("demo", help="run the embedded demo workload under pitstop")
     demo.add_argument("--headless", action="store_true")
     demo.add_argument("--steps", type=int, default=200, help="training steps (default 200: under a minute on a 2-core CPU)")

@@ -247,8 +247,7 @@ def job_cause(ranks: Sequence[tuple[str, RunState]]) -> str | None:
             parts.append(f"every rank waits in a collective ({' / '.join(ops)}){mixed}: a peer is dead or "
                          "missing, or the ranks called mismatched collectives")
         else:
-            parts.append(f"{who} {verb} in {' / '.join(ops)} for the ranks that are not stuck "
-                         f"({', '.join(quiet)})")
+            parts.append(f"{who} {verb} in {' / '.join(ops)} for {', '.join(quiet)} (no stall seen there yet)")
     flight = [f"{label} {st.flight[0][len('flight recorder: '):]}" for label, run, _ in stalled
               if (st := run.stall_stacks) is not None and st.flight and st.flight[0].startswith("flight recorder: in ")]
     if flight:

@@ -43,6 +43,7 @@ def test_a_stuck_job_shows_a_banner_on_every_screen_and_w_shows_the_stacks() -> 
             await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen) and cause in screen_text(app))
             text = screen_text(app)
             assert "STUCK stuck for 1m" in text and "after step 119" in text
+            await wait_for(pilot, lambda: "w Waits" in screen_text(app))  # the key, in the footer while stuck
             assert "rank 0 waits in all_reduce (DDP backward) for rank 1" in text
             await pilot.press("3")
             await wait_for(pilot, lambda: isinstance(app.screen, DataScreen) and cause in screen_text(app))
