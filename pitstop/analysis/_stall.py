@@ -358,7 +358,8 @@ def stacks_text(job: JobState, live: bool = True, read_now: Callable[[int, list[
             state = "stuck when its record stops" if stall_open(run) else "its record stops without an end"
         else:
             state = "stuck now" if stall_open(run) else "running"
-        out.append(f"== {label} (pid {run.pid}, {state}){': ' + title if title else ''} ==")
+        who = f"{label} (" if label == f"pid {run.pid}" else f"{label} (pid {run.pid}, "
+        out.append(f"== {who}{state}){': ' + title if title else ''} ==")
         st = run.stall_stacks
         live_here = (read_now is not None and live and run.end is None and run.hello is not None
                      and run.hello.host == host and run.pid is not None)
