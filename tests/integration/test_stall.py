@@ -72,11 +72,14 @@ def test_a_rank_stuck_in_its_dataset_is_named_and_the_other_waits_for_it(tmp_pat
         blocked = time.monotonic()
         # Named within the threshold + 30 s, with the cause in words, job-wide.
         # Each rank finds its own stall; the line is said again as the job's picture fills in.
-        both = "rank 0 waits in all_reduce (DDP backward) for rank 1"
-        wait_for(lambda: run.find(both) is not None, float(AFTER) + 30, "the stall's cause", run.text)
+        both = "pitstop | STUCK: rank 1 is blocked in"
+
+        def full() -> str | None:
+            return next((line for line in list(run.lines) if line.startswith(both) and "rank 0 waits" in line), None)
+
+        wait_for(lambda: full() is not None, float(AFTER) + 30, "the stall's cause", run.text)
         named = time.monotonic() - blocked
-        cause = run.find(both) or ""
-        assert cause.startswith("pitstop | STUCK: rank 1")
+        cause = full() or ""
         assert "rank 1 is blocked in D.__getitem__ (stall_getitem.py:25: time.sleep(3600)) inside its DataLoader's " \
                "main-process fetch" in cause, cause
         assert "rank 0 waits in all_reduce (DDP backward) for rank 1" in cause, cause
