@@ -150,10 +150,9 @@ class RunState:
         self.first_alloc_retries: int | None = None
         self.last_alloc_retries: int | None = None
         self.last_ooms: int | None = None
-        # The latest Stall event, the latest one with stacks, and the stalls begun (analysis/_stall.py).
+        # The latest Stall event and the latest one with stacks (analysis/_stall.py).
         self.stall: Stall | None = None
         self.stall_stacks: Stall | None = None
-        self.stalls = 0
 
     # -- feeding ----------------------------------------------------------
     def add(self, event: Event) -> None:
@@ -193,8 +192,6 @@ class RunState:
             self.stall = event
             if event.stacks:
                 self.stall_stacks = event
-            if event.phase == "start":
-                self.stalls += 1
         else:
             self.unknown_events += 1
 
