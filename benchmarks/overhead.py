@@ -288,6 +288,48 @@ def whole_process(rounds: int, steps: int, tmp: Path) -> None:
         print(f"  {label:24s} ratio of medians {ratio:.4f}, of means {mean:.4f}")
 
 
+def stall_watch_cost(ticks: int) -> None:
+    """Part 4: the stall watch's thread (once a second): its tick with 2,000 step times kept (the slowdown
+    median), and a slowdown capture's own cost beside its profiler window (part 1's per-window cost): the
+    training thread's stack read in-process. Off the training thread; the figures are a share of one core."""
+    import time as _time
+
+    from pitstop.profiling import waits
+    from pitstop.profiling._slowwatch import KEEP, SlowdownDetector
+    from pitstop.profiling._stallwatch import StallDetector
+
+    stall, slow = StallDetector(), SlowdownDetector()
+    for i in range(KEEP):
+        stall.step(i, 0.01, True)
+        slow.step(0.01)
+    tick_s = []
+    for i in range(ticks):
+        for _ in range(100):  # 100 steps a second: the slowdown check sorts the kept times each tick
+            slow.step(0.01)
+        t0 = _time.perf_counter()
+        stall.check((i,), float(i))
+        slow.check(float(i))
+        tick_s.append(_time.perf_counter() - t0)
+    read_s: list[float] = []
+
+    def reads() -> None:  # from another thread, as the watch's: this one is the training thread it reads
+        for _ in range(ticks // 10 or 1):
+            t0 = _time.perf_counter()
+            waits.in_process()
+            read_s.append(_time.perf_counter() - t0)
+
+    import threading
+
+    reader = threading.Thread(target=reads)
+    reader.start()
+    reader.join()
+    tick = statistics.median(tick_s)
+    print(f"part 4, the stall watch (its own thread, 1 tick a second; {ticks} ticks, {KEEP} step times kept):")
+    print(f"  tick: median {tick * 1e6:.0f} us ({tick * 100:.3f}% of one core at 1 Hz)")
+    print(f"  slowdown capture, besides its profiler window: the stack read in-process, median "
+          f"{statistics.median(read_s) * 1e6:.0f} us, at most once every 10 minutes")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=160, help="part 1: pairs of 25-step blocks")
@@ -300,16 +342,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="part 2: rounds of whole processes (0: skip)")
     parser.add_argument("--steps", type=int, default=500, help="part 2: steps per process")
     parser.add_argument("--rss-windows", type=int, default=200, help="part 3: windows (0: skip)")
+    parser.add_argument("--stall-ticks", type=int, default=2000, help="part 4: stall watch ticks (0: skip)")
     args = parser.parse_args()
     if args.window_every < REACH + 20:
         parser.error(f"--window-every must leave at least 20 steps after the {REACH} a window's cost lands on")
     print(f"command: python benchmarks/overhead.py --pairs {args.pairs} --fast-pairs {args.fast_pairs} "
           f"--periods {args.periods} --window-every {args.window_every} --rounds {args.rounds} --steps {args.steps} "
-          f"--rss-windows {args.rss_windows}", flush=True)
+          f"--rss-windows {args.rss_windows} --stall-ticks {args.stall_ticks}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         in_process(args.pairs, args.fast_pairs, args.periods, args.window_every, Path(tmp))
         if args.rounds:
             whole_process(args.rounds, args.steps, Path(tmp))
+    if args.stall_ticks:
+        stall_watch_cost(args.stall_ticks)
     if args.rss_windows:
         print(f"part 3, host RSS over {args.rss_windows} profiler windows (profiler_rss.py):", flush=True)
         subprocess.run([sys.executable, str(HERE / "profiler_rss.py"), "--windows", str(args.rss_windows),

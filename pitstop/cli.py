@@ -30,7 +30,8 @@ EXIT_BROKEN_PIPE = 141
 # Options (per command) that take a value, so the target's start can be found
 # without argparse reading the script's own options as ours.
 VALUE_OPTIONS = {
-    "run": {"--config", "--record", "--profile", "--trace-dir", "--prometheus", "--listen", "--token-file"},
+    "run": {"--config", "--record", "--profile", "--trace-dir", "--prometheus", "--listen", "--token-file",
+            "--stall-after"},
     "tune": TUNE_VALUE_OPTIONS,
 }
 
@@ -68,7 +69,20 @@ def _run_request(args: argparse.Namespace, target: Target) -> RunRequest:
         token_file=getattr(args, "token_file", None),
         plot=getattr(args, "plot", False),
         color=not getattr(args, "no_color", False),
+        stall_after=_stall_after(getattr(args, "stall_after", None)),
     )
+
+
+def _stall_after(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise UsageError(f"--stall-after {text!r}: give seconds, e.g. 120") from err
+    if not value > 0:
+        raise UsageError(f"--stall-after {text!r}: must be more than 0 seconds")
+    return value
 
 
 def cmd_run(args: argparse.Namespace, target: Target) -> int:
@@ -280,6 +294,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0 if replies.complete else 1
 
 
+def cmd_stacks(args: argparse.Namespace) -> int:
+    from pitstop.stackscmd import cmd_stacks as stacks
+
+    return stacks(args.target, token_file=args.token_file, now=args.now)
+
+
 def _profile_data(args: argparse.Namespace) -> int:
     """`pitstop profile --data PID`: where the DataLoader's Python time goes, sampled with py-spy."""
     from pitstop.profiling import stacks
@@ -362,6 +382,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", metavar="HOST:PORT",
                      help="also serve viewers over TCP on PORT (+LOCAL_RANK), token required")
     run.add_argument("--token-file", metavar="FILE", help="the TCP token (created 0600 if missing)")
+    run.add_argument("--stall-after", metavar="SECONDS",
+                     help="no progress for this long is a stall (default: max(60 s, 20x the p95 step))")
     _plot_flags(run)
 
     attach = sub.add_parser("attach", help="open the viewer on a live run")
@@ -384,6 +406,13 @@ def _parser() -> argparse.ArgumentParser:
                          help="instead, sample the Python stacks of its DataLoader workers (or of the process "
                               "with num_workers=0) with py-spy and show the dataset's slowest lines")
     profile.add_argument("--seconds", type=float, default=5.0, help="how long --data samples (default 5)")
+
+    stacks = sub.add_parser("stacks", help="where every rank of a live or recorded job waits (its stall's stacks)")
+    stacks.add_argument("target", metavar="PID|RECORD|HOST:PORT",
+                        help="a process of a live run, a record file or directory, or a --listen address")
+    stacks.add_argument("--now", action="store_true",
+                        help="read a live local process's stacks now with py-spy, not the latest stall's")
+    stacks.add_argument("--token-file", metavar="FILE", help="token for HOST:PORT (from the run's machine)")
 
     demo = sub.add_parser("demo", help="run the embedded demo workload under pitstop")
     demo.add_argument("--headless", action="store_true")
@@ -489,6 +518,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "compare": cmd_compare,
             "report": cmd_report,
             "docs": cmd_docs,
+            "stacks": cmd_stacks,
         }
         if args.command == "doctor":
             from pitstop.doctor import run as run_doctor

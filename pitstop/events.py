@@ -295,7 +295,7 @@ class ProfileWindow:
     step_start: int
     step_end: int  # exclusive
     device: str  # "cuda" | "cpu": where the time figures come from
-    trigger: str = "schedule"  # "schedule" | "demand"
+    trigger: str = "schedule"  # "schedule" | "demand" | "slowdown" (steps slowed down: profiling/_slowwatch.py)
     duration_s: float = 0.0
     ops: list[OpStat] = field(default_factory=list)  # top ops by self time
     kernels: list[KernelStat] = field(default_factory=list)
@@ -333,6 +333,53 @@ class Note:
 
 
 @dataclass(frozen=True)
+class Frame:
+    """One Python frame of a stack: where it is, and whether it is library code (folded in display)."""
+
+    function: str
+    file: str
+    line: int | None = None
+    library: bool = False  # the standard library or an installed package (torch included)
+    code: str = ""  # the source line, where it could be read
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """Where one thread of one process waits: its Python frames (outermost first) and its kernel state."""
+
+    pid: int
+    role: str  # "main" (the training thread) | "worker" (a DataLoader worker) | "pin-memory" | "thread"
+    thread: str = ""  # the thread's name
+    how: str = "in-process"  # "in-process" (sys._current_frames) | "py-spy" (py-spy dump) | "none": not taken
+    frames: list[Frame] = field(default_factory=list)
+    state: str | None = None  # /proc/PID/stat state: "R", "S", "D" (uninterruptible sleep), "Z" (dead)
+    wchan: str | None = None  # /proc/PID/wchan: the kernel function a sleeping process waits in
+    note: str | None = None  # why the stack is missing or partial ("py-spy is not installed: ...")
+    native: bool = False  # py-spy saw the thread holding the GIL (in native code: no in-process stack)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """The process stopped making progress: no step, batch or backward for longer than `threshold_s`.
+
+    `phase` "start" is sent once, when the stall is detected (with the stacks);
+    "update" every few minutes while it lasts (fresh stacks); "end" when steps
+    resume (`lasted_s` says how long it lasted); "exit" when the process ends
+    while stuck. See docs/events.md."""
+
+    kind: ClassVar[str] = "stall"
+    t: float
+    phase: str  # "start" | "update" | "end" | "exit"
+    step: int  # the last step that ended before the stall
+    since_s: float  # seconds without progress, at `t`
+    threshold_s: float  # the threshold crossed: max(60 s, 20x the p95 step), or --stall-after
+    lasted_s: float | None = None  # "end" / "exit": the stall's whole length
+    stacks: list[ThreadStack] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be seen ("py-spy is not installed ...")
+    flight: list[str] = field(default_factory=list)  # the CUDA Flight Recorder's summary, where it is on
+
+
+@dataclass(frozen=True)
 class End:
     """Last event of a stream that ended cleanly."""
 
@@ -352,12 +399,13 @@ class End:
 
 
 Event = Union[
-    Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Rank, Note, End
+    Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Rank, Note, Stall, End
 ]
 
 EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
-    for cls in (Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Rank, Note, End)
+    for cls in (Hello, Runtime, Step, Loss, Sample, DataLoaderInfo, Applied, Model, ProfileWindow, Rank, Note, Stall,
+                End)
 }
 
 _FLAT = frozenset({Hello, Runtime, Step, Loss, DataLoaderInfo, Applied, Model, Rank, Note, End})

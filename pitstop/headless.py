@@ -29,9 +29,14 @@ from pitstop.analysis import (
     first_step_status,
     format_summary,
     job_advice,
+    job_cause,
+    job_stall_finding,
     job_summary,
+    headline,
     note_text,
     status_line,
+    stall_block,
+    stall_open,
     stream_label,
     summarize,
 )
@@ -115,7 +120,11 @@ def summary_text(
             except Exception as err:  # noqa: BLE001 - said; each rank's own summary follows
                 blocks.append(f"pitstop: job summary failed: {reason_of(err)}")
             else:
-                blocks.append(job_text(figures, job_advice(job, summary=figures), job_lines(members)))
+                stuck = job_stall_finding(job.ranks())
+                advice = job_advice(job, summary=figures)
+                if stuck is not None:
+                    advice = Advice((stuck,)) + advice
+                blocks.append(job_text(figures, advice, job_lines(members)))
         own = members
         if len(members) > JOB_FULL_RANKS:
             # A job of 64 ranks read as 64 summaries of 30 lines each did not read as one job; its
@@ -128,6 +137,9 @@ def summary_text(
             code = exit_code if pid is not None and run.pid == pid else None
             advice = advise(run)
             text = format_summary(summary, advice.findings, title=title, exit_code=code, failures=advice.failures)
+            stall = stall_block(run)
+            if stall:
+                text += "\n\n" + "\n".join(stall)
             blocks.append(annotate(text, run, members))
     if notes:
         blocks.append("\n".join(notes))
@@ -224,6 +236,7 @@ class StatusPrinter:
         self._changed_at = 0.0
         self._printed_at = 0.0
         self._said: set[str] = set()
+        self._cause: str | None = None  # the job's stall cause, said when it changes
 
     def _print(self, text: str) -> None:
         with self._lock:
@@ -253,7 +266,8 @@ class StatusPrinter:
         ranks = job.ranks()
         if not ranks:
             return
-        key = tuple((label, run.last_step, run.end is not None, _doing(run)) for label, run in ranks)
+        key = tuple((label, run.last_step, run.end is not None, _doing(run),
+                     run.stall.phase if run.stall is not None else None) for label, run in ranks)
         now = self._clock()
         if len(ranks) == 1:
             line = _status(ranks[0][1])
@@ -266,6 +280,10 @@ class StatusPrinter:
         elif now - self._printed_at >= QUIET_REPEAT_S:
             self._printed_at = now
             self._print(f"pitstop | {line} | unchanged for {now - self._changed_at:.0f} s")
+        cause = job_cause(ranks) if any(stall_open(run) for _, run in ranks) else None
+        if cause is not None and cause != self._cause:
+            self._print(f"pitstop | STUCK: {cause}")
+        self._cause = cause
 
 
 def _short(label: str, run: RunState) -> str:
@@ -284,8 +302,12 @@ def _job_status(run: RunState, runs: list[RunState]) -> str:
 
 
 def _status(run: RunState) -> str:
-    """The status line; before the first step, what the process is doing (closures, batches) once its agent said."""
-    return first_step_status(run) or status_line(run)
+    """The status line; before the first step, what the process is doing (closures, batches) once its agent said;
+    a stuck process's line begins with "STUCK for 1m20s after step 19"."""
+    line = first_step_status(run) or status_line(run)
+    if not stall_open(run):
+        return line
+    return f"STUCK{(headline(run) or 'stuck')[len('stuck'):]} | {line}"
 
 
 def _doing(run: RunState) -> tuple[int, int, int, int, bool, bool] | None:

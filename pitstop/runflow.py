@@ -67,6 +67,7 @@ class RunRequest:
     mode: str = "run"
     plot: bool = False  # --plot: text charts after the end summary
     color: bool = True  # False with --no-color; never colour when stdout is not a terminal
+    stall_after: float | None = None  # --stall-after SECONDS: no progress for this long is a stall
 
 
 class Child(Protocol):
@@ -308,6 +309,7 @@ class Run:
             command_cwd=os.getcwd(),
             command_env=typed_env(),
             config_path=request.config,
+            stall_after=request.stall_after,
         )
         return self.settings
 

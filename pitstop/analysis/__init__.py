@@ -46,6 +46,9 @@ from pitstop.analysis._progress import first_step_progress, first_step_status, f
 from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measured, rates, rates_of, recent_rates
 from pitstop.analysis._rules import RULE_IDS, advise, findings
 from pitstop.analysis._state import SERIES, JobState, RunState, StreamBatch
+from pitstop.analysis._stall import (Wait, dead_worker_finding, describe, headline, job_cause, job_stall_finding,
+                                     stack_text, stacks_text, stall_block, stall_finding, stall_open, stalled_for,
+                                     thread_lines)
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.analysis._summary import (
     Summary,
@@ -123,6 +126,19 @@ __all__ = [
     "recent_rates",
     "slower_beyond",
     "status_line",
+    "Wait",
+    "dead_worker_finding",
+    "describe",
+    "headline",
+    "job_cause",
+    "job_stall_finding",
+    "stall_block",
+    "stack_text",
+    "stacks_text",
+    "stall_finding",
+    "stall_open",
+    "stalled_for",
+    "thread_lines",
     "step_split",
     "stragglers",
     "stream_label",

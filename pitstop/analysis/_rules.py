@@ -11,6 +11,7 @@ from pitstop.analysis import _rules_precision as precision
 from pitstop.analysis import _rules_resources as resources
 from pitstop.analysis import _rules_share as share
 from pitstop.analysis import _rules_trends as trends
+from pitstop.analysis import _stall as stall
 from pitstop.analysis.command import tune_line
 from pitstop.analysis._context import SEVERITY_RANK, WARMUP, Advice, Context, Finding, RuleFailure, measure
 from pitstop.errors import reason_of
@@ -62,10 +63,11 @@ def advise(run: RunState, warmup: int = WARMUP) -> Advice:
     Never raises: one odd value skips one rule, not all advice, because advice is
     never worth breaking a viewer over; the skipped rule is reported, not hidden.
     """
+    stuck = _stall_advice(run)
     try:
         ctx = measure(run, warmup)
     except Exception as err:  # noqa: BLE001 - a broken stream must not break a viewer
-        return Advice(failures=(RuleFailure("measure", reason_of(err)),))
+        return stuck + Advice(failures=(RuleFailure("measure", reason_of(err)),))
     found: list[tuple[int, int, Finding]] = []
     failed: list[RuleFailure] = []
     for order, (rule_id, rule) in enumerate(RULES):
@@ -79,4 +81,20 @@ def advise(run: RunState, warmup: int = WARMUP) -> Advice:
                 result = replace(result, tune=tune_line(run.hello, [result.knob]))
             found.append((SEVERITY_RANK.get(result.severity, len(SEVERITY_RANK)), order, result))
     found.sort(key=lambda item: (item[0], item[1]))
-    return Advice(tuple(f for _, _, f in found), tuple(failed))
+    return stuck + Advice(tuple(f for _, _, f in found), tuple(failed))
+
+
+def _stall_advice(run: RunState) -> Advice:
+    """A stall, or a dead DataLoader worker, first: they need no measured step (a run stuck at step 19
+    has fewer than the timing rules wait for), and nothing else matters while the run does not move."""
+    found: list[Finding] = []
+    failed: list[RuleFailure] = []
+    for rule_id, rule in (("stall", stall.stall_finding), ("worker-died", stall.dead_worker_finding)):
+        try:
+            result = rule(run)
+        except Exception as err:  # noqa: BLE001 - reported in Advice.failures
+            failed.append(RuleFailure(rule_id, reason_of(err)))
+            continue
+        if result is not None:
+            found.append(result)
+    return Advice(tuple(found), tuple(failed))

@@ -21,6 +21,7 @@ from pitstop.events import (
     Rank,
     Runtime,
     Sample,
+    Stall,
     Step,
     decode,
     encode,
@@ -155,6 +156,9 @@ class RunState:
         self.first_alloc_retries: int | None = None
         self.last_alloc_retries: int | None = None
         self.last_ooms: int | None = None
+        # The latest Stall event and the latest one with stacks (analysis/_stall.py).
+        self.stall: Stall | None = None
+        self.stall_stacks: Stall | None = None
 
     # -- feeding ----------------------------------------------------------
     def add(self, event: Event) -> None:
@@ -190,6 +194,10 @@ class RunState:
             self.applied = event
         elif isinstance(event, End):
             self.end = event
+        elif isinstance(event, Stall):
+            self.stall = event
+            if event.stacks:
+                self.stall_stacks = event
         else:
             self.unknown_events += 1
 
@@ -509,7 +517,7 @@ class RunState:
 
 _SERIES_FIELDS = frozenset({"steps", "samples", "losses", "profiles", "notes"})
 _SERIES_KINDS = (("steps", "step"), ("samples", "sample"), ("profiles", "profile"), ("notes", "note"))  # deques
-_EVENT_FIELDS = frozenset({"hello", "runtime", "model", "end", "applied"})
+_EVENT_FIELDS = frozenset({"hello", "runtime", "model", "end", "applied", "stall", "stall_stacks"})
 
 
 def _plain(value: object) -> bool:

@@ -145,6 +145,7 @@ class Agent:
         self._writer_thread: threading.Thread | None = None
         self._started = False
         self._exits = ExitWatch()  # how the process ends (End.reason, End.exit_code)
+        self.stallwatch: Any = None  # no progress for too long: a Stall event with the stacks (_stallwatch.py)
 
     def start(self) -> None:
         """Open the record, bind the socket, start the threads, chain the exit hooks; once.
@@ -207,6 +208,14 @@ class Agent:
         except Exception as err:
             self.sampler = None
             self.note("warn", "sampler", f"sampler off: {err}")
+        try:
+            from pitstop.profiling._stallwatch import StallWatch
+
+            self.stallwatch = StallWatch(self, settings.stall_after)
+            self.stallwatch.start()
+        except Exception as err:
+            self.stallwatch = None
+            self.note("warn", "stall", f"stall watch off: {err}")
         if settings.prometheus is not None and self.parent_pid is None:  # a child would take its parent's port
             try:
                 from pitstop.profiling.prometheus import start_exporter
@@ -515,6 +524,8 @@ class Agent:
         if self.sampler is not None:
             self.sampler.stop()
         self.blind.check(self, final=True)
+        if self.stallwatch is not None:
+            self.stallwatch.stop()
         clock = self.clock
         self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code,
                       eval_s=eval_after or 0.0, eval_passes=clock.end_passes or None, rollouts=clock.end_rollouts,
@@ -531,6 +542,8 @@ class Agent:
         if self.server is not None:
             self.server.close()
         self._exits.uninstall()
+        if self.stallwatch is not None:
+            self.stallwatch.release()  # after the exit watch's: it wrapped ours
         fd, self._rss_fd = self._rss_fd, None
         if fd is not None:
             try:

@@ -150,6 +150,7 @@ class SessionSettings:
     command_cwd: str | None = None
     command_env: dict[str, str] | None = None
     config_path: str | None = None  # `--config FILE` as typed (the Hello says it: a report's command row)
+    stall_after: float | None = None  # --stall-after SECONDS; None: max(60 s, 20x the p95 step)
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))

@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from pitstop.events import Event, Gpu, Hello, ProfileWindow, Runtime, Sample, Step
+from pitstop.events import Event, Gpu, Hello, ProfileWindow, Runtime, Sample, Stall, Step
 
 # Loopback unless the person asks for more (`--prometheus HOST:PORT`): the
 # endpoint has no authentication (it bound 0.0.0.0 before).
@@ -114,6 +114,8 @@ class Exporter:
         self.sample: Sample | None = None
         self.window: ProfileWindow | None = None
         self.train_loader: int | None = None  # Step.loader: the loader whose batches fed the latest step
+        self.last_step_t: float | None = None  # Step.t of the latest step: seconds since it, at scrape time
+        self.stalled = False  # a Stall began and has not ended (profiling/_stallwatch.py)
         reg.register(_Latest(self))  # type: ignore[arg-type]
         self.server: Any = None
 
@@ -128,8 +130,11 @@ class Exporter:
         steps = [e for e in events if isinstance(e, Step)]
         if steps:
             self._add_steps(steps)
+            self.last_step_t = steps[-1].t
         for event in events:
-            if isinstance(event, Sample):
+            if isinstance(event, Stall):
+                self.stalled = event.phase in ("start", "update")
+            elif isinstance(event, Sample):
                 self.sample = event
             elif isinstance(event, ProfileWindow):
                 self.window = event
@@ -198,6 +203,15 @@ class _Latest:
                                      "Collective (NCCL/gloo) time per step, latest profiler window.", labels=keys)
             coll.add_metric(values, window.collective_ms / 1e3)
             yield coll
+        if exp.last_step_t is not None:
+            since = GaugeMetricFamily("pitstop_seconds_since_last_step",
+                                      "Seconds since the latest step ended (grows while the run is stuck).", labels=keys)
+            since.add_metric(values, max(0.0, time.time() - exp.last_step_t))
+            yield since
+            stalled = GaugeMetricFamily("pitstop_stalled", "1 while the run is stuck (a stall detected and not "
+                                        "ended: no progress for longer than the stall threshold), else 0.", labels=keys)
+            stalled.add_metric(values, 1.0 if exp.stalled else 0.0)
+            yield stalled
         if isinstance(dropped, int):
             drops = CounterMetricFamily("pitstop_events_dropped", "Events the agent's bounded queue dropped.",
                                         labels=keys)

@@ -199,6 +199,7 @@ class ProfilerWindows:
         self._next_start = self.first if self.every is not None else _NEVER
         self._wake = self._next_start
         self._demand = False
+        self._demand_trigger: str | None = None  # what asked for the pending demand ("demand", "slowdown")
         self._open: _Open | None = None
         self._off: str | None = None  # the reason the windows are off
         # The mark of the step now running, read by the agent at its end before
@@ -314,8 +315,9 @@ class ProfilerWindows:
             self._note_once("foreign", "warn", "another torch profiler is active (the script's own?); pitstop's "
                             "profiler windows wait for it: no kernel or op tables until it stops")
             return
-        trigger = "demand" if self._demand else "schedule"
+        trigger = (self._demand_trigger or "demand") if self._demand else "schedule"
         self._demand = False
+        self._demand_trigger = None
         prof = self._factory()
         prof.start()
         opened = _Open(prof, step + 1, trigger, time.perf_counter(), None, step + 1)
@@ -378,8 +380,9 @@ class ProfilerWindows:
         job = _Job(opened.prof, opened.step_start, step_end, opened.trigger, opened.duration_s, time.time())
         self._submit(job)
 
-    def request(self) -> str:
-        """Profile the next `active` steps now ("demand"); thread-safe. Returns a reply for a person."""
+    def request(self, trigger: str = "demand") -> str:
+        """Profile the next `active` steps now ("demand", or "slowdown" from the stall watch); thread-safe.
+        Returns a reply for a person."""
         if self._off is not None:
             return f"profiler windows are off: {self._off}"
         if self._closed:
@@ -387,6 +390,7 @@ class ProfilerWindows:
         opened = self._open
         if opened is not None:
             return f"a profiler window is already recording (from step {opened.step_start})"
+        self._demand_trigger = trigger
         self._demand = True  # bool and int stores are atomic under the GIL; on_step reads them
         self._wake = 0
         return f"profiling the next {self.active} steps"

@@ -115,6 +115,7 @@ class PitstopApp(App[str]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("f1", "help", "Help", show=False),  # htop's keys
         Binding("f", "findings", "Findings", show=False),
+        Binding("w", "waits", "Waits"),  # in the footer only while a rank has stall stacks (check_action)
         Binding("p", "profile", "Profile"),
         Binding("t", "tune", "Tune"),
         Binding("r", "next_rank", "Rank", show=False),
@@ -185,6 +186,7 @@ class PitstopApp(App[str]):
         self._findings_at = 0.0
         self._said: set[str] = set()  # failures already notified: each once, not every second
         self.screenshot_dir: Path | None = None  # None: the current directory
+        self._waits_shown = False  # a rank has stall stacks: `w` works and is in the footer
 
     # -- start --------------------------------------------------------------
     def on_mount(self) -> None:
@@ -431,6 +433,10 @@ class PitstopApp(App[str]):
             return
         with self.batch_update():
             screen.show(self.frame())
+        waits = any(run.stall_stacks is not None for run in self.job.runs.values())
+        if waits != self._waits_shown:  # `w Waits` comes into the footer with the first stall's stacks
+            self._waits_shown = waits
+            self.refresh_bindings()
 
     # -- actions: screens ---------------------------------------------------
     async def action_show(self, mode: str) -> None:
@@ -453,6 +459,15 @@ class PitstopApp(App[str]):
             return
         frame = self.frame()
         self.push_screen(FindingsScreen(frame.findings, quiet_text(frame)))
+
+    def action_waits(self) -> None:
+        """The latest stall stacks of every rank and the job's cause (`pitstop stacks`' text)."""
+        if isinstance(self.screen, StacksScreen):
+            return
+        from pitstop.analysis import stacks_text
+
+        lines = stacks_text(self.job, live=self.live).splitlines()
+        self.push_screen(StacksScreen("Where each rank waits (the stacks of its latest stall)", lines))
 
     def action_screenshot_svg(self) -> None:
         """Save the screen as SVG in the current directory (or `screenshot_dir`) and say where."""
@@ -591,6 +606,8 @@ class PitstopApp(App[str]):
             return not self.live  # hidden from the footer in a live run
         if action in self._LIVE_ACTIONS:
             return self.live
+        if action == "waits":
+            return self._waits_shown
         return True
 
     def _seek(self, cursor: float) -> None:

@@ -68,7 +68,7 @@ def test_start_then_stop_writes_a_whole_record_and_gives_everything_back(tmp_pat
     agent = Agent(settings(tmp_path))
     agent.start()
     try:
-        assert {t.name for t in pitstop_threads()} >= {"pitstop-writer", "pitstop-sampler"}
+        assert {t.name for t in pitstop_threads()} >= {"pitstop-writer", "pitstop-sampler", "pitstop-stall"}
         assert agent.server is not None and agent.server.path.exists()  # live viewers can connect
         assert sys.excepthook is not hook and sys.exit is not exit_
         for _ in range(3):
@@ -80,7 +80,7 @@ def test_start_then_stop_writes_a_whole_record_and_gives_everything_back(tmp_pat
     assert events[0].pitstop_version == pyproject_version()  # pitstop/_version.py, the one place
     assert [e.step for e in events if isinstance(e, Step)] == [0, 1, 2]
     assert [(e.steps, e.reason, e.exit_code) for e in events if isinstance(e, End)] == [(3, "exit", 0)]
-    assert not [t for t in pitstop_threads() if t.name in ("pitstop-writer", "pitstop-sampler")]
+    assert not [t for t in pitstop_threads() if t.name in ("pitstop-writer", "pitstop-sampler", "pitstop-stall")]
     assert not agent.server.path.exists()
     assert sys.excepthook is hook and sys.exit is exit_
     written = record_files(tmp_path / "records")[0].read_bytes()

@@ -27,7 +27,10 @@ from pitstop.events import (
     ProfileWindow,
     Runtime,
     Sample,
+    Frame,
+    Stall,
     Step,
+    ThreadStack,
     decode,
     encode,
 )
@@ -55,6 +58,11 @@ ALL = [
                   copies=Copies(h2d_bytes=100, h2d_pageable=1), syncs_per_step={"aten::item": 1.0}),
     Rank(t=1.0, rank=1, world_size=2, local_rank=1),
     Note(t=1.0, level="warn", source="sampler", message="NVML unavailable"),
+    Stall(t=8.0, phase="start", step=19, since_s=80.0, threshold_s=60.0,
+          stacks=[ThreadStack(pid=42, role="main", frames=[Frame("D.__getitem__", "/w/hang.py", 11, code="x()"),
+                                                           Frame("sleep", "/usr/lib/python3.11/x.py", 3, library=True)],
+                              state="D", wchan="nfs_wait")],
+          notes=["py-spy is not installed"]),
     End(t=9.0, steps=100, dropped=0, exit_code=0),
 ]
 

@@ -61,6 +61,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "stepcolumns": HEAVY,  # a record's `steps` lines, encoded by the agent's writer
     "charts": HEAVY,  # text charts with plotext (no rich, no textual)
     "keeper": HEAVY,  # the index keeper beside a run: reads records, folds them, never torch
+    "stackscmd": HEAVY,  # `pitstop stacks`: records, sockets and py-spy, never torch
 }
 # The agent's parts that a viewer also imports (launch, sources, record) or that
 # import torch only once the user's script has (agent, stepclock, _patch).

@@ -232,3 +232,17 @@ def test_every_series_the_grafana_dashboard_queries_is_one_the_agent_exports() -
             assert re.search(rf"rate\({name}\{{", e), (name, e)
     variables = {v["name"] for v in dashboard["templating"]["list"]}
     assert all("$session" in e for e in exprs) and "session" in variables
+
+
+def test_seconds_since_the_last_step_grow_and_a_stall_is_a_gauge() -> None:
+    from pitstop.events import Stall
+
+    exporter = Exporter(_hello())
+    exporter.tap([Step(t=time.time() - 90.0, step=19, wall=0.01, data_wait=0.0)])
+    m = _scraped(exporter)
+    assert _one(m, "pitstop_seconds_since_last_step", "pitstop_seconds_since_last_step") >= 90.0
+    assert _one(m, "pitstop_stalled", "pitstop_stalled") == 0.0
+    exporter.tap([Stall(t=time.time(), phase="start", step=19, since_s=80.0, threshold_s=60.0)])
+    assert _one(_scraped(exporter), "pitstop_stalled", "pitstop_stalled") == 1.0
+    exporter.tap([Stall(t=time.time(), phase="end", step=19, since_s=95.0, threshold_s=60.0, lasted_s=95.0)])
+    assert _one(_scraped(exporter), "pitstop_stalled", "pitstop_stalled") == 0.0

@@ -7,6 +7,7 @@ import time
 from textual.app import ComposeResult
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.widgets import Static
 
 from pitstop.tui import view
 from pitstop.tui.view import Frame
@@ -40,6 +41,8 @@ class PitstopScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="status")
+        # Every screen: a stuck job is said above whatever the screen shows.
+        yield Static("", id="stall-banner", classes="hidden")
         yield from self.compose_body()
         # One line of text, not Textual's Footer: see widgets/_keybar.py (screen switches).
         yield KeyBar()
@@ -59,6 +62,11 @@ class PitstopScreen(Screen[None]):
             items=view.header_items(frame),
             screen=self.TITLE_TEXT,
         )
+        stuck = view.stuck_text(frame)
+        banner = self.query_one("#stall-banner", Static)
+        banner.set_class(stuck is None, "hidden")
+        if stuck is not None:
+            banner.update(f"STUCK {stuck}")
         self.show_body(frame)
 
     def show_body(self, frame: Frame) -> None:

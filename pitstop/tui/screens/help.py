@@ -14,7 +14,7 @@ from textual.widgets import Static
 KEYS: tuple[tuple[str, str], ...] = (
     ("1 2 3 4 5 6", "Overview, Ops, Data, Memory, Log, Ranks"),
     ("? F1", "this help (escape closes it)"),
-    ("f", "every finding in full (evidence, fix, gain)"),
+    ("f / w", "findings in full / where each rank waits (stall stacks)"),
     ("p", "profile now: capture a profiler window (live)"),
     ("o / c", "Ops screen: ops / CUDA kernels"),
     ("g", "Ops screen: group ops by phase, or not"),

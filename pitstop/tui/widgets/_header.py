@@ -27,6 +27,7 @@ MODE_STYLE = {
     "PAUSED": "bold black on yellow",
     "ENDED": "bold white on blue",
     "FAILED": "bold white on red",
+    "STUCK": "bold white on red",
     "TUNING": "bold black on green",
     "STOPPING": "bold black on yellow",
     "DONE": "bold white on blue",

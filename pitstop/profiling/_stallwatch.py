@@ -1,0 +1,275 @@
+"""Provides the agent's stall watch: a process that stops making progress says so, with where it waits.
+
+After the first step, no progress for longer than max(60 s, 20x the p95
+step) (or `pitstop run --stall-after SECONDS`) is a stall. Progress is a step,
+and also a batch fetched, a backward, a gradient or an evaluation forward: an
+evaluation pass between steps fetches batches and runs forwards, so it is not
+called stuck while it moves; while one is in progress the threshold is 20x. Before the first step nothing is a stall (a slow
+first step is the blind watch's and the first-step progress line's). The
+watch runs on its own named daemon thread, never the training thread, ticks
+once a second by deadline and stops on an Event; on a stall it reads the
+stacks (`waits.py`) and sends a `Stall` event: "start" with the stacks,
+"update" with fresh ones every UPDATE_S while it lasts, "end" when progress
+resumes (how long it lasted), "exit" when the process ends while stuck.
+
+While the training thread holds the GIL in native code no thread of the
+process runs, this one included: such a hang is read from outside
+(`pitstop stacks PID`, which falls back to py-spy).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from pitstop.events import Stall, ThreadStack
+
+# 60 s: a checkpoint save, a slow epoch boundary or a first evaluation batch on a loaded machine
+# stays under it; 20x the p95 step covers runs whose steps are already slow (a 10 s step).
+STALL_MIN_S = 60.0
+STALL_P95_TIMES = 20.0
+TICK_S = 1.0
+# Fresh stacks every 3 minutes while a stall lasts: a job that moves from one wait to another
+# (a retry loop, a timeout that fires) shows where it waits now.
+UPDATE_S = 180.0
+# Step walls kept for the p95: the recent 200 training steps.
+P95_STEPS = 200
+# While an evaluation pass is in progress (forwards without grad since the last step) the threshold is
+# 20x: pytorch/examples' mnist evaluates batches of 1,000 with no step between, and one such forward
+# took 7 s on a loaded 2-core machine (3.5x its 2 s training step): with `--stall-after 3` every eval
+# batch read as a stall that began and ended. A hung evaluation is still one, after 20 min by default.
+EVAL_TIMES = 20.0
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+class StallDetector:
+    """The decision alone, without threads or clocks: fed steps and progress, asked at each tick."""
+
+    def __init__(self, after_s: float | None = None) -> None:
+        self.after_s = after_s
+        self.walls: deque[float] = deque(maxlen=P95_STEPS)
+        self.last_step: int | None = None
+        self.progress_at: float | None = None  # when progress was last seen (monotonic)
+        self._key: Any = None
+        self.since: float | None = None  # stall start (the last progress), while stalled
+        self.stalled = False
+        self.next_update = 0.0
+
+    def threshold(self) -> float:
+        """max(60 s, 20x the p95 training step), or --stall-after."""
+        if self.after_s is not None:
+            return self.after_s
+        p95 = _p95(list(self.walls))
+        return max(STALL_MIN_S, STALL_P95_TIMES * p95) if p95 is not None else STALL_MIN_S
+
+    def step(self, index: int, wall: float, training: bool) -> None:
+        """A step event (the writer thread's tap): the p95 reads training steps only."""
+        self.last_step = index
+        if training:
+            self.walls.append(wall)
+
+    def check(self, key: Any, now: float, evaluating: bool = False) -> str | None:
+        """At a tick with the progress counters `key`: "start", "update", "end" or None.
+
+        Nothing before the first step: `key` None. `evaluating`: an evaluation pass is in progress
+        (EVAL_TIMES the threshold)."""
+        if key is None:
+            return None
+        if key != self._key or self.progress_at is None:
+            self._key = key
+            moved = self.progress_at is not None
+            self.progress_at = now
+            if self.stalled and moved:
+                self.stalled = False
+                return "end"
+            return None
+        idle = now - self.progress_at
+        if not self.stalled:
+            if idle > self.threshold() * (EVAL_TIMES if evaluating else 1.0):
+                self.stalled = True
+                self.since = self.progress_at
+                self.next_update = now + UPDATE_S
+                return "start"
+            return None
+        if now >= self.next_update:
+            self.next_update = now + UPDATE_S
+            return "update"
+        return None
+
+
+class StallWatch:
+    """The detector on its thread, fed by the agent (see module doc)."""
+
+    def __init__(self, agent: Any, after_s: float | None = None) -> None:
+        self.agent = agent
+        self.detector = StallDetector(after_s)
+        from pitstop.profiling._slowwatch import SlowdownDetector
+
+        self.slowdown = SlowdownDetector()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._excepthook: Any = sys.excepthook
+
+    def start(self) -> None:
+        self.agent.taps.append(self.feed)
+        # A worker killed (SIGKILL, the OOM killer) makes torch raise in the training thread at once,
+        # and multiprocessing's exit reaps it before the agent's own exit hook runs: the uncaught
+        # exception is the moment its zombie can still be read.
+        self._excepthook = sys.excepthook
+        sys.excepthook = self._on_uncaught
+        self._thread = threading.Thread(target=self._loop, name="pitstop-stall", daemon=True)
+        self._thread.start()
+
+    def feed(self, events: list[Any]) -> None:
+        """The writer thread's tap: each batch of events; steps feed the p95."""
+        for e in events:
+            if getattr(e, "kind", None) == "step":
+                self.detector.step(e.step, e.wall, e.mark is None)
+                if e.mark is None:
+                    self.slowdown.step(e.wall)
+
+    def key(self) -> Any:
+        """What moves while the training thread works; None before the first step."""
+        clock = self.agent.clock
+        if clock.index < 1:
+            return None
+        return (clock.index, clock.batches, clock.backwards, clock.grads, clock.closures,
+                getattr(clock, "_seg_n", 0), len(self.agent.stamps))
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            next_t += TICK_S
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+            if self._stop.is_set():
+                break
+            try:
+                self.tick(time.monotonic())
+            except Exception as err:  # never into training: this part goes off, loudly, once
+                self.agent.note("warn", "stall", f"stall watch off: {type(err).__name__}: {err}")
+                return
+
+    def tick(self, now: float) -> None:
+        agent = self.agent
+        if agent.disabled or agent.finished:
+            return
+        if agent.worker_pids:
+            note_dead_workers(agent)
+        if self.slowdown.check(now):
+            from pitstop.profiling._slowwatch import capture
+
+            capture(agent, self.slowdown, self.detector.last_step)
+        what = self.detector.check(self.key(), now, getattr(agent.clock, "_seg_t0", None) is not None)
+        if what is None:
+            return
+        d = self.detector
+        since = now - (d.since if d.since is not None else now)
+        step = max(0, agent.clock.index - 1) if d.last_step is None else d.last_step
+        if what == "end":
+            lasted = (d.progress_at or now) - (d.since or now)
+            agent.emit(Stall(t=time.time(), phase="end", step=step, since_s=lasted, threshold_s=d.threshold(),
+                             lasted_s=lasted))
+            return
+        stacks, notes = self._stacks()
+        agent.emit(Stall(t=time.time(), phase=what, step=step, since_s=since, threshold_s=d.threshold(),
+                         stacks=stacks, notes=notes, flight=self._flight()))
+
+    def _stacks(self) -> tuple[list[ThreadStack], list[str]]:
+        from pitstop.profiling import waits
+
+        try:
+            return waits.take(self.agent.pid, list(self.agent.worker_pids))
+        except Exception as err:
+            return [], [f"stacks not taken: {type(err).__name__}: {err}"]
+
+    def _on_uncaught(self, kind: Any, value: Any, tb: Any) -> None:
+        try:
+            note_dead_workers(self.agent)
+            note_worker_error(self.agent, value)
+        except Exception:
+            pass
+        self._excepthook(kind, value, tb)
+
+    def release(self) -> None:
+        """sys.excepthook is the script's again, where nothing wrapped ours since (the exit watch, which
+        wrapped it, gives its own back first)."""
+        if sys.excepthook == self._on_uncaught:
+            sys.excepthook = self._excepthook
+
+    @staticmethod
+    def _flight() -> list[str]:
+        from pitstop.profiling import _flight
+
+        try:
+            return _flight.take()
+        except Exception as err:  # noqa: BLE001 - said in the event
+            return [f"flight recorder: {type(err).__name__}: {err}"]
+
+    def stop(self) -> None:
+        """At the agent's stop: the thread ends; a stall still going is closed with "exit" (its length)."""
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=2.0)
+        d = self.detector
+        if d.stalled and d.since is not None:
+            lasted = time.monotonic() - d.since
+            step = d.last_step if d.last_step is not None else 0
+            self.agent.emit(Stall(t=time.time(), phase="exit", step=step, since_s=lasted,
+                                  threshold_s=d.threshold(), lasted_s=lasted))
+            d.stalled = False
+
+
+def note_dead_workers(agent: Any) -> None:
+    """Say which DataLoader worker died, and how (a zombie's status in /proc), once each."""
+    from pitstop.profiling.waits import death_text, proc_state
+
+    for pid in list(agent.worker_pids):
+        state, _, status = proc_state(pid)
+        if state == "Z":
+            agent.note("error", "dataloader", f"DataLoader worker {pid} died ({death_text(status)})",
+                       once=f"worker-dead:{pid}")
+
+
+_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)")
+_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
+
+
+def _signal_named(text: str) -> str:
+    """torch's strsignal text ("Killed") as the signal's name (SIGKILL), where one matches."""
+    for sig in signal.Signals:
+        try:
+            if signal.strsignal(sig) == text.strip():
+                return sig.name
+        except ValueError:
+            continue
+    return f"signal: {text.strip()}"
+
+
+def note_worker_error(agent: Any, error: BaseException | None) -> None:
+    """torch's own watchdog reaped the dead worker before raising: its exception (and the one it was raised
+    from) names the worker and the signal; said as the same note as a zombie read in /proc."""
+    chain: list[str] = []
+    while error is not None and len(chain) < 5:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    for text in chain:  # "killed by signal" first: it says more than "exited unexpectedly"
+        for m in _KILLED.finditer(text):
+            agent.note("error", "dataloader", f"DataLoader worker {m.group(1)} died (killed by "
+                       f"{_signal_named(m.group(2))})", once=f"worker-dead:{m.group(1)}")
+    for text in chain:
+        for m in _EXITED.finditer(text):
+            for pid in m.group(1).replace(" ", "").split(","):
+                agent.note("error", "dataloader", f"DataLoader worker {pid} died (exited unexpectedly)",
+                           once=f"worker-dead:{pid}")

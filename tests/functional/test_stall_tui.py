@@ -1,0 +1,57 @@
+"""A stuck job in the viewer: a red banner on every screen with the cause, and `w` shows each rank's stacks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from conftest import FIXED, FakeSource, job_batches, rank_stream, run, screen_text, wait_for
+
+from pitstop.events import Frame, Hello, Stall, ThreadStack
+from pitstop.streams import StreamBatch
+from pitstop.tui.app import PitstopApp
+from pitstop.tui.screens import DataScreen, OverviewScreen
+from pitstop.tui.screens.stacks import StacksScreen
+
+LIB = "/usr/lib/python3.11/site-packages/torch"
+
+
+def _stall(rank: int, frames: list[Frame]) -> Stall:
+    return Stall(t=FIXED + 100.0, phase="start", step=119, since_s=70.0, threshold_s=60.0,
+                 stacks=[ThreadStack(pid=4242 + rank, role="main", frames=frames, state="S")])
+
+
+DATASET = [Frame("main", "/work/hang.py", 30, code="for x, y in loader:"),
+           Frame("_BaseDataLoaderIter.__next__", f"{LIB}/utils/data/dataloader.py", 631, library=True),
+           Frame("D.__getitem__", "/work/hang.py", 11, code="time.sleep(3600)")]
+BACKWARD = [Frame("main", "/work/hang.py", 33, code="loss.backward()"),
+            Frame("_engine_run_backward", f"{LIB}/autograd/graph.py", 823, library=True)]
+
+
+def test_a_stuck_job_shows_a_banner_on_every_screen_and_w_shows_the_stacks() -> None:
+    batches = job_batches(slow_rank=-1)
+    # world size 2: the ranks are one distributed job
+    batches = [StreamBatch(b.stream, [dataclasses.replace(e, world_size=2) if isinstance(e, Hello) else e
+                                      for e in b.events]) for b in batches]
+    batches.append(StreamBatch(rank_stream(0), [_stall(0, BACKWARD)]))
+    batches.append(StreamBatch(rank_stream(1), [_stall(1, DATASET)]))
+    source = FakeSource(batches=batches)
+    app = PitstopApp(source, clock=lambda: FIXED + 110)  # type: ignore[arg-type]
+    cause = "rank 1 is blocked in D.__getitem__ (hang.py:11: time.sleep(3600))"
+
+    async def scenario() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen) and cause in screen_text(app))
+            text = screen_text(app)
+            assert "STUCK stuck for 1m" in text and "after step 119" in text
+            await wait_for(pilot, lambda: "w Waits" in screen_text(app))  # the key, in the footer while stuck
+            assert "rank 0 waits in all_reduce (DDP backward) for rank 1" in text
+            await pilot.press("3")
+            await wait_for(pilot, lambda: isinstance(app.screen, DataScreen) and cause in screen_text(app))
+            await pilot.press("w")
+            await wait_for(pilot, lambda: isinstance(app.screen, StacksScreen)
+                           and "hang.py:11 D.__getitem__   time.sleep(3600)" in screen_text(app))
+            assert "hang.py:33 main   loss.backward()" in screen_text(app)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DataScreen))
+
+    run(scenario())

@@ -1,0 +1,162 @@
+"""A run that stops making progress is named while it hangs, with where each process waits and why.
+
+Real `pitstop run --headless` on real scripts (a 2-rank gloo job under torchrun, a
+deadlock on the script's own lock, a DataLoader worker killed with SIGKILL, a slow
+first step and a long evaluation), with `--stall-after 3` so the tests are fast.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pitstop.events import Stall
+
+from .conftest import SCRIPTS, events_of, kill_group, pitstop, wait_for
+
+AFTER = "3"
+
+
+class Stderr:
+    """pitstop started in a session of its own, its output (the script's and its own) read line by line on a thread."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "pitstop.cli", *args], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def find(self, needle: str) -> str | None:
+        return next((line for line in list(self.lines) if needle in line), None)
+
+    def stop(self, timeout: float = 60.0) -> str:
+        """SIGTERM to pitstop, as its owner stops a stuck job; its whole stderr once it ended."""
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=timeout)
+            self._thread.join(timeout=10)
+        finally:
+            kill_group(self.proc)
+        return self.text()
+
+
+def _stalls(records: Path) -> list[Stall]:
+    files = [records] if records.is_file() else sorted(records.glob("rank*.jsonl.gz"))
+    return [e for f in files for e in events_of(f) if isinstance(e, Stall)]
+
+
+@pytest.mark.slow
+def test_a_rank_stuck_in_its_dataset_is_named_and_the_other_waits_for_it(tmp_path: Path, env: dict[str, str]) -> None:
+    records = tmp_path / "job"
+    run = Stderr(["run", "--headless", "--stall-after", AFTER, "--record", str(records), "--",
+                  sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                  str(SCRIPTS / "stall_getitem.py")], env)
+    try:
+        wait_for(lambda: run.find("rank 1 blocks in __getitem__") is not None, 180, "rank 1 to block", run.text)
+        blocked = time.monotonic()
+        # Named within the threshold + 30 s, with the cause in words, job-wide.
+        # Each rank finds its own stall; the line is said again as the job's picture fills in.
+        both = "pitstop | STUCK: rank 1 is blocked in"
+
+        def full() -> str | None:
+            return next((line for line in list(run.lines) if line.startswith(both) and "rank 0 waits" in line), None)
+
+        wait_for(lambda: full() is not None, float(AFTER) + 30, "the stall's cause", run.text)
+        named = time.monotonic() - blocked
+        cause = full() or ""
+        assert "rank 1 is blocked in D.__getitem__ (stall_getitem.py:25: time.sleep(3600)) inside its DataLoader's " \
+               "main-process fetch" in cause, cause
+        assert "rank 0 waits in all_reduce (DDP backward) for rank 1" in cause, cause
+        status = next((line for line in run.lines if "r0 STUCK for" in line and "r1 STUCK for" in line), "")
+        assert "after step 19" in status, run.text()
+    finally:
+        text = run.stop()
+    assert named <= float(AFTER) + 30
+    # Stopped by its owner: the summary says the stall, its cause and the stacks.
+    job = text.split("pitstop job summary", 1)[1]
+    assert "[high] job stuck for" in job and "after step 19 (stall)" in job, job
+    assert "rank 0 waits in all_reduce (DDP backward) for rank 1" in job
+    assert "stall_getitem.py:25 D.__getitem__   time.sleep(3600)" in text
+    assert "stall_getitem.py:42 main   loss.backward()" in text
+    starts = [s for s in _stalls(records) if s.phase == "start"]
+    assert len(starts) == 2 and all(s.step == 19 and s.stacks and s.stacks[0].role == "main" for s in starts)
+
+
+def test_a_deadlock_on_the_scripts_own_lock_is_named(tmp_path: Path, env: dict[str, str]) -> None:
+    record = tmp_path / "lock.jsonl"
+    run = Stderr(["run", "--headless", "--stall-after", AFTER, "--record", str(record),
+                  str(SCRIPTS / "stall_lock.py")], env)
+    try:
+        wait_for(lambda: run.find("pitstop | STUCK:") is not None, 120, "the stall", run.text)
+        cause = run.find("pitstop | STUCK:") or ""
+        assert "waits on a lock at log_metrics (stall_lock.py:11: with lock:)" in cause, cause
+        assert run.find("STUCK for") is not None and "after step 20" in (run.find("STUCK for") or "")
+        # On demand, live: the stacks of the process, through its agent's socket.
+        pid = cause.split("STUCK: pid ", 1)[1].split()[0]
+        live = pitstop(["stacks", pid], env, timeout=60)
+        assert live.returncode == 0, live.stderr
+        assert f"== pid {pid} (stuck now): stuck for" in live.stdout, live.stdout
+        assert "stall_lock.py:11 log_metrics   with lock:" in live.stdout
+    finally:
+        text = run.stop()
+    recorded = pitstop(["stacks", str(record)], env, timeout=60)
+    assert recorded.returncode == 0 and "stall_lock.py:27 main   log_metrics(step)" in recorded.stdout, \
+        recorded.stdout + recorded.stderr
+    assert "[high] stuck for" in text and "after step 20 (stall)" in text, text[-3000:]
+    assert "stall_lock.py:11 log_metrics   with lock:" in text
+    assert "stall_lock.py:27 main   log_metrics(step)" in text
+    starts = [s for s in _stalls(record) if s.phase == "start"]
+    assert len(starts) == 1 and starts[0].step == 20 and starts[0].stacks[0].state == "S"
+
+
+@pytest.mark.skipif(not Path(sys.executable).with_name("py-spy").exists(), reason="py-spy not installed")
+def test_a_stuck_dataloader_worker_is_read_with_py_spy_and_named(tmp_path: Path, env: dict[str, str]) -> None:
+    run = Stderr(["run", "--headless", "--stall-after", AFTER, "--record", str(tmp_path / "w.jsonl"),
+                  str(SCRIPTS / "stall_worker_stuck.py")], env)
+    try:
+        wait_for(lambda: run.find("pitstop | STUCK:") is not None, 150, "the stall", run.text)
+        cause = run.find("pitstop | STUCK:") or ""
+        assert "waits for a batch from its DataLoader workers; worker " in cause, cause
+        assert "is in Slow.__getitem__ (stall_worker_stuck.py:15: time.sleep(3600))" in cause, cause
+    finally:
+        text = run.stop()
+    assert "DataLoader worker (read by py-spy" in text, text[-3000:]
+
+
+def test_a_dataloader_worker_killed_is_named(tmp_path: Path, env: dict[str, str]) -> None:
+    result = pitstop(["run", "--headless", "--stall-after", AFTER, "--record", str(tmp_path / "w.jsonl"),
+                      str(SCRIPTS / "stall_worker_killed.py")], env, timeout=180)
+    killed = next(line for line in result.stdout.splitlines() if line.startswith("killing worker"))
+    pid = killed.split()[-1]
+    # torch's own watchdog raises in the training thread (no stall): the finding names the dead worker.
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"[high] DataLoader worker {pid} died (killed by SIGKILL) (worker-died)" in result.stderr, \
+        result.stderr[-3000:]
+
+
+def test_a_long_evaluation_and_a_slow_first_step_are_not_stalls(tmp_path: Path, env: dict[str, str]) -> None:
+    record = tmp_path / "eval.jsonl"
+    # A first step of 5 s and two evaluation passes of 10 batches of 0.5 s (5 s) each, with a 3 s threshold.
+    env.update(SLOW_FIRST_S="5", EVAL_BATCHES="10", EVAL_BATCH_S="0.5")
+    result = pitstop(["run", "--headless", "--stall-after", AFTER, "--record", str(record),
+                      str(SCRIPTS / "stall_eval_slow_first.py")], env, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "epoch 1 evaluated" in result.stdout
+    assert "STUCK" not in result.stderr and "(stall)" not in result.stderr, result.stderr[-3000:]
+    assert _stalls(record) == []
