@@ -170,6 +170,9 @@ def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None) ->
     lines.extend(extra or ())
     lines.append("")
     lines.extend(_rank_table(job.rows))
+    # The straggler line rests on recent steps (it says which); the table on all of them: said, so that
+    # "the job's 76.8 ms step" beside a p50 of 98.3 ms reads as two spans, not a contradiction.
+    lines.append("  (p50s over each rank's measured steps, all but its warm-up)")
     if advice.findings:
         lines.append("")
         lines.append(f"job findings ({len(advice.findings)}):")
