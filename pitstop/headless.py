@@ -164,9 +164,8 @@ def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None) ->
     else:
         lines.append(_jrow("straggler", "none (no rank persistently slower than the others)"))
     for i, row in enumerate(job.gone):
-        code = f", exit code {row.exit_code}" if row.exit_code is not None else ""
         last = f", last step {row.last_step}" if row.last_step is not None else ", no step"
-        lines.append(_jrow("gone" if i == 0 else "", f"{row.label} (pid {row.pid}): {row.status_reason}{code}{last}"))
+        lines.append(_jrow("gone" if i == 0 else "", f"{row.label} (pid {row.pid}): {row.status_reason}{last}"))
     lines.extend(extra or ())
     lines.append("")
     lines.extend(_rank_table(job.rows))

@@ -37,6 +37,7 @@ from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step
 from pitstop.profiling import _children, _cuda, _losses, _serving, _watch, _writepass
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
+from pitstop.profiling._lastsignal import SignalTrace
 from pitstop.profiling._stepevents import StepEvents
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
@@ -145,6 +146,7 @@ class Agent:
         self._writer_thread: threading.Thread | None = None
         self._started = False
         self._exits = ExitWatch()  # how the process ends (End.reason, End.exit_code)
+        self._last_signal = SignalTrace()  # a SIGTERM that ends it: the stacks beside the record
 
     def start(self) -> None:
         """Open the record, bind the socket, start the threads, chain the exit hooks; once.
@@ -215,6 +217,8 @@ class Agent:
             except Exception as err:
                 self.note("warn", "prometheus", f"metrics endpoint off: {err}")
         self._exits.install(lambda message: self.note("warn", "agent", message))
+        if self.parent_pid is None:  # a child that trains writes its End on SIGTERM (`_children`)
+            self._last_signal.install(self.record_path, lambda message: self.note("warn", "agent", message))
         self._hook_fork()
         atexit.register(self.stop)
 
@@ -529,6 +533,7 @@ class Agent:
         if self.server is not None:
             self.server.close()
         self._exits.uninstall()
+        self._last_signal.uninstall()
         fd, self._rss_fd = self._rss_fd, None
         if fd is not None:
             try:

@@ -96,6 +96,10 @@ def test_a_rank_killed_mid_run_is_gone_and_the_other_keeps_its_figures(tmp_path:
     gone = re.search(r"^\s+(?:gone)?\s+rank 1 \(pid (\d+)\): stream ended without an End event.*last step (\d+)$",
                      block, re.M)
     assert gone, block
+    # torchrun stops rank 0, blocked in its all-reduce, with SIGTERM: named as such, and no OOM killer
+    # is guessed for either (nothing showed one).
+    assert re.search(r"^\s+(?:gone)?\s+rank 0 \(pid \d+\): terminated by SIGTERM \(exit code 143\)", block, re.M), block
+    assert "OOM" not in block
     assert int(gone.group(2)) == 9  # steps 0..9 were measured and recorded before the SIGKILL
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\s+(rank \d)\s+\d+\s+\S+\s+(\w+).*$", block, re.M)}
     assert set(rows) == {"rank 0", "rank 1"}
