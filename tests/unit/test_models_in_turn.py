@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pitstop.analysis import RunState, findings
 from pitstop.analysis._models import model_spans
 from pitstop.analysis._summary import format_summary, summarize
@@ -74,3 +76,25 @@ def test_a_loss_that_became_finite_again_says_when() -> None:
     f = _nonfinite(_sweep([(50, 0.01, 32)], losses))
     assert f.gain == "the steps from 20 until the loss was finite again at step 22 were wasted"
     assert "clip_grad_norm_" in f.fix
+
+
+def test_the_report_shows_the_models_in_turn(tmp_path: Path) -> None:
+    from pitstop.events import Hello
+    from pitstop.profiling.record import RecordWriter
+    from pitstop.report._data import load, overview
+
+    path = tmp_path / "sweep.jsonl"
+    writer = RecordWriter(path)
+    writer.write(Hello(schema=1, pitstop_version="0.1.0", session="s", pid=1, ppid=0, host="h", argv=["sweep.py"],
+                       cwd="/", started=999.0, python="3.12", script="sweep.py", record=str(path)))
+    t, i = 1000.0, 0
+    for n, (steps, wall) in enumerate([(60, 0.01), (60, 0.03)], 1):
+        for k in range(steps):
+            t += wall
+            writer.write(Step(t=t, step=i, wall=wall, data_wait=0.0, samples=32))
+            if k == 0:
+                writer.write(Model(t=t + 0.0001, optimizers=n))
+            i += 1
+    writer.close()
+    rows = dict((label, text) for label, text in overview(load(path)) if label)
+    assert rows["models"].startswith("2 trained one after another")
