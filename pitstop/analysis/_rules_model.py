@@ -203,9 +203,15 @@ def nonfinite_loss(ctx: Context) -> Finding | None:
             cause=("the loss was never finite, so no update diverged it: the parameters or the inputs hold NaN "
                    "or inf before training (parameters left uninitialised, e.g. after `model.to_empty(device=...)` "
                    "without initialising them; NaN in the data; log(0) or 0/0 in the loss)"),
-            fix=("# before the first step:\n"
-                 "assert all(p.isfinite().all() for p in model.parameters()), 'uninitialised parameters'\n"
-                 "# after model.to_empty(device=...): model.reset_parameters() (or the script's init_weights())\n"
+            # The FSDP2 example calls model.reset_parameters() after to_empty(), but its Transformer's own
+            # resets only the embeddings, norm and output: the 10 blocks kept whatever memory held. Resetting
+            # every submodule that has one made its loss finite from step 0.
+            fix=("# before the first step: which parameters are not finite?\n"
+                 "print([n for n, p in model.named_parameters() if not p.isfinite().all()])\n"
+                 "# after model.to_empty(device=...), initialise every submodule (a model's own reset_parameters()\n"
+                 "# may cover only its top-level layers):\n"
+                 "for m in model.modules():\n"
+                 "    if hasattr(m, 'reset_parameters'): m.reset_parameters()\n"
                  "# and check a batch: assert torch.isfinite(x).all()"),
             gain=gain,
             knob=None,
