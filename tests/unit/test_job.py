@@ -425,3 +425,23 @@ def test_a_phase_is_never_given_more_extra_time_than_the_whole_it_is_part_of() -
                                      other=0.001), *wins, end()]
     (s,) = stragglers(job_of(streams))
     assert "compute +20.0 ms), in optimizer;" in s.text and "+30.0 ms" not in s.text
+
+
+def test_one_profiler_window_alone_names_no_straggler_where_the_steps_show_nothing() -> None:
+    # The balanced gloo job beside a CPU hog: one window put rank 0 at 42.0 ms outside collectives against
+    # rank 1's 20.7 ms; its steps' compared phases were even (the extra time, if any, in backward).
+    streams: dict[int, list[Event]] = {}
+    for r in range(2):
+        step_wall = 0.070
+        wins = [window(30, step_wall, step_wall - (0.042 if r == 0 else 0.0207))]
+        steps_ = anatomy_steps(60, forward=0.01, backward=0.05, optimizer=0.005, other=0.001, seed=r)
+        streams[r] = [*steps_, *wins, end()]
+    assert stragglers(job_of(streams)) == []
+    # ...and where the steps show it too (its optimizer), the same window names it.
+    for r in range(2):
+        mine = 0.020 if r == 0 else 0.0
+        wins = [window(30, 0.070, 0.070 - (0.042 if r == 0 else 0.0207))]
+        steps_ = anatomy_steps(60, forward=0.01, backward=0.05 - mine, optimizer=0.005 + mine, other=0.001, seed=r)
+        streams[r] = [*steps_, *wins, end()]
+    (s,) = stragglers(job_of(streams))
+    assert s.label == "rank 0" and s.where == "optimizer"
