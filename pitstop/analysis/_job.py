@@ -430,10 +430,13 @@ def _persistence(s: Straggler, i: int, alive: list[tuple[str, RunState, list[Ste
         extra = time_s - ref
         return extra >= floor and extra >= threshold * ref and extra >= MIN_SHARE * job_step
 
-    if s.basis == "outside-collective":
-        return window_persistence(usable, i, total)
     ranks = [measured for _, _, measured in alive]
-    if s.basis == "phase" and s.phase is not None:
+    if s.basis == "outside-collective":
+        by_windows = window_persistence(usable, i, total)
+        if (by_windows is not None and by_windows.spans >= 2) or s.phase is None:
+            return by_windows
+        # Too few windows to tell: the phase that holds the extra time is judged over the steps instead.
+    if s.phase is not None and s.basis in ("phase", "outside-collective"):
         name = s.phase.phase
 
         def phase(time_s: float, ref: float, job_step: float) -> bool:
