@@ -226,9 +226,12 @@ def nonfinite_loss(ctx: Context) -> Finding | None:
             "GradScaler, or bad input (a NaN in the data, log(0), division by zero)"
         ),
         fix=(
-            "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # before optimizer.step()\n"
-            "# lower the learning rate or add warm-up; with float16 autocast use torch.amp.GradScaler\n"
-            "# find the op: torch.autograd.set_detect_anomaly(True)  (slow: debugging only)"
+            ("# the script clips its gradients already (clip_grad_norm_ or clip_grad_value_ was called):\n"
+             "# lower the learning rate or add warm-up; with float16 autocast use torch.amp.GradScaler\n"
+             if run.model is not None and run.model.grad_clip else
+             "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # before optimizer.step()\n"
+             "# lower the learning rate or add warm-up; with float16 autocast use torch.amp.GradScaler\n")
+            + "# find the op: torch.autograd.set_detect_anomaly(True)  (slow: debugging only)"
         ),
         gain=gain,
         knob=None,

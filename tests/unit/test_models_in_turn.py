@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pitstop.analysis import RunState, findings
 from pitstop.analysis._models import model_spans
 from pitstop.analysis._summary import format_summary, summarize
@@ -98,3 +100,41 @@ def test_the_report_shows_the_models_in_turn(tmp_path: Path) -> None:
     writer.close()
     rows = dict((label, text) for label, text in overview(load(path)) if label)
     assert rows["models"].startswith("2 trained one after another")
+
+
+def test_a_script_that_clips_already_is_not_told_to_clip() -> None:
+    losses: dict[int, float | None] = {k: 2.0 for k in range(40)}
+    losses.update({k: None for k in range(40, 50)})
+    run = _sweep([(50, 0.01, 32)], losses)
+    assert "torch.nn.utils.clip_grad_norm_(model.parameters()" in _nonfinite(run).fix
+    run.add(Model(t=2000.0, optimizers=1, grad_clip=True))  # the agent saw clip_grad_norm_ called
+    fix = _nonfinite(run).fix
+    assert "clips its gradients already" in fix and "clip_grad_norm_(model.parameters()" not in fix
+
+
+def test_a_call_of_clip_grad_norm_is_seen_through_either_module() -> None:
+    import torch
+    import torch.nn.utils.clip_grad as clip_grad
+
+    from pitstop.profiling import _clipwatch
+    from pitstop.profiling._patch import unpatch
+
+    class Hooks:
+        grad_clip = False
+
+    hooks = Hooks()
+    before = {(m.__name__, n): getattr(m, n) for m in (torch.nn.utils, clip_grad) for n in _clipwatch.NAMES}
+    _clipwatch.install(hooks)
+    try:
+        p = torch.nn.Parameter(torch.ones(3))
+        p.grad = torch.full((3,), 10.0)
+        norm = clip_grad.clip_grad_norm_([p], max_norm=1.0)
+        assert hooks.grad_clip and float(norm) == pytest.approx(17.32, rel=1e-3)
+        assert float(p.grad.norm()) == pytest.approx(1.0, rel=1e-3)  # it still clips
+    finally:
+        from pitstop.profiling._patch import patches
+
+        for done in patches():
+            if done.name in _clipwatch.NAMES:
+                unpatch(done)
+    assert {(m.__name__, n): getattr(m, n) for m in (torch.nn.utils, clip_grad) for n in _clipwatch.NAMES} == before
