@@ -138,7 +138,10 @@ def record_end(runs: list[Any], pid: int, code: int) -> None:
 
     for run in runs:
         hello = run.hello
-        if run.end is not None or hello is None or hello.pid != pid or not hello.record:
+        # An End read as "terminated" was not written: the reader took it from the SIGTERM trace
+        # (`_lastsignal`; a main process never writes one). The launcher, which saw the exit, writes its own.
+        ended = run.end is not None and run.end.reason != "terminated"
+        if ended or hello is None or hello.pid != pid or not hello.record:
             continue
         end = End(t=time.time(), steps=run.total_steps, dropped=0, reason="signal", exit_code=code)
         try:
