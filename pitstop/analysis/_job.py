@@ -380,15 +380,18 @@ def _window_figures(run: RunState) -> dict[int, tuple[float, float]]:
 
 
 def _alive(job: JobState, warmup: int) -> list[tuple[str, RunState, list[Step]]]:
-    """(label, run, its steps from the end of warm-up on) of the ranks compared: alive, with MIN_STEPS recent."""
+    """(label, run, its last ROLLING_STEPS steps past warm-up) of the ranks compared: alive, with MIN_STEPS of them.
+
+    Only the recent steps: a live front asks on every refresh, and a 64-rank job keeps up to 20,000 steps
+    a rank; the whole run is walked only for a rank named (`_persistence`)."""
     alive = []
     for stream, label, run in _streams(job):
         status, _ = rank_status(run, stream in job.closed)
         if status == "gone":  # a dead rank holds nobody up any more
             continue
-        measured = [s for s in run.steps if s.step >= warmup]
-        if len(measured[-ROLLING_STEPS:]) >= MIN_STEPS:
-            alive.append((label, run, measured))
+        recent = [s for s in run.recent_steps(ROLLING_STEPS + warmup) if s.step >= warmup][-ROLLING_STEPS:]
+        if len(recent) >= MIN_STEPS:
+            alive.append((label, run, recent))
     return alive
 
 
@@ -398,8 +401,7 @@ def _evidence(alive: list[tuple[str, RunState, list[Step]]],
     # Windows start at the same step on every rank: compare the same steps.
     starts = sorted(common)[-MAX_WINDOWS:]
     out = []
-    for (label, run, measured), windows in zip(alive, usable):
-        recent = measured[-ROLLING_STEPS:]
+    for (label, run, recent), windows in zip(alive, usable):
         outside = percentile((windows[s][0] for s in starts), 50) if starts else None
         out.append(
             _Evidence(
@@ -424,13 +426,14 @@ def _waited_for_cores(ev: list[_Evidence]) -> bool:
 
 
 def _persistence(s: Straggler, i: int, alive: list[tuple[str, RunState, list[Step]]],
-                 usable: list[dict[int, tuple[float, float]]], threshold: float, floor: float) -> Persistence | None:
+                 usable: list[dict[int, tuple[float, float]]], threshold: float, floor: float,
+                 warmup: int) -> Persistence | None:
     """How `s` (rank index `i`) fared span by span over the run, on the basis that named it."""
     def total(time_s: float, ref: float, job_step: float) -> bool:
         extra = time_s - ref
         return extra >= floor and extra >= threshold * ref and extra >= MIN_SHARE * job_step
 
-    ranks = [measured for _, _, measured in alive]
+    ranks = [[x for x in run.steps if x.step >= warmup] for _, run, _ in alive]
     if s.basis == "outside-collective":
         by_windows = window_persistence(usable, i, total)
         if (by_windows is not None and by_windows.spans >= 2) or s.phase is None:
@@ -530,7 +533,7 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
             # (load 19) one window put rank 0 at 42.0 ms outside collectives against 20.7 ms, while no
             # compared phase of its steps showed extra time. Named by one window, the steps must agree.
             continue
-        persistence = _persistence(s, i, alive, usable, threshold, floor)
+        persistence = _persistence(s, i, alive, usable, threshold, floor, warmup)
         if persistence is not None and not persistence.persistent and not persistence.latest:
             continue  # slower for a while, and no longer: a passing slowdown
         mine, others_wait = _cpu_waits(ev, i)

@@ -13,6 +13,7 @@ least half of them; slower in fewer, but in the latest, its excess is recent
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -89,9 +90,10 @@ def step_persistence(ranks: Sequence[Sequence[Step]], index: int, basis: str, ph
     the steps every rank measured (`ranks`: each rank's measured steps, in step order); None when no span
     could be judged."""
     bounds, size = _span_bounds(ranks)
+    numbers = [[s.step for s in steps] for steps in ranks]  # in step order: a span is a slice (bisect)
     verdicts = []
     for lo, hi in bounds:
-        parts = [[s for s in steps if lo <= s.step < hi] for steps in ranks]
+        parts = [steps[bisect.bisect_left(n, lo):bisect.bisect_left(n, hi)] for steps, n in zip(ranks, numbers)]
         if any(len(p) < MIN_SPAN_STEPS for p in parts):
             continue
         figures = [_figure(p, basis, phase) for p in parts]
