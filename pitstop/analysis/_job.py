@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import WARMUP, Advice, Finding, RuleFailure
 from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
+from pitstop.analysis._ended import gone_fix, rank_status
 from pitstop.analysis._persist import Persistence, step_persistence, window_persistence
 from pitstop.analysis._rankphases import (
     PhaseExcess,
@@ -19,7 +20,7 @@ from pitstop.analysis._rankphases import (
 )
 from pitstop.analysis._state import JobState, RunState
 from pitstop.analysis._stats import percentile
-from pitstop.analysis._summary import END_REASONS, exit_code_text, summarize
+from pitstop.analysis._summary import summarize
 from pitstop.errors import reason_of
 from pitstop.events import ProfileWindow, Step
 
@@ -240,38 +241,6 @@ def _spawns_ranks(run: RunState, runs: list[RunState]) -> bool:
     if run.rank is not None or run.total_steps or run.pid is None:
         return False
     return any(r.rank is not None and r.hello is not None and r.hello.parent_pid == run.pid for r in runs)
-
-
-def rank_status(run: RunState, closed: bool, exit_code: int | None = None) -> tuple[str, str | None]:
-    """("running" | "finished" | "gone", why gone). A stream is only gone once it closed.
-    `exit_code`: how the process ended where the front that started it saw it (no End in its record)."""
-    end = run.end
-    if end is None:
-        if closed and exit_code is not None:
-            return "gone", f"killed before it could record its end ({exit_code_text(exit_code)})"
-        if closed:
-            # Nothing says which signal: not a SIGTERM where SIGTERM had its default action (the agent leaves
-            # a trace of that, `_lastsignal`), not an exit (atexit writes the End). The OOM killer is named
-            # only with its evidence, as the reader of `dmesg` would.
-            return "gone", ("stream ended without an End event: the process died without running its exit "
-                            "handlers (SIGKILL, a signal its own handler did not survive, or a crash in native code)")
-        return "running", None
-    # "trial-complete" is the tuner ending a trial on purpose, with exit code 0.
-    if end.reason == "terminated" and run.hello is not None and run.hello.parent_pid is not None:
-        # A child that trained (hogwild), ended by SIGTERM from its parent: `with Pool()` ends
-        # its workers that way once their work is done. Called "gone" (high), it read as a crash.
-        return "finished", None
-    if end.reason == "signal" and end.exit_code is not None:  # its launcher recorded it (`runflow.record_end`)
-        return "gone", f"killed before it could record its end ({exit_code_text(end.exit_code)})"
-    if end.reason not in ("exit", "trial-complete"):
-        said = END_REASONS.get(end.reason, f"ended by {end.reason}")
-        code = ""
-        if end.exit_code is not None:  # "terminated by SIGTERM (exit code 143)": the signal said once
-            code = f" (exit code {end.exit_code})" if "SIG" in said else f" ({exit_code_text(end.exit_code)})"
-        return "gone", f"{said}{code}"
-    if end.exit_code not in (None, 0):
-        return "gone", f"exit code {end.exit_code}"
-    return "finished", None
 
 
 def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLER_THRESHOLD) -> JobSummary:
@@ -544,21 +513,6 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
 JOB_RULE_IDS = ("rank-gone", "straggler")
 
 
-def _gone_fix(row: RankRow) -> str:
-    """What to read next, by what pitstop saw of the rank's end: a SIGTERM was sent to it (by whom), a SIGKILL
-    has several senders (the OOM killer among them, with `dmesg` to tell), and without a signal its output."""
-    reason = row.status_reason or ""
-    if "SIGTERM" in reason:
-        return ("# SIGTERM is sent, not raised: torchrun sends it to every rank once one rank fails, a scheduler\n"
-                "# (Slurm, Kubernetes) when the job is cancelled or preempted; find the first rank that failed\n"
-                "# (its own exit code in torchrun's output) or the scheduler's reason")
-    if "(SIGKILL)" in reason:
-        return ("# SIGKILL comes from a user, a launcher after its grace period, or the kernel's OOM killer;\n"
-                "# `dmesg | grep -i 'killed process'` or the cgroup's memory.events (oom_kill) tell which")
-    return ("# read the dead rank's own output: torchrun prints each failed rank's exit code or signal\n"
-            "# (a traceback there is a crash in its code; none, a signal from outside)")
-
-
 def job_advice(job: JobState, warmup: int = WARMUP, summary: JobSummary | None = None) -> Advice:
     """The job's findings (`job_findings`); never raises: a failure is reported for both job rules.
 
@@ -591,7 +545,7 @@ def job_findings(job: JobState, warmup: int = WARMUP, summary: JobSummary | None
                 evidence=[f"{row.label} (pid {row.pid}): {row.status_reason}{last}"],
                 cause="A rank that dies makes the other ranks hang in their next collective "
                 "until the launcher tears the job down.",
-                fix=_gone_fix(row),
+                fix=gone_fix(row.status_reason or ""),
             )
         )
     for s in summary.stragglers:
