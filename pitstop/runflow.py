@@ -157,6 +157,20 @@ def record_end(runs: list[Any], pid: int, code: int) -> None:
             print(f"pitstop: the end of pid {pid} not recorded: {hello.record} ends in a cut write", file=sys.stderr)
 
 
+def forwarded_note(runs: list[Any], sent: list[int]) -> str | None:
+    """What pitstop, the launcher, passed on, beside the processes that then ended without any end recorded:
+    a script whose own SIGTERM handler did not finish (a rank blocked in a collective runs no Python handler)
+    reads as "stream ended without an End event", and only pitstop knows a SIGTERM came first."""
+    if not sent:
+        return None
+    cut = [run for run in runs if run.end is None and run.hello is not None]
+    if not cut:
+        return None
+    pids = ", ".join(f"pid {run.hello.pid}" for run in cut)
+    return (f"note: pitstop passed on {signal_names(sent)} to the training; {pids} then ended without recording "
+            "an end (its own handler did not finish, or a SIGKILL followed)")
+
+
 def tune_in_view(options: Sequence[str], target: Target) -> int:
     """`pitstop tune` in the Trials view: the tuner runs as a child (its own signal
     handlers and main thread); the viewer reads its journal and output."""
@@ -341,6 +355,9 @@ class Run:
         try:
             runs, notes = load_runs(Path(self.settings.record))
             record_end(runs, pid, code)
+            said = forwarded_note(runs, self._signals.sent)
+            if said:
+                notes.append(said)
             return self.fronts.summary(runs, notes, pid, code), runs
         except PitstopError as err:
             print(f"pitstop: no summary: {err}", file=sys.stderr)
