@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pitstop import keeper
 from pitstop.errors import PitstopError, TransportError, UsageError, reason_of
+from pitstop.profiling._oom import oom_kills, oom_note
 from pitstop.profiling.launch import (
     SessionSettings,
     Target,
@@ -273,6 +274,7 @@ class Run:
         self._on_a_terminal = on_a_terminal
         self.tune = tune or TuneLaunch(request.target)  # the target is known: no rebuilding from argv
         self._signals = Forwarder()  # installed by execute()
+        self._oom_before: int | None = None  # the memory cgroup's OOM kills when the training started
         self._stopped = threading.Event()  # a stopping signal came: the viewer closes
 
     def prepare(self) -> SessionSettings:
@@ -356,8 +358,8 @@ class Run:
             runs, notes = load_runs(Path(self.settings.record))
             record_end(runs, pid, code)
             said = forwarded_note(runs, self._signals.sent)
-            if said:
-                notes.append(said)
+            oom = oom_note(self._oom_before, oom_kills())
+            notes.extend(n for n in (said, oom) if n)
             return self.fronts.summary(runs, notes, pid, code), runs
         except PitstopError as err:
             print(f"pitstop: no summary: {err}", file=sys.stderr)
@@ -390,6 +392,7 @@ class Run:
         # code), also those that come while it starts.
         own: list[int] = []
         with reaping(lambda: own):
+            self._oom_before = oom_kills()
             proc = self._launch(target, settings)
             own.append(proc.pid)
             self._signals.attach(proc)
@@ -419,6 +422,7 @@ class Run:
         own: list[int] = []
         with reaping(lambda: own):
             with open(log_path, "ab") as log:
+                self._oom_before = oom_kills()
                 proc = self._launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
             own.append(proc.pid)
             self._signals.attach(proc)
