@@ -238,6 +238,7 @@ class Model:
     conv2d: int = 0  # Conv2d modules built
     optimizers: int = 0  # distinct optimizers that stepped
     grad_scaler: bool = False  # an enabled torch.amp GradScaler was built (torch disables it without CUDA)
+    grad_clip: bool = False  # clip_grad_norm_ or clip_grad_value_ was called by the time of this event
     autocast: bool = False  # autocast is on: entered by the script, or applied from a config
     data_parallel: bool = False  # nn.DataParallel in use
     ddp: bool = False  # DistributedDataParallel in use

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pitstop import keeper
 from pitstop.errors import PitstopError, TransportError, UsageError, reason_of
+from pitstop.profiling._oom import oom_kills, oom_note
 from pitstop.profiling.launch import (
     SessionSettings,
     Target,
@@ -139,7 +140,10 @@ def record_end(runs: list[Any], pid: int, code: int) -> None:
 
     for run in runs:
         hello = run.hello
-        if run.end is not None or hello is None or hello.pid != pid or not hello.record:
+        # An End read as "terminated" was not written: the reader took it from the SIGTERM trace
+        # (`_lastsignal`; a main process never writes one). The launcher, which saw the exit, writes its own.
+        ended = run.end is not None and run.end.reason != "terminated"
+        if ended or hello is None or hello.pid != pid or not hello.record:
             continue
         end = End(t=time.time(), steps=run.total_steps, dropped=0, reason="signal", exit_code=code)
         try:
@@ -153,6 +157,20 @@ def record_end(runs: list[Any], pid: int, code: int) -> None:
                   f"in {hello.record}", file=sys.stderr)
         else:
             print(f"pitstop: the end of pid {pid} not recorded: {hello.record} ends in a cut write", file=sys.stderr)
+
+
+def forwarded_note(runs: list[Any], sent: list[int]) -> str | None:
+    """What pitstop, the launcher, passed on, beside the processes that then ended without any end recorded:
+    a script whose own SIGTERM handler did not finish (a rank blocked in a collective runs no Python handler)
+    reads as "stream ended without an End event", and only pitstop knows a SIGTERM came first."""
+    if not sent:
+        return None
+    cut = [run for run in runs if run.end is None and run.hello is not None]
+    if not cut:
+        return None
+    pids = ", ".join(f"pid {run.hello.pid}" for run in cut)
+    return (f"note: pitstop passed on {signal_names(sent)} to the training; {pids} then ended without recording "
+            "an end (its own handler did not finish, or a SIGKILL followed)")
 
 
 def tune_in_view(options: Sequence[str], target: Target) -> int:
@@ -257,6 +275,7 @@ class Run:
         self._on_a_terminal = on_a_terminal
         self.tune = tune or TuneLaunch(request.target)  # the target is known: no rebuilding from argv
         self._signals = Forwarder()  # installed by execute()
+        self._oom_before: int | None = None  # the memory cgroup's OOM kills when the training started
         self._stopped = threading.Event()  # a stopping signal came: the viewer closes
 
     def prepare(self) -> SessionSettings:
@@ -340,6 +359,9 @@ class Run:
         try:
             runs, notes = load_runs(Path(self.settings.record))
             record_end(runs, pid, code)
+            said = forwarded_note(runs, self._signals.sent)
+            oom = oom_note(self._oom_before, oom_kills())
+            notes.extend(n for n in (said, oom) if n)
             return self.fronts.summary(runs, notes, pid, code), runs
         except PitstopError as err:
             print(f"pitstop: no summary: {err}", file=sys.stderr)
@@ -372,6 +394,7 @@ class Run:
         # code), also those that come while it starts.
         own: list[int] = []
         with reaping(lambda: own):
+            self._oom_before = oom_kills()
             proc = self._launch(target, settings)
             own.append(proc.pid)
             self._signals.attach(proc)
@@ -401,6 +424,7 @@ class Run:
         own: list[int] = []
         with reaping(lambda: own):
             with open(log_path, "ab") as log:
+                self._oom_before = oom_kills()
                 proc = self._launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
             own.append(proc.pid)
             self._signals.attach(proc)

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import WARMUP, Advice, Finding, RuleFailure
 from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
-from pitstop.analysis._rankphases import PhaseExcess, lagging_phases, main_phase, phase_excesses, rank_phases
+from pitstop.analysis._ended import gone_fix, rank_status
+from pitstop.analysis._persist import Persistence, step_persistence, window_persistence
+from pitstop.analysis._rankphases import (
+    PhaseExcess,
+    lagging_phases,
+    main_phase,
+    phase_counts,
+    phase_excesses,
+    rank_phases,
+)
 from pitstop.analysis._state import JobState, RunState
 from pitstop.analysis._stats import percentile
-from pitstop.analysis._summary import exit_code_text, summarize
+from pitstop.analysis._summary import summarize
 from pitstop.errors import reason_of
-from pitstop.events import ProfileWindow
+from pitstop.events import ProfileWindow, Step
 
-# "Persistently" means over the last 50 measured steps of each rank: a median
-# over 50 steps ignores a GC pause or a checkpoint, and is still recent enough
-# (a few seconds of fast steps) to follow a rank that just became slow.
+# A rank is named over the last 50 measured steps of each rank: a median over
+# 50 steps ignores a GC pause or a checkpoint, and is still recent enough (a
+# few seconds of fast steps) to follow a rank that just became slow. Whether
+# it persists is then judged over the whole run (`_persist`).
 ROLLING_STEPS = 50
 # A p50 over fewer than 10 steps moves with one slow batch (as in _context.MIN_STEPS).
 MIN_STEPS = 10
@@ -92,6 +103,39 @@ class Straggler:
     # counts ("optimizer", "data wait", ...), None when none does (then backward, or no anatomy).
     phase: PhaseExcess | None = None
     anatomy: bool = False  # the ranks' steps carried phases (Step.forward_s ...)
+    # The same test span by span over the run (None: no span could be judged, a short run).
+    persistence: Persistence | None = None
+    # Cores' worth of this rank's threads that waited for a CPU over its recent steps, and the others' median.
+    cpu_wait: float | None = None
+    others_cpu_wait: float | None = None
+
+    @property
+    def recent(self) -> bool:
+        """Slower lately (the last steps, the latest span) but not over most of the run."""
+        return self.persistence is not None and not self.persistence.persistent
+
+    @property
+    def waited_for_cores(self) -> bool:
+        """Its threads waited at least CONTENDED_WAIT_CORES for a CPU: the machine's load may be the extra time."""
+        return self.cpu_wait is not None and self.cpu_wait >= CONTENDED_WAIT_CORES
+
+    @property
+    def over(self) -> str:
+        """What the figures rest on: "its last 50 steps" or "the latest 5 profiler windows"."""
+        return f"the latest {self.windows} profiler windows" if self.windows else f"its last {self.steps} steps"
+
+    @property
+    def rests_on(self) -> str:
+        """"over its last 50 steps, slower in 14 of the run's 16 spans of 25 steps; its threads waited 1.2 cores' worth
+        for a CPU (the others 0.9)": what the call rests on, said after its figures."""
+        text = f"over {self.over}"
+        p = self.persistence
+        if p is not None and p.spans >= 2:  # one span is the figures above again
+            text += f", {p.text}" + ("" if p.persistent else " (the excess is recent)")
+        if self.waited_for_cores:
+            others = f" (the others {self.others_cpu_wait:.1f})" if self.others_cpu_wait is not None else ""
+            text += f"; its threads waited {self.cpu_wait:.1f} cores' worth for a CPU{others}"
+        return text
 
     @property
     def extra_s(self) -> float:
@@ -129,10 +173,14 @@ class Straggler:
         if self.basis == "phase" and self.phase is not None:
             return (f"{self.label}: {self.phase.phase} {_signed_ms(self.extra_s)} per step "
                     f"({fmt.duration(self.time_s)} vs median {fmt.duration(self.reference_s)} of the other ranks), "
-                    f"{fmt.pct(self.share)} of the job's {fmt.duration(self.job_step_s)} step")
+                    f"{fmt.pct(self.share)} of the job's {fmt.duration(self.job_step_s)} step; {self.rests_on}")
         where = ""
         if self.phase is not None:
-            where = f", in {self.phase.phase} {_signed_ms(self.phase.extra_s)} per step"
+            # Medians do not add up: a phase's own median can exceed the whole's (+103.9 ms in optimizer
+            # beside compute +91.9 ms on a loaded gloo job). A part is given a figure only within its whole.
+            whole = self.extra_data_s if self.phase.phase == "data wait" else self.extra_compute_s
+            figure = f" {_signed_ms(self.phase.extra_s)} per step" if self.phase.extra_s <= whole + 1e-9 else ""
+            where = f", in {self.phase.phase}{figure}"
         elif self.where:
             where = f", in {self.where}"
         what = {
@@ -144,7 +192,7 @@ class Straggler:
         return (
             f"{self.label}: {fmt.duration(self.time_s)} {what} vs median {fmt.duration(self.reference_s)} ({rel}), "
             f"extra time is {self.cause} (data {_signed_ms(self.extra_data_s)}, "
-            f"compute {_signed_ms(self.extra_compute_s)}){where}"
+            f"compute {_signed_ms(self.extra_compute_s)}){where}; {self.rests_on}"
         )
 
 
@@ -193,31 +241,6 @@ def _spawns_ranks(run: RunState, runs: list[RunState]) -> bool:
     if run.rank is not None or run.total_steps or run.pid is None:
         return False
     return any(r.rank is not None and r.hello is not None and r.hello.parent_pid == run.pid for r in runs)
-
-
-def rank_status(run: RunState, closed: bool, exit_code: int | None = None) -> tuple[str, str | None]:
-    """("running" | "finished" | "gone", why gone). A stream is only gone once it closed.
-    `exit_code`: how the process ended where the front that started it saw it (no End in its record)."""
-    end = run.end
-    if end is None:
-        if closed and exit_code is not None:
-            return "gone", f"killed before it could record its end ({exit_code_text(exit_code)})"
-        if closed:
-            return "gone", "stream ended without an End event (killed, e.g. SIGKILL or OOM killer)"
-        return "running", None
-    # "trial-complete" is the tuner ending a trial on purpose, with exit code 0.
-    if end.reason == "terminated" and run.hello is not None and run.hello.parent_pid is not None:
-        # A child that trained (hogwild), ended by SIGTERM from its parent: `with Pool()` ends
-        # its workers that way once their work is done. Called "gone" (high), it read as a crash.
-        return "finished", None
-    if end.reason == "signal" and end.exit_code is not None:  # its launcher recorded it (`runflow.record_end`)
-        return "gone", f"killed before it could record its end ({exit_code_text(end.exit_code)})"
-    if end.reason not in ("exit", "trial-complete"):
-        code = f", exit code {end.exit_code}" if end.exit_code is not None else ""
-        return "gone", f"ended by {end.reason}{code}"
-    if end.exit_code not in (None, 0):
-        return "gone", f"exit code {end.exit_code}"
-    return "finished", None
 
 
 def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLER_THRESHOLD) -> JobSummary:
@@ -292,6 +315,7 @@ class _Evidence:
     outside: float | None  # median over shared windows of window wall - collective, seconds
     windows: int
     phases: dict[str, float]  # rank_phases of its recent measured steps
+    since: float  # when its first recent step began (the CPU readings taken from then on)
 
 
 def _window_outside(w: ProfileWindow, walls: dict[int, float]) -> float | None:
@@ -313,18 +337,22 @@ def _window_outside(w: ProfileWindow, walls: dict[int, float]) -> float | None:
     return max(0.0, w.duration_s / n - w.collective_ms / 1e3)
 
 
-def _usable_windows(run: RunState) -> dict[int, float]:
-    """{window start step: outside-collective seconds per step} of the run's usable windows."""
+def _window_figures(run: RunState) -> dict[int, tuple[float, float]]:
+    """{window start step: (outside-collective seconds per step, wall per step)} of the run's usable windows."""
     walls = {s.step: s.wall for s in run.steps}
     out = {}
     for w in run.profiles:
         value = _window_outside(w, walls)
         if value is not None:
-            out[w.step_start] = value
+            out[w.step_start] = (value, w.duration_s / (w.step_end - w.step_start))
     return out
 
 
-def _evidence(job: JobState, warmup: int) -> list[_Evidence]:
+def _alive(job: JobState, warmup: int) -> list[tuple[str, RunState, list[Step]]]:
+    """(label, run, its last ROLLING_STEPS steps past warm-up) of the ranks compared: alive, with MIN_STEPS of them.
+
+    Only the recent steps: a live front asks on every refresh, and a 64-rank job keeps up to 20,000 steps
+    a rank; the whole run is walked only for a rank named (`_persistence`)."""
     alive = []
     for stream, label, run in _streams(job):
         status, _ = rank_status(run, stream in job.closed)
@@ -333,13 +361,17 @@ def _evidence(job: JobState, warmup: int) -> list[_Evidence]:
         recent = [s for s in run.recent_steps(ROLLING_STEPS + warmup) if s.step >= warmup][-ROLLING_STEPS:]
         if len(recent) >= MIN_STEPS:
             alive.append((label, run, recent))
-    usable = [_usable_windows(run) for _, run, _ in alive]
+    return alive
+
+
+def _evidence(alive: list[tuple[str, RunState, list[Step]]],
+              usable: list[dict[int, tuple[float, float]]]) -> list[_Evidence]:
     common = set.intersection(*(set(u) for u in usable)) if usable else set()
     # Windows start at the same step on every rank: compare the same steps.
     starts = sorted(common)[-MAX_WINDOWS:]
     out = []
     for (label, run, recent), windows in zip(alive, usable):
-        outside = percentile((windows[s] for s in starts), 50) if starts else None
+        outside = percentile((windows[s][0] for s in starts), 50) if starts else None
         out.append(
             _Evidence(
                 label=label,
@@ -350,6 +382,7 @@ def _evidence(job: JobState, warmup: int) -> list[_Evidence]:
                 outside=outside,
                 windows=len(starts) if outside is not None else 0,
                 phases=rank_phases([s for s in recent if s.mark is None]),
+                since=recent[0].t - recent[0].wall,
             )
         )
     return out
@@ -359,6 +392,37 @@ def _waited_for_cores(ev: list[_Evidence]) -> bool:
     """Whether the job's median rank waited for a free core (Linux run delay) at least CONTENDED_WAIT_CORES."""
     waits = [w for e in ev if (w := run_delay(e.run)) is not None]
     return bool(waits) and percentile(waits, 50) >= CONTENDED_WAIT_CORES
+
+
+def _persistence(s: Straggler, i: int, alive: list[tuple[str, RunState, list[Step]]],
+                 usable: list[dict[int, tuple[float, float]]], threshold: float, floor: float,
+                 warmup: int) -> Persistence | None:
+    """How `s` (rank index `i`) fared span by span over the run, on the basis that named it."""
+    def total(time_s: float, ref: float, job_step: float) -> bool:
+        extra = time_s - ref
+        return extra >= floor and extra >= threshold * ref and extra >= MIN_SHARE * job_step
+
+    ranks = [[x for x in run.steps if x.step >= warmup] for _, run, _ in alive]
+    if s.basis == "outside-collective":
+        by_windows = window_persistence(usable, i, total)
+        if (by_windows is not None and by_windows.spans >= 2) or s.phase is None:
+            return by_windows
+        # Too few windows to tell: the phase that holds the extra time is judged over the steps instead.
+    if s.phase is not None and s.basis in ("phase", "outside-collective"):
+        name = s.phase.phase
+
+        def phase(time_s: float, ref: float, job_step: float) -> bool:
+            return phase_counts(PhaseExcess(name, time_s, ref), job_step, floor)
+
+        return step_persistence(ranks, i, "phase", name, phase)
+    return step_persistence(ranks, i, s.basis, None, total)
+
+
+def _cpu_waits(ev: list[_Evidence], i: int) -> tuple[float | None, float | None]:
+    """(rank i's, the median of the others') cores' worth of threads that waited for a CPU over their recent steps."""
+    waits = [run_delay(e.run, since=e.since) for e in ev]
+    others = [w for j, w in enumerate(waits) if j != i and w is not None]
+    return waits[i], (percentile(others, 50) if others else None)
 
 
 def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: int = WARMUP) -> list[Straggler]:
@@ -373,8 +437,16 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
     ranks do not synchronise). The reference is the median of the OTHER ranks,
     so in a 2-rank job a rank is compared with its peer and a straggler does
     not raise its own bar. See STRAGGLER_THRESHOLD for the threshold.
+
+    The last ROLLING_STEPS steps (or MAX_WINDOWS windows) name a rank; the run
+    then judges it span by span on the same basis (`_persist`): slower in most
+    spans, it is a straggler of the run; in fewer but the latest, its excess is
+    recent (`Straggler.recent`); not in the latest, the slowdown has passed and
+    it is not named.
     """
-    ev = _evidence(job, warmup)
+    alive = _alive(job, warmup)
+    usable = [_window_figures(run) for _, run, _ in alive]
+    ev = _evidence(alive, usable)
     if len(ev) < 2:
         return []
     windowed = all(e.outside is not None for e in ev)
@@ -423,7 +495,19 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
             job_step_s=job_step, extra_data_s=data, extra_compute_s=x.extra_s - data, steps=e.steps, windows=0,
             phase=x, anatomy=anatomy,
         )
-    return sorted(found.values(), key=lambda s: -s.extra_s)
+    kept = []
+    for i, s in found.items():
+        if s.basis == "outside-collective" and s.windows < 2 and s.anatomy and s.phase is None:
+            # One profiler window is one sample of a few steps: on the balanced gloo job beside a CPU hog
+            # (load 19) one window put rank 0 at 42.0 ms outside collectives against 20.7 ms, while no
+            # compared phase of its steps showed extra time. Named by one window, the steps must agree.
+            continue
+        persistence = _persistence(s, i, alive, usable, threshold, floor, warmup)
+        if persistence is not None and not persistence.persistent and not persistence.latest:
+            continue  # slower for a while, and no longer: a passing slowdown
+        mine, others_wait = _cpu_waits(ev, i)
+        kept.append(dataclasses.replace(s, persistence=persistence, cpu_wait=mine, others_cpu_wait=others_wait))
+    return sorted(kept, key=lambda s: -s.extra_s)
 
 
 JOB_RULE_IDS = ("rank-gone", "straggler")
@@ -461,16 +545,14 @@ def job_findings(job: JobState, warmup: int = WARMUP, summary: JobSummary | None
                 evidence=[f"{row.label} (pid {row.pid}): {row.status_reason}{last}"],
                 cause="A rank that dies makes the other ranks hang in their next collective "
                 "until the launcher tears the job down.",
-                fix="# read the dead rank's own output (torchrun prints its exit code);\n"
-                "# exit code 137 / -9 is SIGKILL, often the kernel OOM killer: check `dmesg`",
+                fix=gone_fix(row.status_reason or ""),
             )
         )
     for s in summary.stragglers:
-        over = f"{s.windows} profiler windows" if s.windows else f"the last {s.steps} steps"
         evidence = [
             s.text,
-            f"measured over {over}; the job waits {fmt.pct(s.share)} of its "
-            f"{fmt.duration(s.job_step_s)} step on {s.label}",
+            f"the job waits {fmt.pct(s.share)} of its {fmt.duration(s.job_step_s)} step on {s.label} "
+            f"(p50s over {s.over}; the rank table's p50s are over every measured step)",
         ]
         if s.cause == "data wait":
             fix = ("# give that rank's DataLoader more workers or faster storage, e.g.\n"
@@ -484,15 +566,29 @@ def job_findings(job: JobState, warmup: int = WARMUP, summary: JobSummary | None
                 fix = f"# look for work that only {s.label} does in its {s.where} phase, e.g. under `if rank == ...:`\n" + fix
             cause = (f"{s.label} computes longer per step than the other ranks{where}, and they wait for it in every "
                      "all-reduce.")
+        if s.waited_for_cores:
+            # A rank whose threads wait for a core is slowed by the machine, not by its own work: the loaded
+            # 2-core box made the balanced job's rank 1 look slow while its threads waited 0.6-1.7 cores' worth.
+            cause += (f" Its threads waited {s.cpu_wait or 0.0:.1f} cores' worth for a CPU meanwhile: the machine's "
+                      "other processes may be what slows it; re-measure with fewer processes beside it.")
+        title = f"{s.label} is a straggler ({s.cause})"
+        severity = "high" if s.share >= 0.5 else "medium"
+        gain = f"up to {fmt.pct(s.share)} shorter job steps if {s.label} kept pace"
+        if s.recent and s.persistence is not None:
+            title = f"{s.label} is slower lately ({s.cause})"
+            severity = "medium" if severity == "high" else "low"
+            cause += (f" Over the run it kept pace: {s.persistence.text}, the latest among them; "
+                      "it may be a passing slowdown.")
+            gain += " (while the slowdown lasts)"
         out.append(
             Finding(
                 rule="straggler",
-                title=f"{s.label} is a straggler ({s.cause})",
-                severity="high" if s.share >= 0.5 else "medium",
+                title=title,
+                severity=severity,
                 evidence=evidence,
                 cause=cause,
                 fix=fix,
-                gain=f"up to {fmt.pct(s.share)} shorter job steps if {s.label} kept pace",
+                gain=gain,
             )
         )
     return out

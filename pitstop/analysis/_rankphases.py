@@ -89,7 +89,8 @@ def phase_excesses(ranks: Sequence[dict[str, float]]) -> list[list[PhaseExcess]]
     return out
 
 
-def _counts(x: PhaseExcess, job_step_s: float, min_excess_s: float) -> bool:
+def phase_counts(x: PhaseExcess, job_step_s: float, min_excess_s: float) -> bool:
+    """Whether a phase's extra time counts: over the floor, its share of the job's step, and half again the others'."""
     share = DATA_MIN_SHARE if x.phase == "data wait" else PHASE_MIN_SHARE
     floor = max(min_excess_s, DATA_MIN_EXCESS_S) if x.phase == "data wait" else min_excess_s
     return (x.extra_s >= floor and x.extra_s >= share * job_step_s
@@ -107,7 +108,7 @@ def lagging_phases(
     """
     candidates = sorted(
         ((PHASES.index(x.phase), -x.extra_s, i, x) for i, xs in enumerate(excesses) for x in xs
-         if _counts(x, job_step_s, min_excess_s)),
+         if phase_counts(x, job_step_s, min_excess_s)),
         key=lambda c: (c[0], c[1], c[2]),
     )
     extra = dict(named or {})
@@ -123,16 +124,16 @@ def lagging_phases(
 
 
 def main_phase(excesses: Sequence[PhaseExcess], job_step_s: float, min_excess_s: float) -> PhaseExcess | None:
-    """The compared phase with the most extra time, when it counts (as in `lagging_phases`); else None.
+    """The compared phase with the most extra time, when it counts (`phase_counts`); else None.
 
     Not held against the extra time a profiler window showed: profiling slows the
     profiled steps, most where ops are many (on the gloo job one window said
     +48.3 ms outside collectives where the unprofiled steps' optimizer said +20 ms).
     """
     best = max(excesses, key=lambda x: x.extra_s, default=None)
-    if best is None or not _counts(best, job_step_s, min_excess_s):
+    if best is None or not phase_counts(best, job_step_s, min_excess_s):
         return None
     return best
 
 
-__all__ = ["PHASES", "PhaseExcess", "lagging_phases", "main_phase", "phase_excesses", "rank_phases"]
+__all__ = ["PHASES", "PhaseExcess", "lagging_phases", "main_phase", "phase_counts", "phase_excesses", "rank_phases"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_STEPS, Context, Finding, truthy_override
+from pitstop.analysis._models import ModelSpan, model_spans
+from pitstop.analysis._state import RunState
 from pitstop.analysis._stats import percentile
 
 # channels_last typically gains 10-30% on conv nets under AMP (PyTorch's
@@ -174,14 +176,46 @@ def nonfinite_loss(ctx: Context) -> Finding | None:
         f"loss was NaN or inf at step {first} "
         f"({total} non-finite step{'s' if total != 1 else ''}{read or ' in all'})"
     ]
-    before = [(k, v) for k, v in run.losses.items() if k < first and v is not None]
+    # The model that went non-finite, where the run trained several in turn (a sweep's trials).
+    model = next((m for m in model_spans(run, 0) if m.first_step <= first <= m.last_step), None)
+    begin = model.first_step if model is not None else (run.head[0].step if run.head else 0)
+    before = [(k, v) for k, v in run.losses.items() if begin <= k < first and v is not None]
     if before:
         k, v = max(before)
         evidence.append(f"last finite loss before it: {v:.4g} at step {k}")
-    model = run.model
-    fp16_unscaled = model is not None and model.autocast and not model.grad_scaler
+    if model is not None:
+        evidence.append(f"in model {model.index} of {len(model_spans(run, 0))} trained one after another "
+                        f"(steps {model.first_step}-{model.last_step})")
+    gain = _nonfinite_gain(run, first, model)
+    # Non-finite at the first step whose loss was read, with no finite one before: no update had run
+    # yet to diverge. pytorch/examples' FSDP2 example read NaN from step 0 because its parameters were
+    # left uninitialised after `to_empty()`; clipping gradients (which it already did) cannot help.
+    from_start = not before and first <= begin + 1
+    fp16_unscaled = run.model is not None and run.model.autocast and not run.model.grad_scaler
     if fp16_unscaled:
         evidence.append("autocast is on without a GradScaler (float16 gradients can overflow)")
+    if from_start:
+        return Finding(
+            rule="nonfinite-loss",
+            title=f"Non-finite loss from the first step (step {first})",
+            severity="high",
+            evidence=evidence,
+            cause=("the loss was never finite, so no update diverged it: the parameters or the inputs hold NaN "
+                   "or inf before training (parameters left uninitialised, e.g. after `model.to_empty(device=...)` "
+                   "without initialising them; NaN in the data; log(0) or 0/0 in the loss)"),
+            # The FSDP2 example calls model.reset_parameters() after to_empty(), but its Transformer's own
+            # resets only the embeddings, norm and output: the 10 blocks kept whatever memory held. Resetting
+            # every submodule that has one made its loss finite from step 0.
+            fix=("# before the first step: which parameters are not finite?\n"
+                 "print([n for n, p in model.named_parameters() if not p.isfinite().all()])\n"
+                 "# after model.to_empty(device=...), initialise every submodule (a model's own reset_parameters()\n"
+                 "# may cover only its top-level layers):\n"
+                 "for m in model.modules():\n"
+                 "    if hasattr(m, 'reset_parameters'): m.reset_parameters()\n"
+                 "# and check a batch: assert torch.isfinite(x).all()"),
+            gain=gain,
+            knob=None,
+        )
     return Finding(
         rule="nonfinite-loss",
         title=f"Non-finite loss from step {first}",
@@ -192,10 +226,31 @@ def nonfinite_loss(ctx: Context) -> Finding | None:
             "GradScaler, or bad input (a NaN in the data, log(0), division by zero)"
         ),
         fix=(
-            "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # before optimizer.step()\n"
-            "# lower the learning rate or add warm-up; with float16 autocast use torch.amp.GradScaler\n"
-            "# find the op: torch.autograd.set_detect_anomaly(True)  (slow: debugging only)"
+            ("# the script clips its gradients already (clip_grad_norm_ or clip_grad_value_ was called):\n"
+             "# lower the learning rate or add warm-up; with float16 autocast use torch.amp.GradScaler\n"
+             if run.model is not None and run.model.grad_clip else
+             "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # before optimizer.step()\n"
+             "# lower the learning rate or add warm-up; with float16 autocast use torch.amp.GradScaler\n")
+            + "# find the op: torch.autograd.set_detect_anomaly(True)  (slow: debugging only)"
         ),
-        gain=f"every step after step {first} is wasted until the loss is finite again",
+        gain=gain,
         knob=None,
     )
+
+
+def _nonfinite_gain(run: RunState, first: int, model: ModelSpan | None) -> str:
+    """What the non-finite steps cost, as the record shows it: until the end, until finite again, or until
+    the next model (a sweep's next trial, finite at once: "until the loss is finite again" read as more)."""
+    last = run.last_step if run.last_step is not None else first
+    after = [k for k, v in run.losses.items() if k > first and v is not None]
+    end = model.last_step if model is not None else last
+    wasted = end - first + 1
+    if model is not None and model.last_step < last:
+        again = [k for k in after if k <= model.last_step]
+        if not again:
+            return (f"steps {first}-{model.last_step} ({wasted}) of model {model.index} were wasted: its loss "
+                    f"stayed non-finite; the next model's was finite from step {after[0]}" if after else
+                    f"steps {first}-{model.last_step} ({wasted}) of model {model.index} were wasted")
+    if after:
+        return f"the steps from {first} until the loss was finite again at step {after[0]} were wasted"
+    return f"every step from step {first} to the last ({last}: {last - first + 1} steps) was wasted"

@@ -82,6 +82,7 @@ class RunState:
         self.hello: Hello | None = None
         self.runtime: Runtime | None = None
         self.model: Model | None = None
+        self.model_starts: list[float] = []  # Model.t of each Model event with a new optimizer
         self.end: End | None = None
         self.applied: Applied | None = None
         # An exporter inside the training process keeps fewer (see profiling/prometheus.py);
@@ -185,6 +186,9 @@ class RunState:
         elif isinstance(event, Runtime):
             self.runtime = event
         elif isinstance(event, Model):
+            # Each new optimizer (Model.optimizers grew): where a model trained one after another starts (`_models`).
+            if (self.model is None or event.optimizers > self.model.optimizers) and len(self.model_starts) < 256:
+                self.model_starts.append(event.t)
             self.model = event
         elif isinstance(event, Rank):
             if self.hello is not None:  # every reader of hello.rank sees the rank learned late
@@ -342,6 +346,7 @@ class RunState:
         copy._nonfinite_seen = set(self._nonfinite_seen)
         copy.dataloaders = dict(self.dataloaders)
         copy.marked = dict(self.marked)
+        copy.model_starts = list(self.model_starts)
         return copy
 
     def to_checkpoint(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pitstop.analysis import format as fmt
 from pitstop.analysis._anatomy import PhaseSplit, phase_split_of
 from pitstop.analysis._context import WARMUP
 from pitstop.analysis._cpu import STATUS_SAMPLES, CpuFigures, cpu_mean, cpu_now, cpu_text, loader_label
+from pitstop.analysis._models import ModelSpan, model_spans
 from pitstop.analysis._rates import RECENT_STEPS, last_measured, rates, rates_of
 from pitstop.analysis._state import HEAD_STEPS, RunState
 from pitstop.analysis._stats import mean, percentile
@@ -95,6 +96,7 @@ class Summary:
     notes: tuple[str, ...] = ()  # the agent's warnings and errors: "prometheus: metrics endpoint off: ..."
     phases: PhaseSplit | None = None  # the measured steps' anatomy (analysis._anatomy.phase_split)
     counted_by: str | None = None  # the latest step's `source`: "optimizer" | "backward" | "manual"
+    models: tuple[ModelSpan, ...] = ()  # models trained one after another (`_models`); () for one
 
     @property
     def long_warmup_s(self) -> float | None:
@@ -180,6 +182,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         notes=_notes(run),
         phases=phase_split_of(window),
         counted_by=run.steps[-1].source if run.steps else None,
+        models=tuple(model_spans(run, warmup)),
     )
 
 
@@ -369,6 +372,7 @@ def format_summary(
             parts = ", ".join(f"{name} {fmt.duration(sec)} ({fmt.pct(shares.get(name))})"
                               for name, sec in s.phases.seconds())
             lines.append(_row("compute", f"{parts}; p50 per step, {s.phases.clock} clock"))
+    lines.extend(_row("models" if i == 0 else "", text) for i, text in enumerate(models_lines(s.models)))
     mem_line = f"peak allocated {fmt.size(s.peak_mem_allocated, s.mem_unavailable)}"
     if s.peak_mem_reserved is not None:
         mem_line += f", reserved {fmt.size(s.peak_mem_reserved)}"
@@ -424,6 +428,26 @@ def format_summary(
                 lines.append(f"     tune: {f.tune}")
     lines.extend(f"  {failure.text}" for failure in failures)
     return "\n".join(lines)
+
+
+def models_lines(models: tuple[ModelSpan, ...], shown: int = 12) -> list[str]:
+    """"6 trained one after another (a new optimizer each); the figures above mix them:" then one line a model."""
+    if not models:
+        return []
+    out = [f"{len(models)} trained one after another (a new optimizer each); the figures above mix them:"]
+    for m in models[:shown]:
+        figures = [f"p50 {fmt.duration(m.step_p50_s)}" if m.step_p50_s is not None else "no measured step"]
+        if m.samples_per_s is not None:
+            figures.append(fmt.rate(m.samples_per_s, "samples"))
+        if m.nonfinite:
+            last = f" (last finite {m.last_loss:.4g})" if m.last_loss is not None else ""
+            figures.append(f"loss non-finite at {m.nonfinite} step{'s' if m.nonfinite != 1 else ''}{last}")
+        elif m.last_loss is not None:
+            figures.append(f"last loss {m.last_loss:.4g}")
+        out.append(f"{m.index}: steps {m.first_step}-{m.last_step} ({m.steps}), " + ", ".join(figures))
+    if len(models) > shown:
+        out.append(f"... and {len(models) - shown} more")
+    return out
 
 
 def _row(label: str, text: str) -> str:

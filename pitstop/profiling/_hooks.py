@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
+from pitstop.profiling import _clipwatch
 from pitstop.profiling._dynamo import FrameSkip, compiling, compile_gate
 from pitstop.profiling._keras import hook_keras_optimizer
 from pitstop.profiling._losses import LOSS_EVERY_S
@@ -136,6 +137,7 @@ class Hooks:
         self.tail_parts = 0  # backward calls of the tail's step (one: the tail is the step's loss)
         self.conv2d = 0
         self.grad_scaler = False
+        self.grad_clip = False  # the script called clip_grad_norm_ / clip_grad_value_ (`_clipwatch`)
         self.scalers: list[Any] = []  # weak references to the enabled GradScalers (their losses are scaled)
         self.scaler_skipped: Any = None  # tells the clock of an optimizer step a GradScaler skipped
         self.autocast = False
@@ -182,6 +184,7 @@ class Hooks:
         self._hook_backward()
         self._hook_dist_autograd()
         self._hook_autograd_grad()
+        _clipwatch.install(self)
         self._hook_constructors()
         if not agent.dormant:
             self._start_windows()
@@ -295,6 +298,7 @@ class Hooks:
                 conv2d=self.conv2d,
                 optimizers=optimizers,
                 grad_scaler=self.grad_scaler,
+                grad_clip=self.grad_clip,
                 autocast=self.autocast,
                 data_parallel=self.data_parallel,
                 ddp=self.ddp,

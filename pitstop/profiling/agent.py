@@ -37,6 +37,7 @@ from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step
 from pitstop.profiling import _children, _cuda, _losses, _serving, _watch, _writepass
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
+from pitstop.profiling._lastsignal import SignalTrace
 from pitstop.profiling._stepevents import StepEvents
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
@@ -146,6 +147,7 @@ class Agent:
         self._started = False
         self._exits = ExitWatch()  # how the process ends (End.reason, End.exit_code)
         self.stallwatch: Any = None  # no progress for too long: a Stall event with the stacks (_stallwatch.py)
+        self._last_signal = SignalTrace()  # a SIGTERM that ends it: the stacks beside the record
 
     def start(self) -> None:
         """Open the record, bind the socket, start the threads, chain the exit hooks; once.
@@ -224,6 +226,8 @@ class Agent:
             except Exception as err:
                 self.note("warn", "prometheus", f"metrics endpoint off: {err}")
         self._exits.install(lambda message: self.note("warn", "agent", message))
+        if self.parent_pid is None:  # a child that trains writes its End on SIGTERM (`_children`)
+            self._last_signal.install(self.record_path, lambda message: self.note("warn", "agent", message))
         self._hook_fork()
         atexit.register(self.stop)
 
@@ -544,6 +548,7 @@ class Agent:
         self._exits.uninstall()
         if self.stallwatch is not None:
             self.stallwatch.release()  # after the exit watch's: it wrapped ours
+        self._last_signal.uninstall()
         fd, self._rss_fd = self._rss_fd, None
         if fd is not None:
             try:

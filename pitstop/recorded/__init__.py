@@ -11,9 +11,12 @@ Also which processes of a run trained (`_trained`): a hogwild run trains in
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from pitstop.analysis import JobState, RunState
+from pitstop.events import End
+from pitstop.profiling._lastsignal import read_trace, trace_path
 from pitstop.profiling.record import is_record_name, record_files, siblings
 from pitstop.recorded import _sidecar
 from pitstop.recorded._index import StreamIndex
@@ -86,6 +89,12 @@ def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
             continue  # another run's file that happens to share the name
         if index.stream.read.torn:
             notes.append(f"note: {path} ends in a cut line (the run was killed); read up to its last whole line")
+        if run.end is None and read_trace(path) is not None:
+            # The process died of SIGTERM (faulthandler wrote its stacks, then the signal ended it: `_lastsignal`).
+            run.add(End(t=trace_path(path).stat().st_mtime, steps=run.total_steps, dropped=0, reason="terminated",
+                        exit_code=128 + signal.SIGTERM))
+            notes.append(f"note: pid {run.pid} was ended by SIGTERM; every thread's stack at that moment is in "
+                         f"{trace_path(path)}")
         runs.append(run)
         indexes[id(run)] = index
     if limits is not None:

@@ -34,8 +34,9 @@ from pitstop.recorded._index import Checkpoint, SavedState, StreamIndex
 # 2: positions of events (compressed records, `steps` lines), not bytes; 3: the machine's CPU folded
 # over the samples the process's is (an index of 2 restored a different mean than a pass over the record);
 # 4: the training part of steps marked eval folded into the totals (`RunState.eval_train_wall`);
-# 5: the steps whose loss was read (`RunState.losses_read`).
-FORMAT = 5
+# 5: the steps whose loss was read (`RunState.losses_read`); 6: where each new optimizer's model
+# starts (`RunState.model_starts`).
+FORMAT = 6
 SUFFIX = ".index"
 _PROBE = 4096  # bytes of the record checked at each end of what an index covers
 

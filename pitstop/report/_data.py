@@ -21,6 +21,7 @@ from pitstop.analysis import (
     job_advice,
     job_summary,
     loader_label,
+    models_lines,
     op_time_us,
     summarize,
 )
@@ -280,6 +281,7 @@ def overview(data: ReportData) -> list[tuple[str, str]]:
                      f"mean {fmt.duration(s.step_mean_s)} (compute p50 {fmt.duration(s.compute_p50_s)})"))
     if s.data_wait_frac is not None:
         rows.append(("data wait", f"{fmt.pct(s.data_wait_frac)} of training step time"))
+    rows.extend(("models" if i == 0 else "", text) for i, text in enumerate(models_lines(s.models)))
     if s.eval_passes:
         share = f", {fmt.pct(s.eval_s / s.elapsed_s)} of wall time" if s.elapsed_s else ""
         rows.append(("evaluation", f"{s.eval_passes} pass(es), {s.eval_s:.1f} s{share}"))

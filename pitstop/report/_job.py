@@ -72,12 +72,13 @@ def headline(job: JobSummary) -> list[tuple[str, str]]:
     rows.append(("job throughput", through))
     for i, s in enumerate(job.stragglers):
         rows.append(("straggler" if i == 0 else "", f"{s.text}; the job waits {fmt.pct(s.share)} of its "
-                     f"{fmt.duration(s.job_step_s)} step on {s.label}"))
+                     f"{fmt.duration(s.job_step_s)} step (p50 over the same steps) on {s.label}"))
     if not job.stragglers:
         rows.append(("straggler", "none (no rank persistently slower than the others)"))
     rows.append(("data wait", _listed(job.rows, lambda r: r.data_wait_frac, lambda r: (
         f"{fmt.pct(r.data_wait_frac)} of its step (p50 {fmt.duration(r.data_wait_p50_s)})"))))
-    rows.append(("step p50", _listed(job.rows, lambda r: r.step_p50_s, lambda r: fmt.duration(r.step_p50_s))))
+    rows.append(("step p50", "over every measured step: "
+                 + _listed(job.rows, lambda r: r.step_p50_s, lambda r: fmt.duration(r.step_p50_s))))
     for row in job.gone:
         last = f", last step {row.last_step}" if row.last_step is not None else ", before its first step"
         rows.append(("gone", f"{row.label} (pid {row.pid}): {row.status_reason}{last}"))

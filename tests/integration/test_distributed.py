@@ -96,6 +96,12 @@ def test_a_rank_killed_mid_run_is_gone_and_the_other_keeps_its_figures(tmp_path:
     gone = re.search(r"^\s+(?:gone)?\s+rank 1 \(pid (\d+)\): stream ended without an End event.*last step (\d+)$",
                      block, re.M)
     assert gone, block
+    # Rank 0, blocked in its all-reduce, either sees the peer's socket close (gloo raises) or is stopped by
+    # torchrun's SIGTERM first: each named as such, and no OOM killer is guessed for either rank.
+    r0 = re.search(r"^\s+(?:gone)?\s+rank 0 \(pid \d+\): (terminated by SIGTERM \(exit code 143\)|died of an "
+                   r"uncaught exception \(exit code 1\))", block, re.M)
+    assert r0 is not None or not re.search(r"^\s+(?:gone)?\s+rank 0 ", block, re.M), block
+    assert "OOM" not in block
     assert int(gone.group(2)) == 9  # steps 0..9 were measured and recorded before the SIGKILL
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\s+(rank \d)\s+\d+\s+\S+\s+(\w+).*$", block, re.M)}
     assert set(rows) == {"rank 0", "rank 1"}
@@ -136,3 +142,38 @@ def test_ranks_started_by_mp_spawn_read_as_the_job_and_the_parent_as_their_launc
     assert model.ddp and model.conv2d == 1
     assert any(isinstance(e, ProfileWindow) and e.ops for e in events)
     assert any(isinstance(e, DataLoaderInfo) for e in events)
+
+
+@pytest.mark.slow
+def test_ranks_torchrun_stops_with_sigterm_are_gone_by_sigterm_with_their_stacks(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    # The job's owner stops it: a SIGTERM to pitstop goes to torchrun, which sends one to each rank.
+    import signal
+    import subprocess
+
+    from .conftest import kill_group, wait_for
+
+    records = tmp_path / "job"
+    env["STOP_FILE"] = str(tmp_path / "never")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--record", str(records),
+         "--", *_torchrun("ddp_until_stop.py", "100000")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        def both_stepped() -> bool:
+            files = sorted(records.glob("*.jsonl.gz"))
+            return len(files) == 2 and all(any(isinstance(e, Step) for e in events_of(f)) for f in files)
+
+        wait_for(both_stepped, timeout=180, what="a recorded step on both ranks")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    block = _job_block(err)
+    for rank in (0, 1):
+        assert re.search(rf"^\s+(?:gone)?\s+rank {rank} \(pid \d+\): terminated by SIGTERM \(exit code 143\)",
+                         block, re.M), block
+        trace = records / f"rank{rank}.jsonl.gz.sigterm"
+        assert "ddp_until_stop.py" in trace.read_text(), trace.read_text()
+    assert "OOM" not in block

@@ -14,6 +14,8 @@ EXPECTED = {
     "_MultiProcessingDataLoaderIter.__init__", "TensorBase.backward", "Conv2d.__init__", "GradScaler.__init__",
     "DataParallel.__init__", "DistributedDataParallel.__init__", "autocast.__enter__",
     "torch.distributed.autograd.backward", "InstructionTranslator.__init__",
+    "torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad.clip_grad_value_",
 }
 
 

@@ -55,3 +55,20 @@ def test_a_record_that_ended_whole_gets_the_end_in_a_member_of_its_own(tmp_path:
     writer.close()
     assert append_end(path, END)
     assert list(iter_record(path))[-1] == END
+
+
+def test_what_the_launcher_passed_on_is_said_beside_the_processes_that_ended_without_an_end() -> None:
+    import signal
+
+    from pitstop.analysis import RunState
+    from pitstop.runflow import forwarded_note
+
+    cut, whole = RunState(), RunState()
+    for run, pid in ((cut, 7), (whole, 8)):
+        run.add(Hello(schema=2, pitstop_version="0.1.0", session="s", pid=pid, ppid=1, host="h", argv=["t.py"],
+                      cwd="/", started=100.0, python="3.11"))
+    whole.add(END)
+    assert forwarded_note([cut, whole], [signal.SIGTERM]) == (
+        "note: pitstop passed on SIGTERM to the training; pid 7 then ended without recording an end "
+        "(its own handler did not finish, or a SIGKILL followed)")
+    assert forwarded_note([cut, whole], []) is None and forwarded_note([whole], [signal.SIGTERM]) is None

@@ -168,7 +168,8 @@ class RanksScreen(PitstopScreen):
                 text.append("\n")
             text.append("Straggler ", style=STRAGGLER_STYLE)
             text.append(s.text)
-            text.append(f"; the job waits {fmt.pct(s.share)} of its {fmt.duration(s.job_step_s)} step on it",
+            text.append(f"; the job waits {fmt.pct(s.share)} of its {fmt.duration(s.job_step_s)} step "
+                        "(p50 over the same steps) on it",
                         style="bold")
         for row in summary.gone:
             text.append("\n")
