@@ -236,7 +236,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     from pitstop.headless import still_running, summary_text
     from pitstop.recorded import load_runs, sessions
 
-    target = Path(args.record)
+    paths = [Path(p) for p in args.record]
+    target: Path | list[Path] = paths[0] if len(paths) == 1 else paths
     if args.summary or args.plot or not sys.stdout.isatty():
         runs, notes = load_runs(target)
         print(summary_text(runs, notes, alive=still_running(runs)))
@@ -256,7 +257,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     if len(groups) > 1:
         # The viewer shows one job: records of unrelated runs would pass for its ranks.
         names = ", ".join(session or "unknown" for session, _ in groups)
-        raise UsageError(f"{target} holds records of {len(groups)} different runs ({names}): "
+        where = " ".join(str(p) for p in paths)
+        raise UsageError(f"{where} holds records of {len(groups)} different runs ({names}): "
                          "view one run's file or directory, or use --summary")
     return run_viewer(source)
 
@@ -374,7 +376,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("ls", help="list live runs")
 
     view = sub.add_parser("view", help="replay a recorded run")
-    view.add_argument("record", help="a record file (.jsonl, .jsonl.gz) or a session directory")
+    view.add_argument("record", nargs="+",
+                      help="a record file (.jsonl, .jsonl.gz) or a session directory; several (each node's "
+                           "record directory of a job over several nodes) read as one job")
     view.add_argument("--summary", action="store_true", help="print the summary instead of opening the viewer")
     _plot_flags(view)
 
