@@ -108,7 +108,7 @@ def summary_text(
             script = next((r.hello.script for r in members if r.hello is not None and r.hello.script), "run")
             blocks.append(f"== run {session or 'unknown'}: {script}, {len(members)} process(es) ==")
         view = nodes(members)
-        partial = partial_line(view, sum(1 for r in members if r.rank is not None))
+        partial = partial_line(view, sum(1 for r in members if r.rank is not None), _record_of(members))
         if partial is not None and len(members) == 1:
             blocks.append(partial)
         if len(members) > 1:
@@ -144,6 +144,19 @@ def summary_text(
     if notes:
         blocks.append("\n".join(notes))
     return "\n\n".join(blocks)
+
+
+def _record_of(members: list[RunState]) -> str | None:
+    """Where these processes recorded: their directory (`rank{r}.jsonl.gz` files), else rank 0's file."""
+    from pathlib import Path
+
+    paths = [Path(r.hello.record) for r in members if r.hello is not None and r.hello.record]
+    if not paths:
+        return None
+    parents = {p.parent for p in paths}
+    if len(parents) == 1 and all(p.name.startswith("rank") for p in paths):
+        return str(paths[0].parent)
+    return str(paths[0])
 
 
 def _own_summaries_line(shown: RunState, members: list[RunState]) -> str:

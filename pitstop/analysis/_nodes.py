@@ -126,13 +126,11 @@ def node_lines(view: Nodes, label: str) -> list[str]:
         else:
             each = "; ".join(f"{name}: rank{'s' if counts[name] != 1 else ''} "
                              f"{_ranges([r for r, n in view.node_of.items() if n == name])}" for name in view.nodes)
-        how = f", {view.launcher} job {view.job}" if view.job else ""
-        lines.append(label("nodes", f"{len(view.nodes)} seen{said} ({each}){how}"))
+        lines.append(label("nodes", f"{len(view.nodes)} seen{said} ({each})"))
     for i, (name, ranks) in enumerate(view.slow):
-        lines.append(label("slow node" if i == 0 else "",
-                           f"{name}: all its {len(ranks)} rank{'s' if len(ranks) != 1 else ''} are stragglers "
-                           f"(rank{'s' if len(ranks) != 1 else ''} {_ranges(list(ranks))}): the node is slow, "
-                           "not a rank"))
+        which = (f"its only rank is a straggler (rank {ranks[0]})" if len(ranks) == 1 else
+                 f"all its {len(ranks)} ranks are stragglers (ranks {_ranges(list(ranks))}): the node is slow, not a rank")
+        lines.append(label("slow node" if i == 0 else "", f"{name}: {which}"))
     if view.missing:
         shown = ", ".join(m.text for m in view.missing[:8]) + (f" and {len(view.missing) - 8} more"
                                                                  if len(view.missing) > 8 else "")
@@ -141,8 +139,9 @@ def node_lines(view: Nodes, label: str) -> list[str]:
     return lines
 
 
-def partial_line(view: Nodes, seen: int) -> str | None:
-    """What one node's own records say of the job when the others ran elsewhere; None when all were read."""
+def partial_line(view: Nodes, seen: int, here: str | None = None) -> str | None:
+    """What one node's own records say of the job when the others ran elsewhere; None when all were read.
+    `here`: this node's record (a directory or file), named in the command that reads them together."""
     if view.world_size is None or seen >= view.world_size or not view.missing:
         return None
     if not view.job and (view.expected_nodes or 1) <= 1:
@@ -150,5 +149,5 @@ def partial_line(view: Nodes, seen: int) -> str | None:
     elsewhere = {m.node_rank for m in view.missing if m.node_rank is not None}
     where = f" (node rank{'s' if len(elsewhere) != 1 else ''} {_ranges(sorted(elsewhere))})" if elsewhere else ""
     return (f"pitstop: these are {seen} of world size {view.world_size} ranks; the others ran on other nodes{where}. "
-            "Read them together: pitstop view NODE0_RECORD NODE1_RECORD ... --summary (every node's record "
-            "directory), or record every node into one shared directory (--record /shared/run)")
+            f"Read them together: pitstop view {here or 'NODE0_RECORD'} OTHER_NODES_RECORDS... --summary (every "
+            "node's record directory), or record every node into one shared directory (--record /shared/run)")

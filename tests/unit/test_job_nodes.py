@@ -34,7 +34,7 @@ def test_two_nodes_records_are_one_job_with_a_node_column() -> None:
     assert "different runs" not in text
     assert f"pitstop job summary: train.py (job {JOB})" in text
     assert "ranks       2 seen of world size 2 (2 finished)" in text
-    assert "nodes       2 seen (node-a: rank 0; node-b: rank 1), torchrun job" in text
+    assert "nodes       2 seen (node-a: rank 0; node-b: rank 1)" in text
     table = [line.split() for line in text.splitlines() if line.strip().startswith(("rank ", "rank  "))]
     assert ["rank", "pid", "node"] == table[0][:3]
     assert [row[3] for row in table[1:3]] == ["node-a", "node-b"]
@@ -43,7 +43,7 @@ def test_two_nodes_records_are_one_job_with_a_node_column() -> None:
 def test_one_nodes_own_summary_says_the_others_ran_elsewhere_and_how_to_read_them_together() -> None:
     text = summary_text([run(hello(0, "node-a"))])
     assert "1 of world size 2 ranks; the others ran on other nodes (node rank 1)" in text
-    assert "pitstop view NODE0_RECORD NODE1_RECORD ... --summary" in text
+    assert "Read them together: pitstop view NODE0_RECORD OTHER_NODES_RECORDS... --summary" in text
 
 
 def test_a_node_whose_every_rank_is_slow_is_named_and_a_missing_ranks_node_is_said() -> None:
