@@ -177,7 +177,10 @@ def _choose_agent(pid: int | None) -> tuple[str, str]:
 def cmd_attach(args: argparse.Namespace) -> int:
     from pitstop.profiling.sources import SocketSource
 
-    if args.pid and ":" in args.pid:
+    if args.job:
+        source = _job_source(args)
+        session = None
+    elif args.pid and ":" in args.pid:
         from pitstop.profiling.transport import Client, TcpEndpoint, parse_hostport, read_token
 
         if not args.token_file:
@@ -214,6 +217,31 @@ def cmd_attach(args: argparse.Namespace) -> int:
     hint = f"training continues; reattach with: pitstop attach {args.pid or ''}".rstrip()
     # `t` in the viewer: the script rebuilt from the process's own argv (Hello.argv).
     return run_viewer(source, detach_hint=hint, tune=TuneLaunch())
+
+
+def _job_source(args: argparse.Namespace) -> Any:
+    """`attach --job HOST:PORT`: every rank the job's store names (profiling/jobstore.py), each over TCP."""
+    from pitstop.profiling import jobstore
+    from pitstop.profiling.sources import SocketSource
+    from pitstop.profiling.transport import Client, TcpEndpoint, read_token
+
+    if not args.token_file:
+        raise UsageError("attach --job HOST:PORT needs --token-file (the file pitstop run --listen printed)")
+    token = read_token(Path(args.token_file).expanduser())
+    try:
+        world, ranks = jobstore.discover(args.job)
+    except (OSError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    if not ranks:
+        raise UsageError(f"no rank published a viewer endpoint in the job's store at {args.job} (each node runs "
+                         "pitstop run --listen HOST:PORT ...; ranks publish once their script imports "
+                         "torch.distributed)")
+    where = ", ".join(f"rank {r.rank} on {r.node or '?'} at {r.host}:{r.port}" for r in ranks)
+    print(f"pitstop: job at {args.job}: {len(ranks)} of world size {world} ranks: {where}", file=sys.stderr,
+          flush=True)
+    ends = [TcpEndpoint(r.host, r.port, token) for r in ranks]
+    Client(ends[0]).close()  # a wrong token or no server: one line now, not inside the viewer
+    return SocketSource(f"job {args.job}", sockets=ends)
 
 
 def _plot_flags(parser: argparse.ArgumentParser) -> None:
@@ -372,6 +400,9 @@ def _parser() -> argparse.ArgumentParser:
     attach.add_argument("--headless", action="store_true", help="print status lines instead of the TUI")
     attach.add_argument("--token-file", metavar="FILE", help="token for HOST:PORT (from the run's machine)")
     attach.add_argument("--ranks", type=int, default=1, help="with HOST:PORT: read ranks at PORT..PORT+N-1")
+    attach.add_argument("--job", metavar="HOST:PORT",
+                        help="the job's own store (torchrun's --rdzv_endpoint, or MASTER_ADDR:MASTER_PORT): every "
+                             "rank on every node that runs with --listen, found there (--token-file still needed)")
 
     sub.add_parser("ls", help="list live runs")
 

@@ -176,3 +176,44 @@ def test_slurm_steps_read_as_one_job_from_one_shared_directory(
         "pitstop job summary: slurm_ddp.py (job slurm:4242.0)" in text, text[:2000]
     assert "ranks       2 seen of world size 2 (2 finished)" in text
     assert "nodes       2 seen (gpu-a: rank 0; gpu-b: rank 1)" in text
+
+
+@pytest.mark.slow
+def test_attach_job_finds_every_rank_of_every_node_in_the_jobs_own_store(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Each rank served with --listen publishes its endpoint in the rendezvous store; `attach --job` reads them."""
+    from pitstop.profiling import jobstore
+
+    from .conftest import wait_for
+
+    env["STEP_SLEEP_MS"] = "20"  # ~300 steps of 25 ms or more: the job still runs when the viewer comes
+    port, token = _free_port(), tmp_path / "token"
+    listen = [_free_port(), _free_port()]
+    procs = []
+    try:
+        for i in range(2):
+            torchrun = [*TORCHRUN, "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "attach-test",
+                        str(SCRIPTS / "ddp_gloo.py"), "300"]
+            command = [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--listen", f"127.0.0.1:{listen[i]}",
+                       "--token-file", str(token), "--record", str(tmp_path / f"node{i}"), "--", *torchrun]
+            procs.append(subprocess.Popen(command, env={**env, "PITSTOP_NODE": f"node-{i}"},
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
+
+        def both() -> bool:
+            try:
+                return len(jobstore.discover(f"127.0.0.1:{port}", timeout=2)[1]) == 2
+            except Exception:  # noqa: BLE001 - the store is not up yet: torch raises its own errors
+                return False
+
+        wait_for(both, timeout=180, what="both ranks published in the rendezvous store")
+        attached = pitstop(["attach", "--job", f"127.0.0.1:{port}", "--token-file", str(token), "--headless"], env,
+                           timeout=240)
+    finally:
+        for proc in procs:
+            kill_group(proc)
+    assert attached.returncode == 0, attached.stderr[-3000:]
+    assert (f"job at 127.0.0.1:{port}: 2 of world size 2 ranks: rank 0 on node-0 at 127.0.0.1:{listen[0]}, "
+            f"rank 1 on node-1 at 127.0.0.1:{listen[1]}") in attached.stderr, attached.stderr[-3000:]
+    assert re.search(r"step \d+", attached.stderr), attached.stderr[-3000:]
