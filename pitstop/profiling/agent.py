@@ -70,6 +70,15 @@ def _job_identity() -> jobenv.JobIdentity | None:
         return None
 
 
+def _ray_train_identity() -> jobenv.JobIdentity | None:
+    try:
+        from pitstop.profiling._ray import train_identity
+
+        return train_identity()
+    except Exception:  # noqa: BLE001 - a job id is never worth a failed start
+        return None
+
+
 def _job_fields(job: jobenv.JobIdentity | None) -> dict[str, Any]:
     """Hello's job fields (events.Hello: job ... store)."""
     if job is None:
@@ -179,6 +188,11 @@ class Agent:
         # A rank a script started itself (Lightning's DDP) has LOCAL_RANK but no RANK yet.
         named = self.rank if self.rank is not None else _env_int("LOCAL_RANK")
         ranked = _children.distributed() if self.parent_pid is not None else None
+        ray = _ray_train_identity() if self.parent_pid is not None else None
+        if ray is not None:  # a Ray Train worker: its run and world rank (its env may hold the driver's Slurm ids)
+            self.job = ray
+            if ranked is None and ray.rank is not None and ray.world_size:
+                ranked = (ray.rank, ray.world_size)
         if self.parent_pid is not None:  # a child that trains: its own file, named with its rank, else its pid
             self.rank = named = ranked[0] if ranked is not None else None
         self.record_path = record_path_for(settings.record, named, self.pid)

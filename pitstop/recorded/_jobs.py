@@ -46,11 +46,25 @@ def _runs_of(members: list[RunState]) -> list[list[RunState]]:
     return [cluster for _, cluster in clusters]
 
 
+def _parents_jobs(runs: list[RunState]) -> dict[tuple[str, int], str]:
+    """(session, pid) -> job of the children it started: Ray Train's driver has no job of its own (its
+    workers' job is Ray's train context), and belongs to the job its workers trained in."""
+    out: dict[tuple[str, int], str] = {}
+    for run in runs:
+        hello = run.hello
+        if hello is not None and hello.job and hello.parent_pid is not None:
+            out.setdefault((hello.session, hello.parent_pid), hello.job)
+    return out
+
+
 def group(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
     """Runs grouped by job, earliest first; a run with no Hello is a group of its own."""
     groups: dict[str, list[RunState]] = {}
+    parents = _parents_jobs(runs)
     for i, run in enumerate(runs):
         key = job_key(run)
+        if run.hello is not None and not run.hello.job:
+            key = parents.get((run.hello.session, run.hello.pid), key)
         groups.setdefault(key if key is not None else f"\0{i}", []).append(run)
     for key, members in list(groups.items()):
         if key.startswith("\0"):

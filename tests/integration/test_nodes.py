@@ -217,3 +217,26 @@ def test_attach_job_finds_every_rank_of_every_node_in_the_jobs_own_store(
     assert (f"job at 127.0.0.1:{port}: 2 of world size 2 ranks: rank 0 on node-0 at 127.0.0.1:{listen[0]}, "
             f"rank 1 on node-1 at 127.0.0.1:{listen[1]}") in attached.stderr, attached.stderr[-3000:]
     assert re.search(r"step \d+", attached.stderr), attached.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_ray_train_workers_are_the_ranks_of_one_job_and_the_driver_says_it_does_not_train(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """TorchTrainer over 2 CPU workers on a local cluster `ray.init()` starts from the driver under `pitstop run`."""
+    pytest.importorskip("ray.train.torch", reason="ray[train] is not installed (pip install 'ray[train]')")
+    env.update(RAY_STORAGE=str(tmp_path / "ray_results"), RAY_USAGE_STATS_ENABLED="0")
+    record = tmp_path / "ray-run"
+    result = pitstop(["run", "--headless", "--record", str(record), "--", sys.executable,
+                      str(SCRIPTS / "ray_train.py"), "32", "2"], env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stderr
+    assert "different runs" not in text, text[-3000:]
+    assert "pitstop job summary: ray_train.py (job ray:pitstop-ray-test)" in text, text[-3000:]
+    assert "ranks       2 seen of world size 2 (2 finished)" in text, text[-3000:]
+    assert re.search(r"driver      pid \d+, Ray Train's driver: it does not train; its 2 Ray Train workers did", text)
+    assert "findings: none (Ray Train's driver does not train; its workers did" in text
+    viewed = pitstop(["view", str(record), "--summary"], env)
+    assert "ranks       2 seen of world size 2 (2 finished)" in viewed.stdout, viewed.stdout[:3000]
+    steps = sorted(int(m) for m in re.findall(r"^  rank \d  \d+\s+\S+\s+finished\s+(\d+)", viewed.stdout, re.M))
+    assert steps == [64, 64], viewed.stdout[:3000]  # 2 epochs of 32 steps on each worker, every one recorded

@@ -78,3 +78,17 @@ def test_two_runs_reusing_torchruns_default_run_id_are_two_runs_and_old_records_
     assert len(sessions(first)) == 1 and len(sessions(first + again)) == 2
     old = [run(hello(0, "a", job=None, session="s9")), run(hello(1, "a", job=None, session="s9"))]
     assert [len(members) for _, members in sessions(old)] == [2]
+
+
+def test_ray_trains_driver_joins_its_workers_job_and_says_it_does_not_train() -> None:
+    """Ray Train's workers carry Ray's run as their job; the driver, which only started them, has none."""
+    import dataclasses
+
+    driver = run(dataclasses.replace(hello(0, "n", job=None, session="s1"), rank=None, pid=50, world_size=None), n=0)
+    workers = [run(dataclasses.replace(hello(r, "n", job="ray:exp", session="s1"), launcher="ray", parent_pid=50))
+               for r in range(2)]
+    assert [len(members) for _, members in sessions([driver, *workers])] == [3]
+    text = summary_text([driver, *workers])
+    assert "ranks       2 seen of world size 2 (2 finished)" in text
+    assert "driver      pid 50, Ray Train's driver: it does not train; its 2 Ray Train workers did" in text
+    assert "findings: none (Ray Train's driver does not train; its workers did" in text
