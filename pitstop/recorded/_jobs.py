@@ -10,6 +10,8 @@ torchrun's run id is "none" unless `--rdzv-id` is given, so two jobs run one
 after the other at the same rendezvous address share a job id. Their records
 are told apart by their ranks: one job has one process of each rank (a restart
 of a rank keeps its session), so two sessions holding the same rank are two runs.
+Ray Train's driver has no job id of its own (its workers take theirs from Ray's
+train context): it belongs to the job of the workers it started.
 """
 
 from __future__ import annotations
