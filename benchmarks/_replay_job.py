@@ -50,12 +50,28 @@ def stragglers_of(ranks: int) -> tuple[int, ...]:
     return (ranks // 3, 2 * ranks // 3 + 1) if ranks >= 8 else (ranks - 1,)
 
 
-def _write_rank(args: tuple[Path, int, int, float]) -> int:
-    directory, rank, world, hours = args
-    path = directory / f"rank{rank}.jsonl.gz"
-    who = Process(session="bench-job", pid=10_000 + 10 * rank, rank=rank, world_size=world, host=f"node{rank // 8}",
-                  data_wait=STRAGGLE_WAIT if rank in stragglers_of(world) else 0.05)
+def _write_rank(args: tuple[Path, int, int, float, int]) -> int:
+    directory, rank, world, hours, nodes = args
+    slow = STRAGGLE_WAIT if rank in stragglers_of(world) else 0.05
+    if nodes <= 1:
+        path = directory / f"rank{rank}.jsonl.gz"
+        who = Process(session="bench-job", pid=10_000 + 10 * rank, rank=rank, world_size=world,
+                      host=f"node{rank // 8}", data_wait=slow)
+    else:  # a launcher per node, each under its own `pitstop run` (a session each), one directory per node
+        per = world // nodes
+        node = rank // per
+        path = directory / f"node{node}" / f"rank{rank}.jsonl.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        who = Process(session=f"bench-job-node{node}", pid=10_000 + 10 * rank, rank=rank, world_size=world,
+                      host=f"node{node}", data_wait=slow, job="torchrun:bench@node0:29400", node_rank=node,
+                      nodes=nodes, local_world_size=per)
     return write_record(path, record_events(who, hours, str(path)))
+
+
+def job_paths(directory: Path) -> Path | list[Path]:
+    """What `pitstop view` is given: the job's directory, or each node's (`node{n}/`) when it has them."""
+    nodes = sorted((p for p in directory.glob("node*") if p.is_dir()), key=lambda p: int(p.name[4:]))
+    return nodes or directory
 
 
 def _index_rank(path: Path) -> float:
@@ -66,11 +82,11 @@ def _index_rank(path: Path) -> float:
     return time.process_time() - began
 
 
-def write_job(directory: Path, ranks: int, hours: float) -> tuple[int, float]:
-    """Write the job's records, a process per core; (lines, seconds)."""
+def write_job(directory: Path, ranks: int, hours: float, nodes: int = 1) -> tuple[int, float]:
+    """Write the job's records, a process per core; (lines, seconds). `nodes` > 1: a directory per node."""
     began = time.perf_counter()
     with Pool(os.cpu_count() or 1) as pool:
-        lines = sum(pool.map(_write_rank, [(directory, r, ranks, hours) for r in range(ranks)]))
+        lines = sum(pool.map(_write_rank, [(directory, r, ranks, hours, nodes) for r in range(ranks)]))
     return lines, time.perf_counter() - began
 
 
@@ -78,7 +94,7 @@ def index_job(directory: Path) -> tuple[float, float]:
     """Index every rank as the keeper does while the run records, a process per core; (wall s, CPU s summed)."""
     began = time.perf_counter()
     with Pool(os.cpu_count() or 1) as pool:
-        cpu = sum(pool.map(_index_rank, sorted(directory.glob("rank*.jsonl.gz"))))
+        cpu = sum(pool.map(_index_rank, sorted(directory.glob("**/rank*.jsonl.gz"))))
     return time.perf_counter() - began, cpu
 
 

@@ -63,6 +63,11 @@ class Process:
     host: str = "bench"
     data_wait: float = 0.05  # data wait as a share of the step's wall
     loader_every: int | None = None  # steps between the DataLoaders a script builds anew (one per epoch)
+    # A job over several nodes (Hello.job ...): one front per node, so one session per node.
+    job: str | None = None
+    node_rank: int | None = None
+    nodes: int | None = None
+    local_world_size: int | None = None
 
 
 def write_record(path: Path, events: Iterable[Event], close: bool = True) -> int:
@@ -126,7 +131,9 @@ def head(who: Process, record: str) -> list[Event]:
     hello = Hello(schema=SCHEMA_VERSION, pitstop_version="0.1.0", session=who.session, pid=who.pid, ppid=1,
                   host=who.host, argv=["python", "train.py"], cwd="/tmp", started=T0, python="3.11",
                   script="train.py", record=record, rank=who.rank, world_size=who.world_size,
-                  local_rank=None if who.rank is None else who.rank % 8)
+                  local_rank=None if who.rank is None else who.rank % 8, job=who.job,
+                  launcher="torchrun" if who.job else None, node=who.host if who.job else None,
+                  node_rank=who.node_rank, nodes=who.nodes, local_world_size=who.local_world_size)
     return [hello,
             Runtime(t=T0 + 0.1, torch_version="2.5.0", cuda_version="12.4", device_type="cuda",
                     device_names=["NVIDIA H100 80GB HBM3"], cpu_count=32, usable_cpus=32),

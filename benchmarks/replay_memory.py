@@ -38,7 +38,11 @@ its first screen (target < 2 s) and its peak RSS.
 Each seek prints its CPU time, and the load average is printed: on a shared
 machine the wall time is the CPU time stretched by the other processes.
 
-Run: python benchmarks/replay_memory.py [--hours 24] [--job 64:1] [--attach-hours 24] [--only day|job|attach]
+`--nodes N` writes the job as N nodes' launchers write it (a directory per
+node, a session each, one torchrun job id) and reads them together, as
+`pitstop view DIR0 ... DIRn` does.
+
+Run: python benchmarks/replay_memory.py [--hours 24] [--job 64:1 [--nodes 16]] [--attach-hours 24] [--only day|job|attach]
      [--seeks 4] [--keep DIR]
 """
 
@@ -57,7 +61,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from _replay_job import index_job, parse_job, run_attach_viewer, serve_day, stragglers_of, write_job
+from _replay_job import index_job, job_paths, parse_job, run_attach_viewer, serve_day, stragglers_of, write_job
 from _synthetic import Process, record_events, write_record
 
 TARGET_RSS_MIB = 300.0
@@ -96,7 +100,7 @@ async def _viewer(path: Path, seeks: int) -> dict[str, object]:
     from pitstop.tui.app import PitstopApp
 
     began = time.perf_counter()
-    app = PitstopApp(RecordSource(path))
+    app = PitstopApp(RecordSource(job_paths(path) if path.is_dir() else path))
     out: dict[str, object] = {}
     async with app.run_test(size=(120, 40)) as pilot:
         while app.timeline is None and app.failed is None:
@@ -149,7 +153,7 @@ def _summary(path: Path) -> dict[str, object]:
     from pitstop.recorded import load_runs
 
     began, cpu = time.perf_counter(), time.process_time()
-    runs, notes = load_runs(path)
+    runs, notes = load_runs(job_paths(path) if path.is_dir() else path)
     text = summary_text(runs, notes)
     seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
     straggler_lines = [line.strip() for line in text.splitlines()
@@ -189,6 +193,9 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=24.0, help="length of the synthetic run (default 24)")
     parser.add_argument("--seeks", type=int, default=4, help="random seeks after start, middle and end")
     parser.add_argument("--job", default="64:1", help="the job part: RANKS:HOURS (default 64:1)")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="job part: a launcher per node, one record directory each, read together as "
+                             "`pitstop view DIR0 ... DIRn` does (--job 128:1 --nodes 16: 16 nodes x 8 ranks)")
     parser.add_argument("--job-cold", action="store_true",
                         help="also read the job with no index beside its records (a pass over every line)")
     parser.add_argument("--attach-hours", type=float, default=24.0, help="the attach part's run (default 24)")
@@ -270,14 +277,18 @@ def _job(directory: Path, args: argparse.Namespace) -> None:
     """The job of `--job RANKS:HOURS`: written, indexed as the keeper would, then read from the indexes."""
     ranks, hours = parse_job(args.job)
     directory.mkdir(parents=True, exist_ok=True)
-    print(f"== job of {ranks} ranks x {hours:g} h ==")
+    nodes = max(1, args.nodes)
+    if ranks % nodes:
+        raise SystemExit(f"--nodes {nodes}: the job's {ranks} ranks do not split evenly")
+    on = f" on {nodes} nodes ({ranks // nodes} ranks each, a directory per node)" if nodes > 1 else ""
+    print(f"== job of {ranks} ranks x {hours:g} h{on} ==")
     if args.reuse:
         print(f"records: reusing those in {directory} (written and indexed by an earlier run)")
     else:
-        if any(directory.glob("rank*.jsonl.gz")):
+        if any(directory.glob("**/rank*.jsonl.gz")):
             raise SystemExit(f"{directory} holds records: give --keep an empty directory (or --reuse)")
-        lines, took = write_job(directory, ranks, hours)
-        size = sum(p.stat().st_size for p in directory.glob("rank*.jsonl.gz"))
+        lines, took = write_job(directory, ranks, hours, nodes)
+        size = sum(p.stat().st_size for p in directory.glob("**/rank*.jsonl.gz"))
         print(f"records: {lines:,} lines, {size / (1 << 20):,.0f} MiB ({size / ranks / hours / (1 << 20):,.0f} MiB "
               f"per process-hour), written in {took:.0f} s; ranks {', '.join(map(str, stragglers_of(ranks)))} "
               "wait 4 ms a step for data (the others 0.5 ms)")
@@ -286,7 +297,7 @@ def _job(directory: Path, args: argparse.Namespace) -> None:
               f"({cpu:.0f} s of CPU over {os.cpu_count()} processes, {cpu / ranks:.1f} s a rank)")
     _job_report(directory, args.seeks, "from the indexes")
     if args.job_cold:
-        for index in directory.glob("*.index"):
+        for index in directory.glob("**/*.index"):
             index.unlink()
         summary = _measure("--summary", directory, args.seeks)
         print(f"[no index] view --summary: {summary['seconds']:.1f} s (CPU {summary['cpu_s']:.1f} s), "

@@ -191,7 +191,10 @@ def _choose_agent(pid: int | None) -> tuple[str, str]:
 def cmd_attach(args: argparse.Namespace) -> int:
     from pitstop.profiling.sources import SocketSource
 
-    if args.pid and ":" in args.pid:
+    if args.job:
+        source = _job_source(args)
+        session = None
+    elif args.pid and ":" in args.pid:
         from pitstop.profiling.transport import Client, TcpEndpoint, parse_hostport, read_token
 
         if not args.token_file:
@@ -230,6 +233,31 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return run_viewer(source, detach_hint=hint, tune=TuneLaunch())
 
 
+def _job_source(args: argparse.Namespace) -> Any:
+    """`attach --job HOST:PORT`: every rank the job's store names (profiling/jobstore.py), each over TCP."""
+    from pitstop.profiling import jobstore
+    from pitstop.profiling.sources import SocketSource
+    from pitstop.profiling.transport import Client, TcpEndpoint, read_token
+
+    if not args.token_file:
+        raise UsageError("attach --job HOST:PORT needs --token-file (the file pitstop run --listen printed)")
+    token = read_token(Path(args.token_file).expanduser())
+    try:
+        world, ranks = jobstore.discover(args.job)
+    except (OSError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    if not ranks:
+        raise UsageError(f"no rank published a viewer endpoint in the job's store at {args.job} (each node runs "
+                         "pitstop run --listen HOST:PORT ...; ranks publish once their script imports "
+                         "torch.distributed)")
+    where = ", ".join(f"rank {r.rank} on {r.node or '?'} at {r.host}:{r.port}" for r in ranks)
+    print(f"pitstop: job at {args.job}: {len(ranks)} of world size {world} ranks: {where}", file=sys.stderr,
+          flush=True)
+    ends = [TcpEndpoint(r.host, r.port, token) for r in ranks]
+    Client(ends[0]).close()  # a wrong token or no server: one line now, not inside the viewer
+    return SocketSource(f"job {args.job}", sockets=ends)
+
+
 def _plot_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", action="store_true",
                         help="also draw step time, throughput and memory as text charts (plotext)")
@@ -250,7 +278,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     from pitstop.headless import still_running, summary_text
     from pitstop.recorded import load_runs, sessions
 
-    target = Path(args.record)
+    paths = [Path(p) for p in args.record]
+    target: Path | list[Path] = paths[0] if len(paths) == 1 else paths
     if args.summary or args.plot or not sys.stdout.isatty():
         runs, notes = load_runs(target)
         print(summary_text(runs, notes, alive=still_running(runs)))
@@ -270,7 +299,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     if len(groups) > 1:
         # The viewer shows one job: records of unrelated runs would pass for its ranks.
         names = ", ".join(session or "unknown" for session, _ in groups)
-        raise UsageError(f"{target} holds records of {len(groups)} different runs ({names}): "
+        where = " ".join(str(p) for p in paths)
+        raise UsageError(f"{where} holds records of {len(groups)} different runs ({names}): "
                          "view one run's file or directory, or use --summary")
     return run_viewer(source)
 
@@ -392,11 +422,16 @@ def _parser() -> argparse.ArgumentParser:
     attach.add_argument("--headless", action="store_true", help="print status lines instead of the TUI")
     attach.add_argument("--token-file", metavar="FILE", help="token for HOST:PORT (from the run's machine)")
     attach.add_argument("--ranks", type=int, default=1, help="with HOST:PORT: read ranks at PORT..PORT+N-1")
+    attach.add_argument("--job", metavar="HOST:PORT",
+                        help="the job's own store (torchrun's --rdzv_endpoint, or MASTER_ADDR:MASTER_PORT): every "
+                             "rank on every node that runs with --listen, found there (--token-file still needed)")
 
     sub.add_parser("ls", help="list live runs")
 
     view = sub.add_parser("view", help="replay a recorded run")
-    view.add_argument("record", help="a record file (.jsonl, .jsonl.gz) or a session directory")
+    view.add_argument("record", nargs="+",
+                      help="a record file (.jsonl, .jsonl.gz) or a session directory; several (each node's "
+                           "record directory of a job over several nodes) read as one job")
     view.add_argument("--summary", action="store_true", help="print the summary instead of opening the viewer")
     _plot_flags(view)
 

@@ -55,6 +55,16 @@ class Hello:
     parent_pid: int | None = None
     # The tuned config `pitstop run --config FILE` applied, as typed (a path relative to `command_cwd`).
     config: str | None = None
+    # The job across nodes, as its launcher named it (profiling/jobenv.py); None outside torchrun,
+    # Slurm and Ray Train, and in older records. Records of one job written by different `pitstop run`
+    # fronts (one per node: different sessions) share `job` and read as one job.
+    job: str | None = None  # "slurm:4242.0", "torchrun:<run id>@<store host:port>", "ray:<run>"
+    launcher: str | None = None  # "slurm" | "torchrun" | "ray"
+    node: str | None = None  # PITSTOP_NODE, SLURMD_NODENAME, else the host name
+    node_rank: int | None = None  # GROUP_RANK, SLURM_NODEID, Ray's node rank
+    nodes: int | None = None  # nodes the job spans, where the launcher says
+    local_world_size: int | None = None  # ranks per node (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE)
+    store: str | None = None  # the job's own store, "host:port" (torchrun's rendezvous: MASTER_ADDR:MASTER_PORT)
 
 
 @dataclass(frozen=True)

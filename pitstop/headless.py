@@ -21,6 +21,7 @@ from pitstop.analysis import (
     Advice,
     JobState,
     JobSummary,
+    Nodes,
     RankRow,
     RunState,
     StreamBatch,
@@ -33,7 +34,10 @@ from pitstop.analysis import (
     job_stall_finding,
     job_summary,
     headline,
+    node_lines,
+    nodes,
     note_text,
+    partial_line,
     status_line,
     stall_block,
     stall_open,
@@ -108,6 +112,10 @@ def summary_text(
         if len(groups) > 1:
             script = next((r.hello.script for r in members if r.hello is not None and r.hello.script), "run")
             blocks.append(f"== run {session or 'unknown'}: {script}, {len(members)} process(es) ==")
+        view = nodes(members)
+        partial = partial_line(view, sum(1 for r in members if r.rank is not None), _record_of(members))
+        if partial is not None and len(members) == 1:
+            blocks.append(partial)
         if len(members) > 1:
             job = JobState.of_runs(members, closed=True)
             for stream, member in job.runs.items():
@@ -124,7 +132,11 @@ def summary_text(
                 advice = job_advice(job, summary=figures)
                 if stuck is not None:
                     advice = Advice((stuck,)) + advice
-                blocks.append(job_text(figures, advice, job_lines(members)))
+                view = nodes(members, figures)
+                extra = job_lines(members) + node_lines(view, _jrow)
+                blocks.append(job_text(figures, advice, extra, view))
+                if partial is not None:
+                    blocks.append(partial)
         own = members
         if len(members) > JOB_FULL_RANKS:
             # A job of 64 ranks read as 64 summaries of 30 lines each did not read as one job; its
@@ -146,6 +158,19 @@ def summary_text(
     return "\n\n".join(blocks)
 
 
+def _record_of(members: list[RunState]) -> str | None:
+    """Where these processes recorded: their directory (`rank{r}.jsonl.gz` files), else rank 0's file."""
+    from pathlib import Path
+
+    paths = [Path(r.hello.record) for r in members if r.hello is not None and r.hello.record]
+    if not paths:
+        return None
+    parents = {p.parent for p in paths}
+    if len(parents) == 1 and all(p.name.startswith("rank") for p in paths):
+        return str(paths[0].parent)
+    return str(paths[0])
+
+
 def _own_summaries_line(shown: RunState, members: list[RunState]) -> str:
     """"pitstop: 64 ranks: the summary of train.py rank 0 (pid 10) follows; another rank's: pitstop view ... --summary"."""
     other = next((r.hello.record for r in members if r is not shown and r.hello is not None and r.hello.record), None)
@@ -153,10 +178,13 @@ def _own_summaries_line(shown: RunState, members: list[RunState]) -> str:
     return f"pitstop: {len(members)} ranks: the summary of {_label(shown)} follows; another rank's own: {how}"
 
 
-def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None) -> str:
-    """The job block: ranks, job throughput, stragglers, gone ranks, `extra` rows, one table row per rank."""
+def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None, view: Nodes | None = None) -> str:
+    """The job block: ranks, job throughput, stragglers, gone ranks, `extra` rows, one table row per rank.
+    `view`: the job's nodes; a job over several gets a node column."""
     title = f"pitstop job summary: {job.script or 'job'}"
-    if job.session:
+    if view is not None and view.job:
+        title += f" (job {view.job})"
+    elif job.session:
         title += f" (session {job.session})"
     lines = [title, ""]
     ranks = f"{job.ranks} seen"
@@ -180,7 +208,7 @@ def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None) ->
         lines.append(_jrow("gone" if i == 0 else "", f"{row.label} (pid {row.pid}): {row.status_reason}{last}"))
     lines.extend(extra or ())
     lines.append("")
-    lines.extend(_rank_table(job.rows))
+    lines.extend(_rank_table(job.rows, view.node_of if view is not None and view.spans else None))
     # The straggler line rests on recent steps (it says which); the table on all of them: said, so that
     # "the job's 76.8 ms step" beside a p50 of 98.3 ms reads as two spans, not a contradiction.
     lines.append("  (p50s over each rank's measured steps, all but its warm-up)")
@@ -202,8 +230,9 @@ def _jrow(label: str, text: str) -> str:
     return f"  {label:<11} {text}"
 
 
-def _rank_table(rows: tuple[RankRow, ...]) -> list[str]:
-    header = ("rank", "pid", "host", "status", "steps", "step p50", "data p50", "data", "compute p50",
+def _rank_table(rows: tuple[RankRow, ...], node_of: dict[int, str] | None = None) -> list[str]:
+    """One row per rank; `node_of` (rank -> node, a job over several nodes) makes the host column the node's."""
+    header = ("rank", "pid", "node" if node_of else "host", "status", "steps", "step p50", "data p50", "data", "compute p50",
               "coll/step", "peak mem", "gpu")
     table = [header]
     for r in rows:
@@ -212,7 +241,7 @@ def _rank_table(rows: tuple[RankRow, ...]) -> list[str]:
         table.append((
             r.label,
             str(r.pid) if r.pid is not None else "?",
-            r.host or "?",
+            (node_of.get(r.rank) if node_of and r.rank is not None else None) or r.host or "?",
             r.status,
             str(r.steps),
             fmt.duration(r.step_p50_s),

@@ -38,6 +38,7 @@ from pitstop.profiling.launch import (
     prepare_record,
     typed_env,
 )
+from pitstop.profiling.jobenv import multi_node
 from pitstop.profiling.record import is_record_name, record_stem
 from pitstop.profiling.signals import Forwarder, forwarding, reaping, signal_names
 from pitstop.recorded import load_runs
@@ -313,7 +314,7 @@ class Run:
             trace_dir = str(trace)
         self.settings = SessionSettings(
             session=session,
-            record=prepare_record(request.record, session),
+            record=prepare_record(request.record, session, shared=multi_node(os.environ, request.target.command())),
             script=request.target.label,
             mode=request.mode,
             config=config,
@@ -358,6 +359,9 @@ class Run:
         assert self.settings is not None
         try:
             runs, notes = load_runs(Path(self.settings.record))
+            # A directory the nodes of a job share also holds the other nodes' records, some still
+            # being written: this front sums up its own node's processes (its session).
+            runs = [r for r in runs if r.hello is None or r.hello.session == self.settings.session] or runs
             record_end(runs, pid, code)
             said = forwarded_note(runs, self._signals.sent)
             oom = oom_note(self._oom_before, oom_kills())

@@ -42,6 +42,7 @@ from pitstop.analysis._job import (
     stragglers,
     stream_label,
 )
+from pitstop.analysis._nodes import Missing, Nodes, node_lines, node_name, nodes, partial_line
 from pitstop.analysis._progress import first_step_progress, first_step_status, first_step_text, progress_text
 from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measured, rates, rates_of, recent_rates
 from pitstop.analysis._rules import RULE_IDS, advise, findings
@@ -77,6 +78,8 @@ __all__ = [
     "Finding",
     "JobState",
     "JobSummary",
+    "Missing",
+    "Nodes",
     "LoaderCpu",
     "PhaseShare",
     "PhaseSplit",
@@ -99,6 +102,10 @@ __all__ = [
     "data_verdict",
     "end_text",
     "findings",
+    "node_lines",
+    "node_name",
+    "nodes",
+    "partial_line",
     "first_step_progress",
     "first_step_status",
     "first_step_text",

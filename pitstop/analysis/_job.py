@@ -268,7 +268,7 @@ def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLE
                 rank=run.rank,
                 local_rank=hello.local_rank if hello is not None else None,
                 pid=run.pid,
-                host=hello.host if hello is not None else None,
+                host=(hello.node or hello.host) if hello is not None else None,  # a job over nodes: its node
                 status=status,
                 status_reason=why,
                 exit_code=run.end.exit_code if run.end is not None else None,

@@ -113,6 +113,10 @@ def wake(agent: Any) -> None:
                 agent.note("warn", "hooks", f"runtime not read in this child: {err}")
         _finalize_with_multiprocessing(agent)
         _end_on_sigterm(agent)
+        if agent.job is not None and agent.job.launcher == "ray":
+            from pitstop.profiling._ray import end_with_training_thread
+
+            end_with_training_thread(agent)
 
 
 _wake_lock = threading.Lock()

@@ -28,7 +28,8 @@ def start_server(agent: Any, hello: Hello) -> None:
             from pitstop.profiling.transport import parse_hostport, read_token
 
             host, port = parse_hostport(settings.listen)
-            tcp = (host, port + _local_rank())
+            # Slurm's tasks of one node have no LOCAL_RANK: their agent took SLURM_LOCALID (jobenv.py)
+            tcp = (host, port + (hello.local_rank if hello.local_rank is not None else _local_rank()))
             token = read_token(Path(settings.token_file or ""))
         agent.server = AgentServer(
             lambda cmd: on_command(agent, cmd),
@@ -45,6 +46,10 @@ def start_server(agent: Any, hello: Hello) -> None:
             token=token,
         )
         agent.server.publish([encode(hello)])
+        if tcp is not None and hello.job is not None:
+            from pitstop.profiling import jobstore
+
+            jobstore.start(agent, tcp)  # its endpoint in the job's own store: `pitstop attach --job`
     except Exception as err:
         agent.server = None
         agent.note("warn", "socket", f"live viewers unavailable: {err}")

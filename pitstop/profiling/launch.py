@@ -264,8 +264,13 @@ def describe_config(data: dict[str, object]) -> str:
     return "; ".join(parts) if parts else "nothing (no setting in it)"
 
 
-def prepare_record(record: str | None, session: str) -> str:
-    """The record base for a session; fails early, in one line, if it cannot be written."""
+def prepare_record(record: str | None, session: str, shared: bool = False) -> str:
+    """The record base for a session; fails early, in one line, if it cannot be written.
+
+    `shared`: this front is one of a job's fronts on several nodes (`jobenv.multi_node`), whose
+    ranks write their own `rank{r}` files into one directory (`srun pitstop run --record /shared/run`):
+    the other nodes' records may already be there.
+    """
     if record:
         path = Path(record).expanduser().resolve()
         if is_record_name(path):
@@ -273,7 +278,7 @@ def prepare_record(record: str | None, session: str) -> str:
                 raise RecordError(f"record file exists: {path} (choose another --record; pitstop never overwrites)")
             directory = path.parent
         else:
-            if path.exists() and any(is_record_name(p) for p in path.iterdir()):
+            if not shared and path.exists() and any(is_record_name(p) for p in path.iterdir()):
                 raise RecordError(f"record directory already holds records: {path} (choose another --record)")
             directory = path
     else:

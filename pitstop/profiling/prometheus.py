@@ -36,9 +36,11 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 # the sampler stopped, so the series disappears rather than freezing.
 SAMPLE_MAX_AGE_S = 10.0
 
-# `session`, not `job`: Prometheus sets `job` on every scraped series itself (the
-# scrape config's name) and renames a target's own `job` to `exported_job`.
-LABELS = ("session", "rank", "local_rank", "host", "script")
+# `job` is the job across nodes (Hello.job: Slurm's job, torchrun's run and store, Ray's run; the session
+# outside those), so one Prometheus reads a cluster's job. Prometheus sets `job` on every scraped series
+# itself (the scrape config's name) and renames a target's own to `exported_job` unless the scrape config
+# says `honor_labels: true` (docs/prometheus.md); `session` stays, one per node's `pitstop run`.
+LABELS = ("session", "job", "rank", "local_rank", "node", "host", "script")
 # Step field -> (gauge name, help): the latest value the agent stamped.
 MEMORY = {
     "mem_allocated": ("pitstop_memory_allocated_bytes",
@@ -75,9 +77,11 @@ def hello_labels(hello: Hello) -> dict[str, str]:
     """The labels on every series of this process."""
     return {
         "session": hello.session,
+        "job": hello.job or hello.session,
         # Empty outside a launcher: an empty label is an absent one in Prometheus.
         "rank": "" if hello.rank is None else str(hello.rank),
         "local_rank": "" if hello.local_rank is None else str(hello.local_rank),
+        "node": hello.node or hello.host,
         "host": hello.host,
         "script": hello.script,
     }

@@ -100,9 +100,11 @@ class RecordSource:
 
     live = False
 
-    def __init__(self, target: Path) -> None:
-        self.files = record_files(target)
-        self.label = f"replay: {target}"
+    def __init__(self, target: Path | list[Path]) -> None:
+        """`target`: a record file or directory, or several (each node's of one job)."""
+        targets = target if isinstance(target, list) else [target]
+        self.files = [f for one in targets for f in record_files(one)]
+        self.label = f"replay: {' '.join(str(t) for t in targets)}"
         # The viewer's index of `files` (pitstop.tui.replay.Timeline), when the caller built it
         # first to turn a corrupt line into a one-line error before the screen opens.
         self.timeline: object | None = None

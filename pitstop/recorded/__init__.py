@@ -18,7 +18,7 @@ from pitstop.analysis import JobState, RunState
 from pitstop.events import End
 from pitstop.profiling._lastsignal import read_trace, trace_path
 from pitstop.profiling.record import is_record_name, record_files, siblings
-from pitstop.recorded import _sidecar
+from pitstop.recorded import _jobs, _sidecar
 from pitstop.recorded._index import StreamIndex
 from pitstop.recorded._streams import FileStream
 from pitstop.recorded._windows import JOB_FULL_RANKS, job_limits
@@ -60,18 +60,28 @@ def _children_of(target: Path, files: list[Path]) -> list[Path]:
     return siblings(target, "rank") + siblings(target, "pid")
 
 
-def job_files(target: Path) -> tuple[list[Path], list[Path]]:
+def job_files(target: Path | list[Path]) -> tuple[list[Path], list[Path]]:
     """(the record files `target` names, the records of the same run's other processes beside a `NAME.jsonl`).
 
     The second may hold another run's files that happen to share the name: a reader
     keeps those whose `hello.session` is the first file's (as `load_runs` does).
+    Several targets (each node's record directory of one job) name every file of each.
     """
+    if isinstance(target, list):
+        files: list[Path] = []
+        children: list[Path] = []
+        for one in target:
+            more, kids = job_files(one)
+            files += [f for f in more if f not in files]
+            children += [f for f in kids if f not in children and f not in files]
+        return files, children
     files = record_files(target)
     return files, _children_of(target, files)
 
 
-def load_runs(target: Path) -> tuple[list[RunState], list[str]]:
+def load_runs(target: Path | list[Path]) -> tuple[list[RunState], list[str]]:
     """RunStates of every record file `target` names (with its children's), and notes about torn files.
+    `target`: a record file or directory, or several (one per node of a job, read as one).
 
     The ranks of a job of more than JOB_FULL_RANKS hold a share of the series windows
     (`job_limits`), but its first rank (`primary`) and every run of a smaller job hold their own.
@@ -117,16 +127,9 @@ def _same_session(run: RunState, main: RunState | None) -> bool:
 
 
 def sessions(runs: list[RunState]) -> list[tuple[str | None, list[RunState]]]:
-    """Runs grouped by job (`hello.session`), earliest first; a run with no Hello is a group of its own."""
-    groups: dict[str, list[RunState]] = {}
-    for i, run in enumerate(runs):
-        key = run.hello.session if run.hello is not None else f"\0{i}"
-        groups.setdefault(key, []).append(run)
-
-    def started(item: tuple[str, list[RunState]]) -> float:
-        return min((r.hello.started for r in item[1] if r.hello is not None), default=float("inf"))
-
-    return [(None if key.startswith("\0") else key, members) for key, members in sorted(groups.items(), key=started)]
+    """Runs grouped by job (`_jobs.group`: the launcher's job id across nodes, else `hello.session`),
+    earliest first; a run with no Hello is a group of its own."""
+    return _jobs.group(runs)
 
 
 __all__ = ["FINDINGS_NONE", "JOB_FULL_RANKS", "annotate", "children_of", "index_file", "job_files", "job_limits",

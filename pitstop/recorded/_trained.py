@@ -17,12 +17,20 @@ def children_of(run: RunState, runs: list[RunState]) -> list[RunState]:
 def _listed(children: list[RunState]) -> str:
     return ", ".join(f"{r.pid} ({r.total_steps} steps)" for r in children)
 
+def _ray(children: list[RunState]) -> bool:
+    """These children are Ray Train workers (their job is Ray's train context)."""
+    return any(r.hello is not None and r.hello.launcher == "ray" for r in children)
+
+
 def job_lines(runs: list[RunState]) -> list[str]:
     """Rows for a job block with child trainers: who trained, and the steps of every process added up."""
     rows = []
     for run in runs:
         children = children_of(run, runs)
-        if children:
+        if children and _ray(children):
+            rows.append(("driver", f"pid {run.pid}, Ray Train's driver: it does not train; its {len(children)} Ray "
+                                   f"Train workers did: {_listed(children)}"))
+        elif children:
             rows.append(("children", f"{len(children)} child processes of pid {run.pid} trained: {_listed(children)}"))
     if not rows:
         return []
@@ -40,10 +48,14 @@ def annotate(text: str, run: RunState, runs: list[RunState]) -> str:
     if children:
         total = sum(r.total_steps for r in children)
         extra = f"  {'children':<11} trained in child processes {_listed(children)}: {total} steps in all (below)"
+        why = "this process did not step; its children trained, their summaries follow"
+        if _ray(children):
+            extra = (f"  {'driver':<11} Ray Train's driver: it does not train, as a launcher does not; its "
+                     f"{len(children)} Ray Train workers trained {total} steps in all (the job block above)")
+            why = "Ray Train's driver does not train; its workers did, their summaries follow"
         at = next((i for i, line in enumerate(lines) if line.startswith("  steps ")), None)
         if at is not None:
             lines.insert(at + 1, extra)
-        why = "this process did not step; its children trained, their summaries follow"
     elif any(note.level in ("warn", "error") for note in run.notes):
         why = "no training step was seen in this process, so no rule had anything to judge; see the notes"
     else:

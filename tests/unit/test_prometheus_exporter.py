@@ -48,6 +48,16 @@ def _absent(m: dict[str, Any], family: str) -> bool:
     return family not in m or not m[family].samples
 
 
+def test_a_rank_of_a_job_over_nodes_carries_its_job_rank_and_node() -> None:
+    """One Prometheus reads a cluster's job: every series says which job, rank and node it is."""
+    hello = _hello(rank=9, local_rank=1, world_size=16, job="slurm:4242.0", launcher="slurm", node="gpu-b",
+                   node_rank=1)
+    exporter = Exporter(hello)
+    exporter.tap([Step(t=time.time(), step=0, wall=0.02, data_wait=0.0, samples=8)])
+    labels = _scraped(exporter)["pitstop_steps"].samples[0].labels
+    assert (labels["job"], labels["rank"], labels["node"], labels["host"]) == ("slurm:4242.0", "9", "gpu-b", "node7")
+
+
 def test_steps_are_counted_raw_and_marked_steps_stay_out_of_the_training_counters() -> None:
     exporter = Exporter(_hello(rank=3, local_rank=1, world_size=8), dropped=lambda: 2)
     now = time.time()
@@ -58,7 +68,8 @@ def test_steps_are_counted_raw_and_marked_steps_stay_out_of_the_training_counter
     exporter.tap(steps[:10])
     exporter.tap(steps[10:] + marked)
     m = _scraped(exporter)
-    labels = {"session": "job-9", "rank": "3", "local_rank": "1", "host": "node7", "script": "train.py"}
+    labels = {"session": "job-9", "job": "job-9", "rank": "3", "local_rank": "1", "node": "node7", "host": "node7",
+              "script": "train.py"}
     assert m["pitstop_steps"].type == "counter"
     assert m["pitstop_steps"].samples[0].labels == labels
     assert _one(m, "pitstop_steps", "pitstop_steps_total") == 22  # every step

@@ -133,6 +133,10 @@ SPAWN_CHILD = [PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; sp
          {**OWNED, "LOCAL_RANK": "1", "PITSTOP_OWNER_LOCAL_RANK": "1"}, "dormant"),  # a rank's spawned child
         # ...but not a spawned child of a process without an agent (a launcher's)
         (SPAWN_CHILD, SESSION, "skip"),
+        # a Ray worker of a local cluster the driver (the agent process) started: a RayTrainWorker trains
+        ([PY, "-u", "/venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py",
+          "--node-ip-address=127.0.0.1", "--worker-launch-time-ms=1"], OWNED, "dormant"),
+        ([PY, "/venv/site-packages/ray/_private/workers/default_worker.py"], SESSION, "skip"),
         # multiprocessing's helpers never: the resource tracker, the forkserver, loky's workers
         ([PY, "-B", "-c", "from multiprocessing.resource_tracker import main;main(5)"], OWNED, "skip"),
         ([PY, "-B", "-c", "from multiprocessing.forkserver import main; main(19, 20, ['__main__'])"], OWNED, "skip"),

@@ -38,6 +38,10 @@ MP_HELPERS = (
 # worker, or a trainer (pytorch/examples' mnist_hogwild steps an optimizer in each).
 MP_CHILD = ("multiprocessing.spawn", "--multiprocessing-fork")
 START, DORMANT, SKIP = "start", "dormant", "skip"
+# Ray's worker processes, started by a raylet: a RayTrainWorker trains (TorchTrainer's workers), the
+# others (tasks, Ray Data's, the dashboard's) never step. A local cluster `ray.init()` starts from the
+# driver inherits the driver's environment, so its workers see the driver's agent as their owner.
+RAY_WORKER = "ray/_private/workers/default_worker.py"
 
 
 def decide(env, argv, pid):
@@ -67,6 +71,11 @@ def decide(env, argv, pid):
                 if owner:
                     return DORMANT, "multiprocessing child of the agent process %s (measured from its first step)" % owner
                 return SKIP, "multiprocessing child of a process without an agent (a launcher's)"
+    for arg in args:
+        if arg.endswith(RAY_WORKER):
+            if owner:
+                return DORMANT, "Ray worker of the agent process %s (measured from its first step)" % owner
+            return SKIP, "Ray worker of a process without an agent"
     if owner:
         # A training script that starts its other ranks itself (Lightning's DDP
         # launcher re-runs the script with LOCAL_RANK=1..N-1) makes children that

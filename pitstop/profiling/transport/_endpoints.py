@@ -58,7 +58,10 @@ def write_token(path: Path) -> str:
         return read_token(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another node's front on a shared home made it just now: one token for the job
+        return read_token(path)
     with os.fdopen(fd, "w") as handle:
         handle.write(token + "\n")
     return token

@@ -51,7 +51,7 @@ def rank_text(row: RankRow) -> str:
 # Short titles: every column fits 80 columns without a horizontal scrollbar.
 COLUMNS = (
     RankColumn("rank", rank_text, lambda r: r.rank if r.rank is not None else r.label),
-    RankColumn("host", lambda r: r.host or fmt.NA, lambda r: r.host, numeric=False),
+    RankColumn("node", lambda r: r.host or fmt.NA, lambda r: r.host, numeric=False),
     RankColumn("pid", lambda r: str(r.pid) if r.pid is not None else fmt.NA, lambda r: r.pid),
     RankColumn("status", status_text, lambda r: status_text(r), numeric=False),
     RankColumn("step", lambda r: str(r.last_step) if r.last_step is not None else "–", lambda r: r.last_step),
