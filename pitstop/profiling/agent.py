@@ -529,6 +529,7 @@ class Agent:
         if self.server is not None:
             self.server.close()
         self._exits.uninstall()
+        self._exits.keep_interrupt()
         fd, self._rss_fd = self._rss_fd, None
         if fd is not None:
             try:
