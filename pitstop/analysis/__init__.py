@@ -46,6 +46,7 @@ from pitstop.analysis._progress import first_step_progress, first_step_status, f
 from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measured, rates, rates_of, recent_rates
 from pitstop.analysis._rules import RULE_IDS, advise, findings
 from pitstop.analysis._state import SERIES, JobState, RunState, StreamBatch
+from pitstop.analysis._scale import SCALE_PCT, above, scale_top
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.analysis._summary import (
     Summary,
@@ -114,6 +115,9 @@ __all__ = [
     "op_step_share",
     "op_time_us",
     "percentile",
+    "SCALE_PCT",
+    "above",
+    "scale_top",
     "phase_split",
     "progress_text",
     "shares_text",
