@@ -7,21 +7,27 @@ on a chart of its own. Each line
 is cut to at most MAX_POINTS buckets first: plotext draws every point it is
 given, and 20,000 steps took ~0.9 s to draw where 240 buckets take ~20 ms.
 Without colour (stdout not a terminal, `--no-color`) the frame is plain ASCII.
+Times are drawn to the measured steps' scale (`analysis.scale_top`, as the
+TUI's bars): a 904 ms first step over 15 ms steps flattened every other step
+into the floor. What stands above the top is drawn at it and said in the
+title; a line that is zero at every step is said in one line, not drawn
+(plotext drew an axis from -1 to 1 for it).
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pitstop.analysis import JobState, RunState, job_summary
+from pitstop.analysis import SCALE_PCT, JobState, RunState, above, job_summary, scale_top
 
 MAX_POINTS = 240
 HEIGHT = 12
 GIB = float(1 << 30)
 _ASCII = str.maketrans({"┌": "+", "┐": "+", "└": "+", "┘": "+", "┬": "+", "┴": "+", "├": "+", "┤": "+",
-                        "─": "-", "│": "|", "•": "*", "█": "#"})
+                        "─": "-", "│": "|", "•": "*", "█": "#", "▲": "^"})
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -36,6 +42,26 @@ class Line:
 class Chart:
     title: str
     lines: list[Line]
+    top: float | None = None  # the y axis ends here (values above are drawn at it); None: plotext's own
+    notes: tuple[str, ...] = ()  # what the title says besides: clipped points, lines with nothing to draw
+
+
+def _fit(title: str, lines: list[Line], unit: str) -> Chart:
+    """A chart of times drawn to the measured scale: the points above it cut at its top and said, and
+    the lines that are zero throughout said in words instead of drawn."""
+    drawn = [line for line in lines if any(y > 0 for y in line.ys)]
+    notes = [f"{line.label.removesuffix(' ' + unit)} 0 {unit} at every step"
+             for line in lines if not any(y > 0 for y in line.ys)]
+    if not drawn:
+        return Chart(title, [], None, tuple(notes))
+    ys = [y for line in drawn for y in line.ys]
+    top = scale_top(ys)
+    cut = above(ys, top)
+    if not cut:
+        return Chart(title, drawn, None, tuple(notes))
+    notes.insert(0, f"▲ {len(cut)} above the p{SCALE_PCT:.0f} scale, drawn at its top (max {max(cut):.0f} {unit})")
+    return Chart(title, [Line(line.label, line.xs, [min(y, top) for y in line.ys]) for line in drawn], top,
+                 tuple(notes))
 
 
 def buckets(xs: Sequence[float], ys: Sequence[float], n: int = MAX_POINTS) -> tuple[list[float], list[float]]:
@@ -111,9 +137,9 @@ def run_charts(runs: Sequence[tuple[str, RunState]]) -> list[Chart]:
             memory, what = _known(xs, rss), "host rss"
         if memory[1]:
             mem_lines.append(Line(f"{prefix}{what} GiB", *_scaled(buckets(*memory), 1 / GIB)))
-    charts = [Chart("step time (ms) by step", step_lines), Chart("data wait (ms) by step", wait_lines),
+    charts = [_fit("step time (ms) by step", step_lines, "ms"), _fit("data wait (ms) by step", wait_lines, "ms"),
               Chart("throughput (samples/s) by step", rate_lines), Chart("memory (GiB) by step", mem_lines)]
-    return [c for c in charts if c.lines]
+    return [c for c in charts if c.lines or c.notes]
 
 
 def render(charts: Sequence[Chart], width: int, color: bool) -> str:
@@ -123,13 +149,22 @@ def render(charts: Sequence[Chart], width: int, color: bool) -> str:
     markers = ("*", "+", "o", "x", ".", "#")
     out = []
     for chart in charts:
+        if not chart.lines:  # nothing but zeros: one line says it
+            text = textwrap.fill(f"{chart.title}: {'; '.join(chart.notes)}", width, subsequent_indent="  ")
+            out.append(text if color else text.translate(_ASCII))
+            continue
         plt.clf()
         plt.plotsize(width, HEIGHT)
         plt.theme("pro" if color else "clear")
         for k, line in enumerate(chart.lines):
             plt.plot(line.xs, line.ys, label=line.label, marker=markers[k % len(markers)])
+        if chart.top is not None:
+            plt.ylim(0, chart.top)
         plt.title(chart.title)
         text = plt.build()
+        if chart.notes:  # lines of their own, under the chart: plotext drops a title wider than the chart
+            said = textwrap.fill("; ".join(chart.notes), width, initial_indent="  ", subsequent_indent="  ")
+            text = "\n".join((text.rstrip("\n"), said))
         if not color:
             text = _ANSI.sub("", text).translate(_ASCII)
         out.append("\n".join(row.rstrip() for row in text.splitlines()))

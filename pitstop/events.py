@@ -44,7 +44,7 @@ class Hello:
     script: str = ""  # what the user ran, for display ("train.py", "-m pkg.mod")
     record: str | None = None  # where this process records its events
     # The command as the user typed it to `pitstop run` (SCRIPT ARGS, -m MODULE ARGS, -- COMMAND...),
-    # the directory it was typed in and the variables it needs (PYTHONPATH, CUDA_VISIBLE_DEVICES):
+    # the directory it was typed in and the variables it needs (PYTHONPATH, framework variables):
     # fix lines print it to run as printed. None in records of older versions and of processes
     # pitstop did not start.
     command: list[str] | None = None
@@ -227,6 +227,9 @@ class DataLoaderInfo:
     skipped: dict[str, str] = field(default_factory=dict)  # knob -> why it did not apply
     dataset: str = ""  # class name of the dataset
     shuffle: bool | None = None  # its sampler shuffles (RandomSampler, a shuffling DistributedSampler)
+    # The framework whose code was on the stack as it was built, the outermost ("transformers" for HF
+    # Trainer through accelerate, "keras" for fit(x, y), "lightning"); "" when the script built it.
+    framework: str = ""
 
 
 @dataclass(frozen=True)

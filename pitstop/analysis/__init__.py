@@ -50,6 +50,7 @@ from pitstop.analysis._state import SERIES, JobState, RunState, StreamBatch
 from pitstop.analysis._stall import (Wait, dead_worker_finding, describe, headline, job_cause, job_stall_finding,
                                      stack_text, stacks_text, stall_block, stall_finding, stall_open, stalled_for,
                                      thread_lines)
+from pitstop.analysis._scale import SCALE_PCT, above, scale_top
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.analysis._summary import (
     Summary,
@@ -126,6 +127,9 @@ __all__ = [
     "op_step_share",
     "op_time_us",
     "percentile",
+    "SCALE_PCT",
+    "above",
+    "scale_top",
     "phase_split",
     "progress_text",
     "shares_text",

@@ -7,6 +7,7 @@ import math
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding, describe_loader
 from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
+from pitstop.analysis._loaderfix import loader_fix
 
 # Above 20% of the step spent blocked on the DataLoader the loader, not the
 # model, sets the pace: a healthy loader with prefetching keeps this near 0-5%.
@@ -136,7 +137,7 @@ def data_wait(ctx: Context) -> Finding | None:
         args.append("pin_memory=True")
     args.append("persistent_workers=True")
     args.append(f"prefetch_factor={max(4, (dl.prefetch_factor or 2) if dl else 2)}")
-    fix = "DataLoader(" + ", ".join(args) + ")"
+    fix = loader_fix(dl, args)
     if cuda:
         fix += "\nx = x.to(device, non_blocking=True)  # overlaps the copy with compute"
     if cpu_bound:

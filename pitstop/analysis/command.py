@@ -7,12 +7,14 @@ failed on them. Every line a front prints for the user to run (findings' tune
 lines, the viewer's `t` hint, the tuner's "train with it") is built here from
 what the user typed (`Hello.command`, `command_cwd`, `command_env`), quoted
 with shlex.join. Records without it fall back to the script's name, as before.
+The line goes to the directory the command was typed in first (`cd DIR &&`),
+wherever it is shown: printed by `pitstop run` in a project and run from a
+shell elsewhere, every line said "no such script".
 Standard library only, as the rest of `pitstop.analysis`.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ class Command:
 
     words: tuple[str, ...]  # ("train.py", "--lr", "1"), ("-m", "pkg.mod"), ("--", "torchrun", ...)
     cwd: str | None = None  # the directory it was typed in; None: unknown
-    env: Mapping[str, str] = field(default_factory=dict)  # PYTHONPATH, CUDA_VISIBLE_DEVICES as set
+    env: Mapping[str, str] = field(default_factory=dict)  # PYTHONPATH and framework variables as set
 
     @classmethod
     def of(cls, hello: Hello | None) -> Command:
@@ -39,44 +41,27 @@ class Command:
         script = hello.script if hello is not None and hello.script else UNKNOWN_SCRIPT
         return cls((script,))
 
-    def line(self, *pitstop_words: str, here: str | None = None) -> str:
-        """`[cd DIR &&] [VAR=value ...] pitstop WORDS TARGET...`, ready for a shell.
+    def line(self, *pitstop_words: str) -> str:
+        """`[cd DIR &&] [VAR=value ...] pitstop WORDS TARGET...`, ready for a shell in any directory.
 
-        `cd DIR &&` is added when the line is shown in another directory than the
-        one the command was typed in (`pitstop view` or `attach` from elsewhere, a
-        report): the script's path and a relative PYTHONPATH are relative to it.
-        `here` is where the line is shown (the current directory by default).
+        `cd DIR &&` comes first wherever the directory is known: the script's
+        path, its arguments' paths and a relative PYTHONPATH are relative to it,
+        and a line is copied to other shells than the one it was printed in.
         """
         parts: list[str] = []
-        if self.cwd is not None and not _same_dir(self.cwd, here if here is not None else _cwd()):
+        if self.cwd is not None:
             parts.append(f"cd {shlex.quote(self.cwd)} &&")
         parts.extend(f"{name}={shlex.quote(value)}" for name, value in sorted(self.env.items()))
         parts.append(shlex.join(["pitstop", *pitstop_words, *self.words]))
         return " ".join(parts)
 
 
-def tune_line(hello: Hello | None, knobs: Sequence[str] = (), here: str | None = None) -> str:
+def tune_line(hello: Hello | None, knobs: Sequence[str] = ()) -> str:
     """`pitstop tune [--knobs K] TARGET` for this run's command, as it must be typed."""
     words = ["tune", "--knobs", ",".join(knobs)] if knobs else ["tune"]
     if "batch_size" in knobs:
         words.append("--batch-size")  # without it the tuner skips the batch size (it changes the training)
-    return Command.of(hello).line(*words, here=here)
-
-
-def _cwd() -> str | None:
-    try:
-        return os.getcwd()
-    except OSError:  # the directory was removed under us: show the cd, it is the safe side
-        return None
-
-
-def _same_dir(a: str, b: str | None) -> bool:
-    if b is None:
-        return False
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
+    return Command.of(hello).line(*words)
 
 
 __all__ = ["Command", "UNKNOWN_SCRIPT", "tune_line"]

@@ -59,6 +59,28 @@ class ExitWatch:
             self.outcome = ("interrupted", 130)
         self._excepthook(kind, value, tb)
 
+    def keep_interrupt(self) -> None:
+        """After a Ctrl-C that nothing caught, make sure the process still ends by SIGINT (exit code 130).
+
+        CPython ends such a process by SIGINT after finalizing, on a flag that any
+        PyRun_* evaluation clears. A Ctrl-C 0.1 s into a script, while the agent's
+        threads still imported psutil and NVML's modules, ended it with exit code 1
+        under pitstop and 130 without. Raising KeyboardInterrupt once more through
+        PyRun_SimpleString sets the flag again (its traceback is not printed twice).
+        """
+        if self.outcome != ("interrupted", 130) or not hasattr(sys, "excepthook"):
+            return
+        try:
+            import ctypes
+
+            hook, sys.excepthook = sys.excepthook, lambda *exc: None
+            try:
+                ctypes.pythonapi.PyRun_SimpleString(b"raise KeyboardInterrupt")
+            finally:
+                sys.excepthook = hook
+        except Exception:  # noqa: BLE001 - no ctypes, no pythonapi: the exit code is Python's own
+            pass
+
     def uninstall(self) -> None:
         """sys.excepthook and sys.exit as they were, unless someone wrapped ours since (then ours stays, inert)."""
         if sys.excepthook == self._on_uncaught:

@@ -588,6 +588,7 @@ class Agent:
         if self.stallwatch is not None:
             self.stallwatch.release()  # after the exit watch's: it wrapped ours
         self._last_signal.uninstall()
+        self._exits.keep_interrupt()
         fd, self._rss_fd = self._rss_fd, None
         if fd is not None:
             try:

@@ -39,10 +39,14 @@ CONFIG_SCOPES = {
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 # What a command needs to run again as it ran: where its imports come from (minGPT's
-# projects/adder/adder.py fails "No module named 'mingpt'" without PYTHONPATH=.) and which GPUs
-# it trains on. Not the thread counts or tokens: a rerun in the same shell has them, and a
-# printed line must never carry a secret.
-COMMAND_ENV = ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")
+# projects/adder/adder.py fails "No module named 'mingpt'" without PYTHONPATH=.) and the
+# frameworks' variables it was started with (transformers' run_clm reads HF_HUB_OFFLINE=1: a
+# line without it, pasted in another shell, tries to download). Never a secret: a printed line
+# is pasted into chats and tickets, and HF_TOKEN or WANDB_API_KEY has no place there.
+COMMAND_ENV = ("PYTHONPATH",)
+COMMAND_ENV_PREFIXES = ("HF_", "TRANSFORMERS_", "TORCH_", "PYTORCH_", "CUDA_", "NCCL_", "OMP_", "MKL_", "KERAS_",
+                        "WANDB_")
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "AUTH", "CREDENTIAL")
 
 
 @dataclass(frozen=True)
@@ -168,13 +172,15 @@ def new_session_id(stem: str) -> str:
 
 
 def typed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of COMMAND_ENV the user's command runs with, as the user set them.
+    """The variables of COMMAND_ENV and COMMAND_ENV_PREFIXES the user's command runs with, secrets left out.
 
     PYTHONPATH loses pitstop's bootstrap directory (child_env prepends it; a
     `pitstop run` inside a `pitstop run` would otherwise print it back).
     """
     env = os.environ if environ is None else environ
-    out = {name: env[name] for name in COMMAND_ENV if env.get(name)}
+    out = {name: value for name, value in env.items()
+           if value and (name in COMMAND_ENV or name.startswith(COMMAND_ENV_PREFIXES))
+           and not any(word in name for word in SECRET_WORDS)}
     if "PYTHONPATH" in out:
         parts = [p for p in out["PYTHONPATH"].split(os.pathsep) if p != str(BOOTSTRAP_DIR)]
         if any(parts):

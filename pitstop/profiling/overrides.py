@@ -35,6 +35,10 @@ TRAIN_BUILDERS = frozenset({"train_dataloader", "get_train_dataloader"})
 EVAL_BUILDERS = frozenset({"val_dataloader", "test_dataloader", "predict_dataloader", "eval_dataloader",
                            "get_eval_dataloader", "get_test_dataloader"})
 BUILDER_DEPTH = 12  # frames looked at above the DataLoader's construction
+# Frameworks that build DataLoaders or call the code that does: a fix names their own setting.
+FRAMEWORKS = frozenset({"keras", "transformers", "lightning", "pytorch_lightning", "accelerate", "ignite",
+                        "deepspeed", "fastai"})
+FRAMEWORK_DEPTH = 200  # frames looked at: the whole stack of a Trainer's fit, never an unbounded walk
 
 
 class Overrides:
@@ -211,9 +215,25 @@ class Overrides:
                 skipped=skipped,
                 dataset=type(getattr(loader, "dataset", None)).__name__,
                 shuffle=_shuffles(loader),
+                framework=building_framework(),
             )
         )
         return self._loaders
+
+
+def building_framework() -> str:
+    """The outermost of FRAMEWORKS whose code is on the stack ("" for none): HF Trainer's loader is built
+    inside accelerate's prepare, inside transformers' Trainer; the user drives the outer one."""
+    found = ""
+    frame = sys._getframe(1)
+    for _ in range(FRAMEWORK_DEPTH):
+        if frame is None:
+            break
+        top = str(frame.f_globals.get("__name__", "")).partition(".")[0]
+        if top in FRAMEWORKS:
+            found = top
+        frame = frame.f_back
+    return found
 
 
 def builder_role() -> tuple[bool, str] | None:

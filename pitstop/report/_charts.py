@@ -43,7 +43,7 @@ def charts(data: ReportData) -> list[str]:
         [Line("step time", steps.points("wall"), PALETTE[0], area=True),
          Line("data wait", steps.points("wait"), PALETTE[1], area=True),
          Line("slowest step", steps.points("wall", "max"), "#999999", width=1.0, dashed=True)],
-        "step", _ms)]
+        "step", _ms, robust=True)]
     rate = steps.ratio("samples", "wall_known")
     if rate:
         out.append(chart("Throughput (samples/s over each bucket of training steps)",
@@ -91,9 +91,9 @@ def job_charts(ranks: list[RankSeries], total: int) -> list[str]:
 
     out = [
         chart(f"Step time per rank (training steps; mean per bucket{which})",
-              lines(lambda r: r.series.steps.points("wall")), "step", _ms),
+              lines(lambda r: r.series.steps.points("wall")), "step", _ms, robust=True),
         chart(f"Data wait per rank (training steps; mean per bucket{which})",
-              lines(lambda r: r.series.steps.points("wait")), "step", _ms),
+              lines(lambda r: r.series.steps.points("wait")), "step", _ms, robust=True),
         chart(f"Throughput per rank ({'samples/s' if counted else 'steps/s'} over each bucket of training steps)",
               lines(per_step_rate), "step", (lambda v: f"{v:.0f}") if counted else (lambda v: f"{v:.2f}")),
         chart(f"CPU of each rank's main process in cores (1.0 = one core busy{which})",

@@ -5,28 +5,49 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from pitstop.analysis import SCALE_PCT, above, scale_top
 from pitstop.analysis import format as fmt
 from pitstop.report._data import ReportData, TableRow, overview
 from pitstop.report._job import RankSeries, headline
 
 _SPARKS = "▁▂▃▄▅▆▇█"
+CLIP = "▲"  # a cell above the measured scale (as the TUI's bars mark theirs)
 # A sparkline of 60 characters fits an issue's code block without wrapping.
 SPARK_WIDTH = 60
 
 
+def cells(values: Sequence[float], width: int = SPARK_WIDTH) -> list[float]:
+    """Values squeezed into at most `width` cells: the means of equal slices."""
+    n = len(values)
+    parts = [values[int(i * n / width): max(int(i * n / width) + 1, int((i + 1) * n / width))]
+             for i in range(min(width, n))]
+    return [sum(c) / len(c) for c in parts]
+
+
 def sparkline(values: Sequence[float], width: int = SPARK_WIDTH, top: float | None = None) -> str:
-    """Values squeezed into `width` characters (means of equal slices), scaled from 0 to their max
-    (or to `top`: the lines of several ranks on one scale)."""
+    """Values squeezed into `width` characters (`cells`), scaled from 0 to their max (or to `top`: the
+    measured scale, the lines of several ranks on one scale); a cell above `top` is CLIP."""
     if not values:
         return ""
-    n = len(values)
-    cells = [values[int(i * n / width): max(int(i * n / width) + 1, int((i + 1) * n / width))]
-             for i in range(min(width, n))]
-    means = [sum(c) / len(c) for c in cells]
+    means = cells(values, width)
     top = max(means) if top is None else top
     if top <= 0:
         return _SPARKS[0] * len(means)
-    return "".join(_SPARKS[min(7, int(m / top * 7.999))] for m in means)
+    return "".join(CLIP if m > top * (1 + 1e-9) else _SPARKS[min(7, int(m / top * 7.999))] for m in means)
+
+
+def time_spark(what: str, values: Sequence[float], top: float | None = None) -> str:
+    """`what`'s sparkline of times to the measured scale (`scale_top` of its cells, or `top` shared by
+    ranks) and what the scale is; a line of zeros says so in words."""
+    if not any(v > 0 for v in values):
+        return f"{what}0 at every step"
+    drawn = cells(values)
+    top = scale_top(drawn) if top is None else top
+    cut = above(drawn, top)
+    if not cut:
+        return f"{what}{sparkline(values, top=top)}  max {fmt.duration(max(values))}"
+    return (f"{what}{sparkline(values, top=top)}  scale {fmt.duration(top)} "
+            f"(p{SCALE_PCT:.0f}; {CLIP} above it, max {fmt.duration(max(values))})")
 
 
 def _cell(text: object) -> str:
@@ -57,11 +78,21 @@ def _rank_sparks(ranks: Sequence[RankSeries], total: int) -> list[str]:
     for what, points, unit in figures:
         values = [[v for _, v in points(r)] for r in ranks]
         top = max((max(v) for v in values if v), default=0.0)
+        timed = unit is fmt.duration
         if not top:
+            if timed and any(values):
+                out.append(f"{what:<10} {'':<{width}}  0 at every step of every rank")
             continue
+        if timed:  # one measured scale for the ranks' times: a warm-up step would flatten them all
+            top = scale_top([c for v in values for c in cells(v)])
         for i, (r, v) in enumerate(zip(ranks, values)):
-            line = f"{sparkline(v, top=top)}  max {unit(max(v))}" if v else "not recorded"
-            out.append(f"{what if i == 0 else '':<10} {r.name:<{width}}  {line}")
+            head = f"{what if i == 0 else '':<10} {r.name:<{width}}  "
+            if not v:
+                out.append(f"{head}not recorded")
+            elif timed:
+                out.append(time_spark(head, v, top))
+            else:
+                out.append(f"{head}{sparkline(v, top=top)}  max {unit(max(v))}")
     out.append("```")
     return out
 
@@ -83,11 +114,11 @@ def render_markdown(data: ReportData) -> str:
         wait = [v for _, v in steps.points("wait")]
         rate = [v for _, v in steps.ratio("samples", "wall_known")]
         rss = [v for _, v in steps.points("rss", "max")]
-        top = max(wall)
-        lines += ["", "Over the run (left: start, right: end; each line scaled to its own max):", "", "```"]
-        lines.append(f"step time  {sparkline(wall)}  max {fmt.duration(top)}")
+        lines += ["", "Over the run (left: start, right: end; times to their measured scale, the rest to "
+                  "its own max):", "", "```"]
+        lines.append(time_spark("step time  ", wall))
         if wait:
-            lines.append(f"data wait  {sparkline(wait)}  max {fmt.duration(max(wait))}")
+            lines.append(time_spark("data wait  ", wait))
         if rate:
             lines.append(f"samples/s  {sparkline(rate)}  max {max(rate):.0f}")
         if rss:

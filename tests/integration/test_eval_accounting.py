@@ -18,7 +18,7 @@ from pathlib import Path
 from pitstop.events import End
 
 from .conftest import SCRIPTS, events_of, run_pitstop
-from .test_frameworks import agent_complaints, steps_of
+from .test_frameworks import agent_complaints, steps_of, built_by
 
 IGNITE_EPOCHS, IGNITE_BATCH, IGNITE_STEPS_PER_EPOCH = 3, 32, 20
 KERAS_EPOCHS, KERAS_STEPS, KERAS_BATCH = 2, 8, 32
@@ -116,6 +116,7 @@ def test_keras_fit_on_torch_counts_every_batch_and_marks_only_validation(
     assert end_of(record).eval_s > 0 and end_of(record).eval_passes == 2
     assert eval_row(result.stderr)[0] == KERAS_EPOCHS + 1, result.stderr
     assert agent_complaints(record, result.stderr) == []
+    assert built_by(record) == {"keras"}  # fit(x, y) built it: a fix says fit has no workers
 
 
 def test_backward_calls_after_an_optimizer_step_that_raised_are_steps_again(tmp_path: Path, env: dict[str, str]) -> None:

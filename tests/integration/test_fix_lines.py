@@ -6,8 +6,10 @@ printed, "no such script". Here a real `pitstop run --headless` of a script with
 required arguments, in a subdirectory, importing a package found through
 PYTHONPATH, prints its tune line, and the test executes that line through
 `bash -c` with the tuner swapped for `pitstop run --headless` (the same target
-words, a run of seconds instead of a tune of minutes) in an environment
-without PYTHONPATH: the line itself must carry it.
+words, a run of seconds instead of a tune of minutes), from another directory,
+in an environment without PYTHONPATH or the run's framework variables: the
+line itself must carry them (run_clm's line dropped `HF_HUB_OFFLINE=1`, and
+every line said "no such script" in another directory).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 
 from pitstop.events import Model
+from pitstop.profiling.launch import COMMAND_ENV_PREFIXES
 
 from .conftest import SCRIPTS, events_of, pitstop, run_group
 
@@ -32,18 +35,26 @@ def _project(tmp_path: Path) -> Path:
     return proj
 
 
-def _env(env: dict[str, str], pythonpath: str | None) -> dict[str, str]:
-    out = dict(env, PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")  # `pitstop` as a user has it
-    out.pop("PYTHONPATH", None)
+# What the run was started with beside PYTHONPATH: a line that drops them downloads where the run did not.
+FRAMEWORK_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def _env(env: dict[str, str], pythonpath: str | None, **extra: str) -> dict[str, str]:
+    # None of the suite's own (OMP_WAIT_POLICY): the lines' variables are the ones this test sets
+    out = {k: v for k, v in env.items() if not k.startswith(COMMAND_ENV_PREFIXES) and k != "PYTHONPATH"}
+    out["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # `pitstop` as a user has it
     if pythonpath is not None:
         out["PYTHONPATH"] = pythonpath
+    out.update(extra)
     return out
 
 
 def _tune_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The data-wait finding's tune line (on a busy machine a cpu-contended one, `--knobs threads`, comes first)."""
     text = result.stdout + result.stderr
-    lines = [line.strip().removeprefix("tune: ") for line in text.splitlines() if line.strip().startswith("tune: ")]
-    assert lines, f"no tune line in:\n{text[-3000:]}"
+    lines = [line.strip().removeprefix("tune: ") for line in text.splitlines()
+             if line.strip().startswith("tune: ") and TUNE in line]
+    assert lines, f"no {TUNE!r} line in:\n{text[-3000:]}"
     return lines[0]
 
 
@@ -53,28 +64,26 @@ def _run_as_printed(line: str, env: dict[str, str], cwd: Path) -> subprocess.Com
     return run_group(["bash", "-c", line.replace(TUNE, "pitstop run --headless ", 1)], env, cwd, timeout=180)
 
 
-def test_a_tune_line_runs_as_printed_with_its_arguments_and_pythonpath_here_and_elsewhere(
+def test_a_tune_line_runs_as_printed_from_any_directory_with_its_arguments_and_environment(
         tmp_path: Path, env: dict[str, str]) -> None:
     proj = _project(tmp_path)
     record = tmp_path / "r.jsonl"
     result = pitstop(["run", "--headless", "--record", str(record), "sub/train.py", "--steps", "20", "--tag", "two words"],
-                     _env(env, "."), cwd=proj)
+                     _env(env, ".", **FRAMEWORK_ENV), cwd=proj)
     assert result.returncode == 0, result.stderr[-3000:]
     line = _tune_line(result)
-    assert line == "PYTHONPATH=. pitstop tune --knobs num_workers sub/train.py --steps 20 --tag 'two words'"
-    again = _run_as_printed(line, _env(env, None), proj)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "train.py steps=20 tag=two words" in again.stdout
-
-    # `pitstop view` of the record from another directory: the line goes there first.
+    assert line == (f"cd {shlex.quote(str(proj))} && HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONPATH=. "
+                    f"{TUNE}sub/train.py --steps 20 --tag 'two words'")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    for where in (proj, elsewhere):  # where it was printed, and a shell anywhere else
+        again = _run_as_printed(line, _env(env, None), where)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "train.py steps=20 tag=two words offline=1" in again.stdout
+
+    # `pitstop view` of the record from another directory prints the same line.
     viewed = pitstop(["view", str(record), "--summary"], _env(env, None), cwd=elsewhere)
-    line = _tune_line(viewed)
-    assert line.startswith(f"cd {shlex.quote(str(proj))} && PYTHONPATH=. {TUNE}sub/train.py"), line
-    again = _run_as_printed(line, _env(env, None), elsewhere)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "train.py steps=20 tag=two words" in again.stdout
+    assert _tune_line(viewed) == line
 
 
 def test_under_a_wrapper_the_tune_line_names_the_wrapper_and_what_it_wraps(tmp_path: Path, env: dict[str, str]) -> None:
@@ -83,8 +92,8 @@ def test_under_a_wrapper_the_tune_line_names_the_wrapper_and_what_it_wraps(tmp_p
                      _env(env, "."), cwd=proj)
     assert result.returncode == 0, result.stderr[-3000:]
     line = _tune_line(result)
-    assert line == "PYTHONPATH=. pitstop tune --knobs num_workers sub/steptime.py sub/train.py --steps 20 --tag w"
-    again = _run_as_printed(line, _env(env, None), proj)
+    assert line == f"cd {shlex.quote(str(proj))} && PYTHONPATH=. {TUNE}sub/steptime.py sub/train.py --steps 20 --tag w"
+    again = _run_as_printed(line, _env(env, None), tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "steptime.py wraps sub/train.py" in again.stdout and "train.py steps=20 tag=w" in again.stdout
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.events import End, Hello, Note, Step
+from pitstop.events import DataLoaderInfo, End, Hello, Note, Step
 
 from .conftest import SCRIPTS, events_of, run_pitstop  # test_eval_loader imports run_pitstop from here
 
@@ -91,6 +91,16 @@ def check_lightning_rank(record: Path, reference: dict[str, object]) -> None:
     assert [s.samples for s in steps] == [reference["batch"]] * LIGHTNING_STEPS
     end = events_of(record)[-1]
     assert isinstance(end, End) and end.steps == LIGHTNING_STEPS and end.exit_code == 0, end
+    # Built by the script and handed to fit: a fix names its own DataLoader, no framework's setting.
+    assert built_by(record) == {""}
+
+
+def built_by(record: Path) -> set[str]:
+    """The frameworks that built the loaders whose batches fed the steps (Keras builds one an epoch)."""
+    events = events_of(record)
+    fed = {e.loader for e in events if isinstance(e, Step) and e.loader is not None}
+    assert fed, "no step names its loader"
+    return {e.framework for e in events if isinstance(e, DataLoaderInfo) and e.id in fed}
 
 
 def test_lightning_fit_validate_predict(tmp_path: Path, fw_env: dict[str, str]) -> None:
@@ -143,6 +153,8 @@ def test_hf_trainer_steps_and_throughput(tmp_path: Path, fw_env: dict[str, str])
     assert all(s.eval_s > 0 for s in steps if s.mark == "eval")
     # accelerate's loader fetches one batch ahead, so step 0 may hold two; every later step holds one
     assert [s.samples for s in steps[3:]] == [HF_BATCH] * (HF_STEPS - 3), [s.samples for s in steps]
+    # Built by accelerate inside the Trainer: a fix names TrainingArguments, the outer one.
+    assert built_by(record) == {"transformers"}
 
     summary = subprocess.run([sys.executable, "-m", "pitstop.cli", "view", str(record), "--summary"], env=fw_env,
                              capture_output=True, text=True, timeout=120)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from pitstop.analysis.command import Command, tune_line
 from pitstop.events import Hello, decode, encode
 from pitstop.profiling.launch import BOOTSTRAP_DIR, SessionSettings, Target, typed_env
@@ -18,17 +20,21 @@ def hello(**fields: object) -> Hello:
 
 def test_the_line_quotes_arguments_and_carries_the_environment(tmp_path: Path) -> None:
     typed = hello(command=["sub/train.py", "--tag", "two words", "--lr=1e-3"], command_cwd=str(tmp_path),
-                  command_env={"PYTHONPATH": ".", "CUDA_VISIBLE_DEVICES": "1,2"})
-    assert tune_line(typed, ["amp"], here=str(tmp_path)) == (
-        "CUDA_VISIBLE_DEVICES=1,2 PYTHONPATH=. pitstop tune --knobs amp sub/train.py --tag 'two words' --lr=1e-3")
+                  command_env={"PYTHONPATH": ".", "CUDA_VISIBLE_DEVICES": "1,2", "HF_HUB_OFFLINE": "1"})
+    assert tune_line(typed, ["amp"]) == (
+        f"cd {tmp_path} && CUDA_VISIBLE_DEVICES=1,2 HF_HUB_OFFLINE=1 PYTHONPATH=. "
+        "pitstop tune --knobs amp sub/train.py --tag 'two words' --lr=1e-3")
 
 
-def test_shown_in_another_directory_the_line_goes_there_first(tmp_path: Path) -> None:
+def test_the_line_goes_to_the_directory_it_was_typed_in_wherever_it_is_shown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     where = tmp_path / "my proj"
     where.mkdir()
     typed = hello(command=["-m", "pkg.train"], command_cwd=str(where), command_env={})
-    assert tune_line(typed, here=str(tmp_path)) == f"cd '{where}' && pitstop tune -m pkg.train"
-    assert tune_line(typed, here=str(where)) == "pitstop tune -m pkg.train"
+    monkeypatch.chdir(where)  # printed where it was typed, and pasted into a shell anywhere: the cd comes first
+    assert tune_line(typed) == f"cd '{where}' && pitstop tune -m pkg.train"
+    monkeypatch.chdir(tmp_path)
+    assert tune_line(typed) == f"cd '{where}' && pitstop tune -m pkg.train"
 
 
 def test_a_launcher_a_batch_size_knob_and_an_old_record() -> None:
@@ -40,10 +46,18 @@ def test_a_launcher_a_batch_size_knob_and_an_old_record() -> None:
     assert tune_line(None) == "pitstop tune SCRIPT"
 
 
-def test_typed_env_keeps_the_users_pythonpath_not_pitstops_bootstrap() -> None:
+def test_typed_env_keeps_the_users_pythonpath_and_framework_variables_not_secrets_or_pitstops_bootstrap() -> None:
     env = {"PYTHONPATH": os.pathsep.join([str(BOOTSTRAP_DIR), ".", "lib"]), "CUDA_VISIBLE_DEVICES": "0",
-           "HF_TOKEN": "secret", "OMP_NUM_THREADS": "1"}
-    assert typed_env(env) == {"PYTHONPATH": os.pathsep.join([".", "lib"]), "CUDA_VISIBLE_DEVICES": "0"}
+           "HF_TOKEN": "secret", "WANDB_API_KEY": "secret", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "KERAS_BACKEND": "torch", "NCCL_DEBUG": "INFO", "TORCH_LOGS": "+dynamo",
+           "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "MKL_NUM_THREADS": "2",
+           "TRANSFORMERS_VERBOSITY": "info", "WANDB_MODE": "offline", "HOME": "/root", "LANG": "C", "EMPTY_": "",
+           "HF_HOME": ""}
+    assert typed_env(env) == {"PYTHONPATH": os.pathsep.join([".", "lib"]), "CUDA_VISIBLE_DEVICES": "0",
+                              "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+                              "KERAS_BACKEND": "torch", "NCCL_DEBUG": "INFO", "TORCH_LOGS": "+dynamo",
+                              "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "MKL_NUM_THREADS": "2",
+                              "TRANSFORMERS_VERBOSITY": "info", "WANDB_MODE": "offline"}
     assert typed_env({"PYTHONPATH": str(BOOTSTRAP_DIR)}) == {}
 
 

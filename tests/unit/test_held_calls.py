@@ -105,11 +105,15 @@ def test_steps_are_the_same_whether_the_hooks_hold_their_calls_or_not(tmp_path: 
     assert len(steps) == 4 * (21 + 30)  # the other optimizers' steps (SGD on a layer, LBFGS) are not the clock's
     assert [s[1] for s in steps[:21]] == [10] * 20 + [5]  # the short last batch
     for run_ in (held, direct):  # windows of 3 steps from step 1, every 25
+        # How many windows run depends on the machine (one is skipped while the previous one's tables are
+        # still being built: a busy machine let 4 of 9 run), what a window covers does not.
+        windows = run_["windows"]
+        assert windows and windows[0][:2] == [1, 4], windows  # the first: nothing before it holds it back
+        assert all(start % 25 == 1 and start < end <= start + 3 for start, end, _ in windows), windows
         profiled = [s[0] for s in run_["steps"] if s[3]]
-        assert len(profiled) >= 15 and all(i % 25 in (1, 2, 3) for i in profiled), profiled
+        assert profiled == [i for start, end, _ in windows for i in range(start, end)], (profiled, windows)
         # ...and each profiled what those steps ran: two Linear forwards a step (started on time)
-        assert len(run_["windows"]) >= 5
-        assert all(calls == 2 * (end - start) for start, end, calls in run_["windows"]), run_["windows"]
+        assert all(calls == 2 * (end - start) for start, end, calls in windows), windows
 
 
 def test_on_cuda_the_hooks_hold_the_steps_between_probes_and_only_probes_are_timed(tmp_path: Path) -> None:

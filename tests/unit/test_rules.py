@@ -340,10 +340,10 @@ def test_no_amp_on_a_cpu_with_native_bf16_suggests_measuring_it_with_tune_never_
     assert f is not None and f.knob == "amp" and f.severity == "low"
     assert f.title == "Training in float32 on a CPU with native bfloat16"
     assert f.evidence[0].startswith("this CPU has native bfloat16 (avx512_bf16 or amx_bf16")
-    # The command as typed, its PYTHONPATH too: `pitstop tune --knobs amp adder.py` found no script.
-    assert f.fix.splitlines()[0].startswith(
-        "PYTHONPATH=. pitstop tune --knobs amp projects/adder/adder.py --trainer.max_iters=50   # measures")
-    assert f.tune == "PYTHONPATH=. pitstop tune --knobs amp projects/adder/adder.py --trainer.max_iters=50"
+    # The command as typed, where, its PYTHONPATH too: `pitstop tune --knobs amp adder.py` found no script.
+    line = f"cd {tmp_path} && PYTHONPATH=. pitstop tune --knobs amp projects/adder/adder.py --trainer.max_iters=50"
+    assert f.fix.splitlines()[0].startswith(line + "   # measures")
+    assert f.tune == line
     assert 'torch.autocast("cpu", dtype=torch.bfloat16)' in f.fix
     assert f.gain.startswith("unknown until measured")  # something to try, never a promise
 

@@ -165,13 +165,42 @@ def _chain_user_sitecustomize():
             sys.modules["sitecustomize"] = saved_module
 
 
+def _interrupted():
+    """End this process as Python ends on a Ctrl-C that nothing catches: by SIGINT (exit code 130).
+
+    A SIGINT that comes while the agent starts (importing pitstop takes ~0.3 s
+    on a busy machine) raises KeyboardInterrupt here, before the script runs.
+    Swallowed, it left the script to train its whole 60 s unmeasured with exit
+    code 0; raised, it makes Python abort with "Failed to import the site
+    module" (exit code 1). The agent, if it got that far, records the end first.
+    """
+    try:
+        sys.stderr.write("KeyboardInterrupt (while pitstop's agent started; the script did not run)\n")
+        agent = sys.modules.get("pitstop.profiling.agent")
+        current = getattr(agent, "_current", None)
+        if current is not None:
+            current.stop("interrupted", 130)
+    except BaseException:  # a second Ctrl-C while saying so: end all the same
+        pass
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(130)  # SIGINT blocked by whoever started us: the exit code says it all the same
+
+
 if not getattr(sys, "_pitstop_bootstrapped", False):
     sys._pitstop_bootstrapped = True
     try:
-        _start()
-    except BaseException as err:  # cannot fail: not even SystemExit from a broken import
         try:
-            sys.stderr.write("pitstop: bootstrap error: %r\n" % (err,))
-        except Exception:
-            pass
-    _chain_user_sitecustomize()
+            _start()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # cannot fail: not even SystemExit from a broken import
+            try:
+                sys.stderr.write("pitstop: bootstrap error: %r\n" % (err,))
+            except Exception:
+                pass
+        _chain_user_sitecustomize()
+    except KeyboardInterrupt:  # the user's Ctrl-C, never pitstop's to swallow
+        _interrupted()

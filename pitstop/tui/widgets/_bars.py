@@ -19,7 +19,7 @@ from textual.app import RenderResult
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from pitstop.analysis import percentile
+from pitstop.analysis import SCALE_PCT, scale_top
 from pitstop.analysis import format as fmt
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -29,11 +29,6 @@ MARK_STYLE = {"warm-up": "grey50", "eval": "blue", "rollout": "cyan", "profiled"
 MARK_LETTER = {"warm-up": "w", "eval": "e", "rollout": "r", "profiled": "p", "after-profile": "p"}
 MARK_LEGEND = {"warm-up": "warm-up", "eval": "eval", "rollout": "rollout", "profiled": "profiled",
                "after-profile": "profiled"}
-# The scale is the bars' p95 unless the tallest bar is within 1.5x of it (then the tallest):
-# a one-off 100x step (the first, an eval pass, a checkpoint) must not flatten the others.
-SCALE_PCT = 95.0
-SCALE_SLACK = 1.5
-SCALE_HEADROOM = 1.2
 
 
 @dataclass(frozen=True)
@@ -99,18 +94,6 @@ def bin_steps(series: BarSeries, columns: int) -> tuple[list[Bin], int]:
         marked_total = sum(sum(series.values[j]) for j in marked) / len(marked) if marked else None
         bins.append(Bin(series.steps[idx[0]], series.steps[idx[-1]], values, len(train), marks, marked_total))
     return bins, size
-
-
-def scale_top(totals: list[float]) -> float:
-    """The value the chart's top stands for: robust to a few huge bars (see SCALE_PCT)."""
-    positive = [t for t in totals if t > 0]
-    if not positive:
-        return 0.0
-    tallest = max(positive)
-    if len(positive) < 4:
-        return tallest
-    typical = percentile(positive, SCALE_PCT)
-    return tallest if tallest <= SCALE_SLACK * typical else typical * SCALE_HEADROOM
 
 
 def nice_step(top: float, count: int) -> float:

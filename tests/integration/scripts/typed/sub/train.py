@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 
@@ -15,7 +16,8 @@ def main() -> None:
     parser.add_argument("--tag", required=True)
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
-    print(f"train.py steps={args.steps} tag={args.tag}", flush=True)
+    # HF_HUB_OFFLINE as transformers' scripts read it: a rerun without it would download
+    print(f"train.py steps={args.steps} tag={args.tag} offline={os.environ.get('HF_HUB_OFFLINE', '-')}", flush=True)
     model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
     if args.dtype == "float64":
         model = model.double()
