@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from pitstop.analysis import median_and_spread
 from pitstop.errors import UsageError
 from pitstop.tuning.results import Candidate, TrialResult, judge_losses
-from pitstop.tuning.verdict import Contest, Outcome, load_noise, paired_ratios, ratio_spread
+from pitstop.tuning.verdict import (Contest, Outcome, claim_interval, load_noise, log_sd, paired_ratios,
+                                    ratio_spread)
 
 if TYPE_CHECKING:
     from pitstop.tuning.strategy import Search
@@ -122,10 +123,24 @@ class Confirming:
             if self.budget.allows(n * len(names), n * len(names) * cost):
                 shape = (names, n)
                 break
+        contests = {c: Contest(c) for c in pair}
+        lead: list[tuple[Candidate, TrialResult]] = []  # a round's first half already run
         if shape is None:
-            return self._unconfirmed(out, MIN_CONFIRM_TRIALS * self.confirm_rounds, cost)
+            last = self.results[-1] if self.results else None
+            if (last is None or not last.ok or last.candidate != pair[0] or last.from_journal
+                    or not self.budget.allows(1, cost)):
+                return self._unconfirmed(out, MIN_CONFIRM_TRIALS * self.confirm_rounds, cost)
+            # One trial left, and the challenger ran last: a fresh run of the script's own settings
+            # right after it, at the same steps, completes a back-to-back round (a rung climbed
+            # past the finding's worker count took the trial the round's first half would have).
+            contests[pair[0]].runs.append(last)
+            lead = [(pair[0], last)]
+            shape = ([Candidate()], 1)
+            steps = last.steps
+            self.notes.append(f"one confirmation round: {last.candidate.label()}'s last exploration run, then "
+                              "a fresh run of the script's own settings (the budget had one trial left)")
         names, rounds = shape
-        contests = {c: Contest(c) for c in names}
+        contests = {c: contests.get(c, Contest(c)) for c in dict.fromkeys([*names, *pair])}
         done = discarded = 0
         loads: list[float] = []
         i = 0
@@ -141,9 +156,10 @@ class Confirming:
             order = names if i % 2 == 0 else list(reversed(names))
             i += 1
             ran = self._round(contests, order, steps)
-            change = _load_change([r for _, r in ran])
-            loads += [r.other_cpu for _, r in ran if r.other_cpu is not None]
-            if change is not None and change > LOAD_CHANGE_CORES and self._load_moved_it(ran):
+            whole, lead = lead + ran, []
+            change = _load_change([r for _, r in whole])
+            loads += [r.other_cpu for _, r in whole if r.other_cpu is not None]
+            if change is not None and change > LOAD_CHANGE_CORES and self._load_moved_it(whole):
                 # Its runs measured different machines: drop the round, run another in its place.
                 for cand, r in ran:
                     contests[cand].runs.remove(r)
@@ -239,7 +255,8 @@ class Confirming:
         noise, base_c = judged.noise, judged.base
         if not judged.measured_noise and rounds < 2:
             self.notes.append("one confirmation round: the noise is the exploration trials' "
-                              f"(±{noise:.1%}), not measured by repeated rounds")
+                              f"(±{noise:.1%}), not measured by repeated rounds; the interval rests on each "
+                              "run's own spread and on the configurations' other runs, and is wider")
         out.noise = out.spread = noise
         if base_c.failure or not base_c.runs:
             out.message = (f"the script's own settings failed in confirmation ({base_c.failure}): "
@@ -284,12 +301,30 @@ class Confirming:
         mine = ratios[win.candidate]
         out.winner = win.candidate
         out.throughput = win.median
-        out.interval = (min(mine), max(mine))
+        out.interval = self._interval(list(zip(win.runs, base_c.runs)))
         out.speedup = min(mine)  # the conservative figure: every round measured at least this
         if top is not win:
             out.message = (f"{win.candidate.label()} chosen over {top.candidate.label()}: "
                            f"within the noise (±{noise:.1%}) and simpler")
         return out
+
+    def _interval(self: Search, pairs: list[tuple[TrialResult, TrialResult]]) -> tuple[float, float] | None:
+        """The claim's interval from (challenger, baseline) pairs; one pair borrows the A/A of their other runs."""
+        runs = [r for pair in pairs for r in pair]
+        floor = max(self.noise_floor, load_noise(runs, self._cpus))
+        between = None
+        if len(pairs) == 1:
+            # How far each configuration's runs moved between fresh processes (exploration and
+            # confirmation): what a second round would have measured.
+            each = [log_sd([r.throughput or 0.0 for r in self.results
+                            if (r.ok or r.status == "unstable") and r.throughput and r.candidate == run.candidate])
+                    for run in pairs[0]]
+            known = [v for v in each if v is not None]
+            if known:
+                between = math.sqrt(sum(v * v for v in known) + (len(each) - len(known)) * max(known) ** 2)
+            else:
+                between = math.sqrt(2.0) * self.noise()  # two runs, each as noisy as exploration's typical one
+        return claim_interval(pairs, floor, between)
 
     def _no_gain(self: Search, out: Outcome, why: str) -> Outcome:
         base = self._baseline_at(self.steps) or out.baseline
@@ -322,7 +357,7 @@ class Confirming:
         out.throughput = pick.throughput
         out.baseline_throughput = base.throughput if base else None
         out.speedup = ratio
-        out.interval = (ratio / (1.0 + noise), ratio * (1.0 + noise))
+        out.interval = self._interval([(pick, base)] if base else [])
         out.noise = out.spread = noise
         out.confirm_trials = trials
         out.confirm_seconds = trials * cost
