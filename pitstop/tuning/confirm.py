@@ -157,6 +157,7 @@ class Confirming(Trials):
                 # Its runs measured different machines: drop the round, run another in its place.
                 for cand, r in ran:
                     contests[cand].runs.remove(r)
+                    self.set_aside.add(id(r))
                 discarded += 1
                 self.notes.append(f"confirmation round {i} discarded: other processes' load changed by "
                                   f"{change:.1f} cores between its runs")
@@ -311,7 +312,8 @@ class Confirming(Trials):
             # How far each configuration's runs moved between fresh processes (exploration and
             # confirmation): what a second round would have measured.
             each = [log_sd([r.throughput or 0.0 for r in self.results
-                            if (r.ok or r.status == "unstable") and r.throughput and r.candidate == run.candidate])
+                            if (r.ok or r.status == "unstable") and r.throughput and r.candidate == run.candidate
+                            and id(r) not in self.set_aside])
                     for run in pairs[0]]
             known = [v for v in each if v is not None]
             if known:

@@ -35,6 +35,7 @@ class Loader:
     noise: dict[int, float]
     evidence: dict[str, int] = field(default_factory=dict)
     seed: int = 0
+    slowed: dict[int, float] = field(default_factory=dict)  # call number -> other processes' cores
     calls: list[tuple[Candidate, int, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -49,15 +50,18 @@ class Loader:
         self.calls.append((candidate, steps, stage))
         workers = int(candidate.get("num_workers", 0))
         baseline = stage == "baseline"
-        return TrialResult(candidate, steps, stage, "ok", throughput=self.rate(workers),
+        load = self.slowed.get(len(self.calls), 0.0)  # a neighbour's core costs the trial in proportion
+        return TrialResult(candidate, steps, stage, "ok", throughput=self.rate(workers) / (1.0 + load),
+                           other_cpu=load,
                            spread=1.35 * self.noise[workers], compute_throughput=BATCH / (self.compute_ms / 1000.0),
                            compute_spread=0.02, duration=2.0 + 0.03 * steps, measured_steps=steps,
+                           measured_seconds=steps * self.step_ms[workers] / 1000.0,
                            facts=Facts(usable_cpus=2, has_dataloader=True, loader=dict(OWN)) if baseline else None,
                            evidence=dict(self.evidence) if baseline else {})
 
 
-def tune(loader: Loader, trials: int) -> Outcome:
-    return Search(loader, lambda base: two_cores(), Budget(trials=trials), steps=30).run()
+def tune(loader: Loader, trials: int, min_seconds: float = 0.0) -> Outcome:
+    return Search(loader, lambda base: two_cores(), Budget(trials=trials), steps=30, min_seconds=min_seconds).run()
 
 
 # The plain loop of a CPU-bound per-sample transform on 2 cores: 27.2 ms a step with no worker,
@@ -74,6 +78,21 @@ def test_a_finding_worker_count_that_falls_short_is_climbed_past_within_4_trials
         assert outcome.winner == Candidate.of({"num_workers": 2}), (seed, outcome.message, outcome.notes)
         assert outcome.confirmed and outcome.speedup is not None and outcome.speedup >= 1.5
         assert any("still waits for data" in n for n in outcome.notes)
+
+
+def test_a_discarded_rounds_baseline_is_never_the_reference_of_the_figure_left_standing() -> None:
+    # The climbed rung's round: its baseline ran while a neighbour took a core (the round is
+    # discarded). The win stands unconfirmed at its exploration figure against the tune's own
+    # baseline run, x1.96; a real tune said x3.42 against the discarded run, the only baseline
+    # at the step count --min-time had raised the trials to.
+    loader = Loader(CPU_TRANSFORM, 3.0, {0: 0.02, 1: 0.02, 2: 0.02}, evidence={"num_workers": 1},
+                    slowed={4: 1.0})
+    outcome = tune(loader, trials=4, min_seconds=2.0)
+    assert [steps for _, steps, _ in loader.calls] == [30, 74, 74, 74]
+    assert outcome.discarded == 1 and not outcome.confirmed
+    assert outcome.winner == Candidate.of({"num_workers": 2})
+    assert outcome.speedup is not None and 1.8 < outcome.speedup < 2.1
+    assert outcome.interval is not None and outcome.interval[0] < 27.2 / 13.9 < outcome.interval[1]
 
 
 def test_a_finding_worker_count_that_keeps_its_promise_is_confirmed_without_climbing() -> None:
