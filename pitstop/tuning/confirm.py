@@ -134,7 +134,7 @@ class Confirming(Trials):
             self.notes.append(f"one confirmation round: {last.candidate.label()}'s last exploration run, then "
                               "a fresh run of the script's own settings (the budget had one trial left)")
         names, rounds = shape
-        contests = {c: contests.get(c, Contest(c)) for c in dict.fromkeys([*names, *pair])}
+        contests = {c: contests.get(c, Contest(c)) for c in dict.fromkeys([*pair, *names] if lead else names)}
         done = discarded = 0
         loads: list[float] = []
         i = 0
