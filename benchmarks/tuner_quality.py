@@ -159,7 +159,7 @@ def slower_picks(data: dict[str, Any]) -> int:
 def describe(name: str, data: dict[str, Any], wall: float) -> str:
     winner = Candidate.of(data["winner"])
     interval = data.get("interval")
-    rounds = f" (rounds x{interval[0]:.2f}-x{interval[1]:.2f})" if interval and data["confirmed"] else ""
+    rounds = f" (a re-run lands in x{interval[0]:.2f}-x{interval[1]:.2f})" if interval else ""
     state = "confirmed" if data["confirmed"] else "not confirmed"
     return (f"{name}: tuner pick {winner.label()}  x{(data['speedup'] or 1.0):.2f}{rounds} {state}, "
             f"noise ±{data['noise']:.1%}  ({len(data['trials'])} trials, {wall:.0f} s)")

@@ -284,9 +284,12 @@ class Run:
         request = self.request
         config = None
         if request.config:
-            from pitstop.config import load_config
+            from pitstop.config import fit_to_cpus, load_config, usable_cpus
 
-            config = load_config(request.config).to_dict()
+            fitted, cuts = fit_to_cpus(load_config(request.config), usable_cpus())
+            for why in cuts:
+                print(f"pitstop: {request.config}: {why}", file=sys.stderr, flush=True)
+            config = fitted.to_dict()
             # Said before the script starts: a script that logs its own dtype would
             # otherwise contradict a bf16 applied behind its back.
             print(f"pitstop: applying {request.config}: {describe_config(config)}", file=sys.stderr, flush=True)

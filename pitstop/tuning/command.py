@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Any
 
 from pitstop._version import __version__
-from pitstop.config import load_config, save_config
+from pitstop.config import fit_to_cpus, load_config, save_config, usable_cpus
 from pitstop.errors import ConfigError, TuneError, UsageError
 from pitstop.events import Progress
 from pitstop.analysis.command import Command
@@ -25,7 +25,7 @@ from pitstop.tuning.guard import FileGuard
 from pitstop.tuning.journal import Journal, JournaledEvaluator, companion, default_journal
 from pitstop.tuning.journalformat import Record, Start, Totals, TrialProgress, TrialStart, TuneEnd
 from pitstop.tuning.report import batch_tried, format_report, progress_line, tick_line, to_json, tune_status
-from pitstop.tuning.results import Candidate, TrialResult
+from pitstop.tuning.results import KNOBS, Candidate, TrialResult
 from pitstop.tuning.runner import FIRST_STEP_TIMEOUT, FIRST_TRIAL_LIMIT, Tick, TrialRunner, TrialSpec, path_hint
 from pitstop.tuning.space import Space, build_space, parse_knobs
 from pitstop.tuning.strategy import Budget, Outcome, Search
@@ -70,8 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="journal of finished trials; default .pitstop-tune/<script>-<key>.journal.jsonl "
                              "next to --out (the key tells scripts of the same name apart)")
     parser.add_argument("--knobs", metavar="LIST",
-                        help="only these knobs: workers,pin_memory,persistent_workers,prefetch_factor,"
-                             "batch_size,amp,cudnn_benchmark,channels_last")
+                        help="only these knobs, comma-separated: " + ", ".join("workers" if k == "num_workers" else k
+                                                                              for k in KNOBS))
     parser.add_argument("--trial-timeout", type=float, metavar="SECONDS",
                         help="kill a trial after this long (a hang); default: the first trials "
                              f"{FIRST_TRIAL_LIMIT:.0f} s, then 30 s + 6x the baseline's pace per step")
@@ -343,7 +343,10 @@ def _ended(outcome: Outcome, code: int, written: str | None, confirming: bool, a
 def _confirm_candidate(path: str | None) -> Candidate | None:
     if path is None:
         return None
-    candidate = Candidate.from_config(load_config(path))
+    fitted, cuts = fit_to_cpus(load_config(path), usable_cpus())
+    for why in cuts:
+        print(f"pitstop tune: {path}: {why}", file=sys.stderr, flush=True)
+    candidate = Candidate.from_config(fitted)
     if candidate == Candidate():
         raise ConfigError(f"{path}: sets nothing to confirm")
     return candidate

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 from pitstop.analysis import median_and_spread
 from pitstop.errors import UsageError
 from pitstop.tuning.results import Candidate, TrialResult, judge_losses
-from pitstop.tuning.verdict import Contest, Outcome, load_noise, paired_ratios, ratio_spread
+from pitstop.tuning.trials import MIN_CONFIRM_TRIALS, Trials
+from pitstop.tuning.verdict import (Contest, Outcome, claim_interval, load_noise, log_sd, paired_ratios,
+                                    ratio_spread)
 
-if TYPE_CHECKING:
-    from pitstop.tuning.strategy import Search
-
-# The smallest confirmation: one round of the challenger and the baseline.
-MIN_CONFIRM_TRIALS = 2
 # While the answer is open (the noise is larger than the effect), rounds go on up to this many.
 MAX_ROUNDS = 8
 # A round whose contestants ran with other processes' load differing by more than half a core
@@ -34,7 +29,7 @@ def _counts(r: TrialResult) -> bool:
 class Judgement:
     """What the rounds so far say: the noise, each contestant's paired ratios, and whether it is decided."""
 
-    def __init__(self, search: Search, contests: dict[Candidate, Contest]) -> None:
+    def __init__(self, search: Trials, contests: dict[Candidate, Contest]) -> None:
         base_c = contests[Candidate()]
         self.base = base_c
         self.alive = [c for c in contests.values() if not c.failure and c.runs and c is not base_c]
@@ -58,10 +53,10 @@ class Judgement:
             for c in self.alive)
 
 
-class Confirming:
-    """The confirmation half of the search (mixed into Search, whose state it reads)."""
+class Confirming(Trials):
+    """The confirmation half of the search: the A/B contest of what exploration found, and its verdict."""
 
-    def _confirm(self: Search, base: TrialResult, stopped: str) -> Outcome:
+    def _confirm(self, base: TrialResult, stopped: str) -> Outcome:
         out = Outcome(baseline=base, results=self.results, space=self.space, stopped=stopped,
                       notes=self.notes)
         # The incumbent and the best other measured configuration (the two best measured when
@@ -85,7 +80,7 @@ class Confirming:
         contestants.append(Candidate())
         return self.contest(out, contestants)
 
-    def _clearly_ahead(self: Search, challenger: Candidate, incumbent: Candidate) -> bool:
+    def _clearly_ahead(self, challenger: Candidate, incumbent: Candidate) -> bool:
         """Whether exploration measured `challenger` ahead of `incumbent` by more than twice the noise."""
         def best(cand: Candidate) -> float:
             return max((self.ratio(r) or 0.0 for r in self.results if r.ok and r.candidate == cand), default=0.0)
@@ -93,7 +88,7 @@ class Confirming:
         mine, theirs = best(incumbent), best(challenger)
         return mine > 0 and theirs > mine * (1.0 + self.noise()) ** 2
 
-    def confirm_only(self: Search, candidate: Candidate) -> Outcome:
+    def confirm_only(self, candidate: Candidate) -> Outcome:
         """`--confirm`: the candidate against the script's own settings, alternating fresh runs, nothing else."""
         if not self.budget.allows(MIN_CONFIRM_TRIALS, 0.0):
             raise UsageError(f"--budget allows no confirmation round: it needs at least {MIN_CONFIRM_TRIALS} trials")
@@ -103,14 +98,14 @@ class Confirming:
         out.baseline = next((r for r in self.results if r.ok and r.candidate == Candidate()), None)
         return out
 
-    def _slice(self: Search) -> tuple[int, float]:
+    def _slice(self) -> tuple[int, float]:
         """Steps and expected seconds of one confirmation run: shorter on a busy machine, in more rounds."""
         busy = [r.other_cpu for r in self.results if r.other_cpu is not None]
         if busy and max(busy) >= BUSY_SLICE_CORES and self.steps < self.long:
             return self.steps, self._base_duration or self._long_cost()
         return self.long, self._long_cost()
 
-    def contest(self: Search, out: Outcome, contestants: list[Candidate]) -> Outcome:
+    def contest(self, out: Outcome, contestants: list[Candidate]) -> Outcome:
         """Alternating fresh runs of `contestants` (the baseline last), as many rounds as the budget allows
         while the answer is open."""
         steps, cost = self._slice()
@@ -122,10 +117,24 @@ class Confirming:
             if self.budget.allows(n * len(names), n * len(names) * cost):
                 shape = (names, n)
                 break
+        contests = {c: Contest(c) for c in pair}
+        lead: list[tuple[Candidate, TrialResult]] = []  # a round's first half already run
         if shape is None:
-            return self._unconfirmed(out, MIN_CONFIRM_TRIALS * self.confirm_rounds, cost)
+            last = self.results[-1] if self.results else None
+            if (last is None or not last.ok or last.candidate != pair[0] or last.from_journal
+                    or not self.budget.allows(1, cost)):
+                return self._unconfirmed(out, MIN_CONFIRM_TRIALS * self.confirm_rounds, cost)
+            # One trial left, and the challenger ran last: a fresh run of the script's own settings
+            # right after it, at the same steps, completes a back-to-back round (a rung climbed
+            # past the finding's worker count took the trial the round's first half would have).
+            contests[pair[0]].runs.append(last)
+            lead = [(pair[0], last)]
+            shape = ([Candidate()], 1)
+            steps = last.steps
+            self.notes.append(f"one confirmation round: {last.candidate.label()}'s last exploration run, then "
+                              "a fresh run of the script's own settings (the budget had one trial left)")
         names, rounds = shape
-        contests = {c: Contest(c) for c in names}
+        contests = {c: contests.get(c, Contest(c)) for c in dict.fromkeys([*pair, *names] if lead else names)}
         done = discarded = 0
         loads: list[float] = []
         i = 0
@@ -141,12 +150,14 @@ class Confirming:
             order = names if i % 2 == 0 else list(reversed(names))
             i += 1
             ran = self._round(contests, order, steps)
-            change = _load_change([r for _, r in ran])
-            loads += [r.other_cpu for _, r in ran if r.other_cpu is not None]
-            if change is not None and change > LOAD_CHANGE_CORES and self._load_moved_it(ran):
+            whole, lead = lead + ran, []
+            change = _load_change([r for _, r in whole])
+            loads += [r.other_cpu for _, r in whole if r.other_cpu is not None]
+            if change is not None and change > LOAD_CHANGE_CORES and self._load_moved_it(whole):
                 # Its runs measured different machines: drop the round, run another in its place.
                 for cand, r in ran:
                     contests[cand].runs.remove(r)
+                    self.set_aside.add(id(r))
                 discarded += 1
                 self.notes.append(f"confirmation round {i} discarded: other processes' load changed by "
                                   f"{change:.1f} cores between its runs")
@@ -170,7 +181,7 @@ class Confirming:
         self._judge_amp(out.contests)
         return self._decide(out, contests, done)
 
-    def _load_moved_it(self: Search, ran: list[tuple[Candidate, TrialResult]]) -> bool:
+    def _load_moved_it(self, ran: list[tuple[Candidate, TrialResult]]) -> bool:
         """Whether a round whose neighbours' load moved measured the load: only then is it dropped.
 
         Its ratio is checked against the exploration's, measured in other
@@ -196,7 +207,7 @@ class Confirming:
                 return True
         return False
 
-    def _round(self: Search, contests: dict[Candidate, Contest], order: list[Candidate], steps: int
+    def _round(self, contests: dict[Candidate, Contest], order: list[Candidate], steps: int
                ) -> list[tuple[Candidate, TrialResult]]:
         """One run of each live contestant in `order`; its counted runs, in order."""
         ran: list[tuple[Candidate, TrialResult]] = []
@@ -215,7 +226,7 @@ class Confirming:
                 contest.failure = f"{res.status} in confirmation: {res.reason}"
         return ran
 
-    def _judge_amp(self: Search, contests: list[Contest]) -> None:
+    def _judge_amp(self, contests: list[Contest]) -> None:
         """AMP's losses, now that the script's own settings ran more than once (the confirmation's rounds)."""
         refs = [r.losses for r in self.results if r.ok and r.candidate == Candidate() and r.losses]
         for c in contests:
@@ -229,7 +240,7 @@ class Confirming:
                 if verdict == "unjudged" and why not in self.notes:
                     self.notes.append(f"{c.candidate.label()}: {why}")
 
-    def _decide(self: Search, out: Outcome, contests: dict[Candidate, Contest], rounds: int) -> Outcome:
+    def _decide(self, out: Outcome, contests: dict[Candidate, Contest], rounds: int) -> Outcome:
         """The verdict of the rounds, on paired ratios: each contestant over the baseline of the same round.
 
         A machine whose load drifts between rounds moves both sides of a pair
@@ -239,7 +250,8 @@ class Confirming:
         noise, base_c = judged.noise, judged.base
         if not judged.measured_noise and rounds < 2:
             self.notes.append("one confirmation round: the noise is the exploration trials' "
-                              f"(±{noise:.1%}), not measured by repeated rounds")
+                              f"(±{noise:.1%}), not measured by repeated rounds; the interval rests on each "
+                              "run's own spread and on the configurations' other runs, and is wider")
         out.noise = out.spread = noise
         if base_c.failure or not base_c.runs:
             out.message = (f"the script's own settings failed in confirmation ({base_c.failure}): "
@@ -284,14 +296,33 @@ class Confirming:
         mine = ratios[win.candidate]
         out.winner = win.candidate
         out.throughput = win.median
-        out.interval = (min(mine), max(mine))
+        out.interval = self._interval(list(zip(win.runs, base_c.runs)))
         out.speedup = min(mine)  # the conservative figure: every round measured at least this
         if top is not win:
             out.message = (f"{win.candidate.label()} chosen over {top.candidate.label()}: "
                            f"within the noise (±{noise:.1%}) and simpler")
         return out
 
-    def _no_gain(self: Search, out: Outcome, why: str) -> Outcome:
+    def _interval(self, pairs: list[tuple[TrialResult, TrialResult]]) -> tuple[float, float] | None:
+        """The claim's interval from (challenger, baseline) pairs; one pair borrows the A/A of their other runs."""
+        runs = [r for pair in pairs for r in pair]
+        floor = max(self.noise_floor, load_noise(runs, self._cpus))
+        between = None
+        if len(pairs) == 1:
+            # How far each configuration's runs moved between fresh processes (exploration and
+            # confirmation): what a second round would have measured.
+            each = [log_sd([r.throughput or 0.0 for r in self.results
+                            if (r.ok or r.status == "unstable") and r.throughput and r.candidate == run.candidate
+                            and id(r) not in self.set_aside])
+                    for run in pairs[0]]
+            known = [v for v in each if v is not None]
+            if known:
+                between = math.sqrt(sum(v * v for v in known) + (len(each) - len(known)) * max(known) ** 2)
+            else:
+                between = math.sqrt(2.0) * self.noise()  # two runs, each as noisy as exploration's typical one
+        return claim_interval(pairs, floor, between)
+
+    def _no_gain(self, out: Outcome, why: str) -> Outcome:
         base = self._baseline_at(self.steps) or out.baseline
         out.winner = Candidate()
         out.throughput = out.baseline_throughput = base.throughput if base else None
@@ -300,7 +331,7 @@ class Confirming:
         out.message = why or "nothing beat the script's own settings by more than the noise"
         return out
 
-    def _unconfirmed(self: Search, out: Outcome, trials: int, cost: float) -> Outcome:
+    def _unconfirmed(self, out: Outcome, trials: int, cost: float) -> Outcome:
         """No budget for a confirmation: keep a clear measured win, marked unconfirmed, with what confirming costs."""
         noise = self.noise()
         pick: TrialResult | None = None
@@ -322,7 +353,7 @@ class Confirming:
         out.throughput = pick.throughput
         out.baseline_throughput = base.throughput if base else None
         out.speedup = ratio
-        out.interval = (ratio / (1.0 + noise), ratio * (1.0 + noise))
+        out.interval = self._interval([(pick, base)] if base else [])
         out.noise = out.spread = noise
         out.confirm_trials = trials
         out.confirm_seconds = trials * cost

@@ -190,15 +190,17 @@ def _verdict_lines(outcome: Outcome, confirm_command: str = "") -> list[str]:
     if outcome.confirmed:
         out = [f"Winner: {label}"]
         lo, hi = outcome.interval or (outcome.speedup or 1.0, outcome.speedup or 1.0)
-        rounds = (f"rounds measured x{lo:.2f} to x{hi:.2f}: the lower is reported" if outcome.rounds > 1
-                  else f"one round; noise ±{outcome.noise:.1%}")
+        rounds = (f"{outcome.rounds} rounds: the lowest round's; a re-run lands in x{lo:.2f} to x{hi:.2f}"
+                  if outcome.rounds > 1 else f"one round, so wider: a re-run lands in x{lo:.2f} to x{hi:.2f}")
         out.append(f"  x{outcome.speedup:.2f} over the script's own settings ({rounds}): "
                    f"{fmt.rate_value(outcome.throughput)} vs {fmt.rate_value(base_thr)} {unit}")
         out.append(f"  confirmed in fresh processes, alternating A/B: {contests}")
     else:
         out = [f"Best found (not confirmed): {label}"]
         if outcome.speedup is not None and outcome.throughput is not None and base_thr:
-            out.append(f"  x{outcome.speedup:.2f} ±{outcome.noise:.1%} over the script's own settings: "
+            span = (f" (a re-run lands in x{outcome.interval[0]:.2f} to x{outcome.interval[1]:.2f})"
+                    if outcome.interval else f" ±{outcome.noise:.1%}")
+            out.append(f"  x{outcome.speedup:.2f}{span} over the script's own settings: "
                        f"{fmt.rate_value(outcome.throughput)} vs {fmt.rate_value(base_thr)} {unit} in the exploration runs")
         if confirm_command:
             out.append(f"  confirm it ({outcome.confirm_trials} trials, ~{clock(outcome.confirm_seconds)}): "

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from pitstop.config import usable_cpus
 from pitstop.errors import UsageError
 from pitstop.tuning.results import ALIASES, KNOBS, Facts
 
@@ -54,14 +55,6 @@ def parse_knobs(text: str | None) -> set[str] | None:
             raise UsageError(f"unknown knob {part.strip()!r} in --knobs (known: {', '.join(sorted(set(ALIASES)))})")
         chosen.add(ALIASES[name])
     return chosen
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (affinity), not the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def local_ranks() -> int:

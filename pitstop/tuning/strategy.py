@@ -3,31 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
-from pitstop.tuning.confirm import MIN_CONFIRM_TRIALS, Confirming
+from pitstop.tuning.confirm import Confirming
 from pitstop.tuning.results import SHORT, Candidate, TrialResult
-from pitstop.tuning.space import Space, usable_cpus
-from pitstop.tuning.verdict import NOISE_FLOOR, Budget, Outcome, load_noise, pooled_spread
+from pitstop.tuning.trials import MIN_CONFIRM_TRIALS, OutOfBudget
+from pitstop.tuning.verdict import NOISE_FLOOR, Budget, Outcome
 
 __all__ = ["Budget", "Outcome", "Search", "NOISE_FLOOR"]
-
-Evaluator = Callable[[Candidate, int, str], TrialResult]
-Progress = Callable[[TrialResult, int, "int | None"], None]
 
 # A batch size next to an OOM is only kept when its measured peak memory is at
 # most 85% of the device: allocator fragmentation and a longer sequence in
 # production take the rest.
 BATCH_MEMORY_MARGIN = 0.85
-# Confirmation rounds: each contestant runs this many times, in alternating order (more while undecided).
-CONFIRM_ROUNDS = 2
-# With a budget in seconds, a trial starts while at least this share of its expected time is
-# left: nanoGPT with --budget 2m ran one 67 s trial and stopped with 53 s unused, its answer open.
-# A tune may so end up to half a trial past --budget, never a whole trial short of it.
-START_SHARE = 0.5
-# How long a rung-1 trial costs relative to the baseline trial (start-up dominates short trials).
-LONG_TRIAL_COST = 1.6
 # Share of step time the baseline spends waiting for data above which the loader
 # is the bottleneck (the same 20% the data-wait finding uses).
 LOADER_BOUND_SHARE = 0.20
@@ -36,15 +24,6 @@ LOADER_BOUND_SHARE = 0.20
 # The stage a knob's first trial is counted in (progress lines and the Trials view).
 _STAGE = {"num_workers": "workers", "batch_size": "batch", "pin_memory": "data", "persistent_workers": "data",
           "prefetch_factor": "data"}
-
-
-class _OutOfBudget(Exception):
-    """Exploration must stop to leave the confirmation its share of the budget."""
-
-
-def _measured(r: TrialResult) -> bool:
-    """An unstable run still measured a figure (its windows disagreed more than 25%)."""
-    return r.status == "unstable" and r.throughput is not None
 
 
 def _data_wait_share(result: TrialResult) -> float | None:
@@ -56,167 +35,6 @@ def _data_wait_share(result: TrialResult) -> float | None:
 
 class Search(Confirming):
     """The staged search over one evaluator (real trials, or a simulated landscape in tests)."""
-
-    def __init__(self, evaluate: Evaluator, space_for: Callable[[TrialResult], Space],
-                 budget: Budget, steps: int, on_result: Progress | None = None,
-                 noise_floor: float = NOISE_FLOOR, confirm_rounds: int = CONFIRM_ROUNDS,
-                 min_seconds: float = 0.0, max_steps: int = 2000, min_steps: int = 10) -> None:
-        self.evaluate = evaluate
-        self.space_for = space_for
-        self.budget = budget
-        self.steps = steps
-        self.long = 2 * steps  # successive halving: survivors run twice as long
-        self.on_result = on_result
-        self.noise_floor = noise_floor
-        self.confirm_rounds = confirm_rounds
-        self.min_seconds = min_seconds
-        self.max_steps = max_steps
-        self.min_steps = min_steps  # five windows of two steps
-        self.results: list[TrialResult] = []
-        self.cache: dict[tuple[Candidate, int], TrialResult] = {}
-        self.inc = Candidate()
-        self.space = Space()
-        self.planned: int | None = budget.trials if budget.trials is not None else None
-        self.notes: list[str] = []
-        self.excluded: set[Candidate] = set()  # ran ok, but must not win (the OOM margin)
-        self._base_duration = 0.0
-        self._kept = False  # the confirmation's reserve held budget back when exploration stopped
-        self._cpus: int | None = usable_cpus()  # the baseline's own count replaces it
-
-    # -- noise -----------------------------------------------------------------
-    def noise(self, *results: TrialResult, metric: str = "throughput") -> float:
-        """What exploration's comparisons must beat: the floor, the trials' typical spread, the machine's load.
-
-        Never one trial's own spread: a baseline measured during a neighbour's
-        burst (±102% seen) set the bar for every comparison and hid a 1.85x win.
-        """
-        return max(self.noise_floor, pooled_spread(self.results, metric),
-                   load_noise(list(results) or self.results, self._cpus))
-
-    # -- running -------------------------------------------------------------
-    def _reserve(self) -> tuple[int, float]:
-        """What exploration leaves for the confirmation: a full one, but at most 40% of the budget.
-
-        Never less than one round of challenger and baseline (2 trials): a reserve
-        of int(0.4 * 4) = 1 trial was never used, and the challenger never confirmed.
-        """
-        full = 3 * self.confirm_rounds
-        trials, seconds = full, full * self._long_cost()
-        if self.budget.trials is not None:
-            # A baseline, one challenger and a pair round need 4 trials; below that, explore.
-            trials = 0 if self.budget.trials < 2 + MIN_CONFIRM_TRIALS else max(
-                MIN_CONFIRM_TRIALS, min(full, int(0.4 * self.budget.trials)))
-        if self.budget.seconds is not None:
-            pair = MIN_CONFIRM_TRIALS * self._long_cost()
-            if self.budget.seconds < self._base_duration * 2 + pair:
-                seconds = 0.0
-            else:
-                seconds = max(pair, min(seconds, 0.4 * self.budget.seconds))
-        return trials, seconds
-
-    def _long_cost(self) -> float:
-        longs = [r.duration for r in self.results if r.steps == self.long and r.duration]
-        return max(longs) if longs else LONG_TRIAL_COST * self._base_duration
-
-    def _run(self, candidate: Candidate, steps: int, stage: str, explore: bool = True,
-             reserve: bool = True) -> TrialResult:
-        """Run (or reuse) one trial; exploration stops where the confirmation's reserve begins."""
-        steps = min(steps, self.max_steps)
-        key = (candidate, steps)
-        if explore and key in self.cache:
-            return self.cache[key]
-        if explore:
-            # The reserve keeps a confirmation possible for a challenger: before there is
-            # one, exploring is the only way to find something worth confirming.
-            trials, seconds = self._reserve() if reserve and self.challengers() else (0, 0.0)
-            if not self.budget.allows(trials, seconds):
-                trials, seconds = 0, 0.0  # too late for a confirmation: a reserve would only go unused
-            cost = self._long_cost() if steps == self.long else self._base_duration
-            if not self.budget.allows(1 + trials, START_SHARE * cost + seconds):
-                self._kept = bool(trials or seconds)
-                raise _OutOfBudget
-        result = self.evaluate(candidate, self._steps_for(candidate, steps), stage)
-        self.budget.charge(result)
-        self.results.append(result)
-        self._limit_steps(result)
-        if explore:
-            self.cache[key] = result
-        longer = self._too_short(result, steps)
-        if explore and longer:
-            # Unstable over less than --min-time: the windows measured the scheduler, not the
-            # configuration (workers=2 at x3.66 over 0.57 s, ±70%, was dropped and the tune kept
-            # the baseline with 2 trials unused). Measured again, long enough; it stands for both.
-            again = f"under --min-time: measured again over {longer} steps"
-            self.notes.append(f"{candidate.label()}: unstable over {result.measured_seconds:.2f} s of steps, {again}")
-            if self.on_result:  # its own progress line, before the one that stands for it
-                self.on_result(result.replace(notes=[*result.notes, again]), len(self.results), self.planned)
-            result = self._run(candidate, longer, stage, explore, reserve)
-            self.cache[key] = result
-            return result
-        if self.planned is not None:
-            self.planned = max(self.planned, len(self.results))
-        if self.on_result:
-            self.on_result(result, len(self.results), self.planned)
-        return result
-
-    def _too_short(self, result: TrialResult, steps: int) -> int:
-        """The step count that measures --min-time, for an unstable trial that measured less; else 0."""
-        if not (result.status == "unstable" and self.min_seconds and result.measured_seconds
-                and result.measured_seconds < self.min_seconds and result.throughput is not None):
-            return 0
-        longer = min(self.max_steps, math.ceil(steps * self.min_seconds / result.measured_seconds))
-        return longer if longer > steps else 0
-
-    @staticmethod
-    def _figure(r: TrialResult, metric: str) -> float:
-        """The value of a result by `metric`: "throughput" or "compute"."""
-        if metric == "compute" and r.compute_throughput is not None:
-            return r.compute_throughput
-        return r.throughput or 0.0
-
-    def _steps_for(self, candidate: Candidate, steps: int) -> int:
-        """A larger batch runs fewer steps: trials measure the same samples, not the same steps
-        (a 64x batch at a fixed step count made one trial 30x longer than the baseline)."""
-        own = self.space.own.get("batch_size")
-        batch = candidate.get("batch_size")
-        if not (own and batch and batch > own):
-            return steps
-        return max(self.min_steps, math.ceil(steps * own / batch))
-
-    def _better(self, a: TrialResult, b: TrialResult, metric: str = "throughput") -> bool:
-        """a beats b by more than the noise."""
-        if not a.ok:
-            return False
-        if not (b.ok or _measured(b)):
-            return True  # anything that ran beats a failure
-        # An unstable reference (its windows disagreed) still has a figure: a win over it is
-        # measured like any other, not granted because the other side failed to be stable.
-        return self._figure(a, metric) > self._figure(b, metric) * (1.0 + self.noise(a, b, metric=metric))
-
-    def _simplest_best(self, results: list[TrialResult], metric: str = "throughput") -> TrialResult | None:
-        """The best ok result, or a simpler one within the noise of it."""
-        ok = [r for r in results if r.ok]
-        if not ok:
-            return None
-        top = max(ok, key=lambda r: self._figure(r, metric))
-        value = self._figure(top, metric)
-        noise = self.noise(*ok, metric=metric)
-        close = [r for r in ok if self._figure(r, metric) * (1.0 + noise) >= value]
-        return min(close, key=lambda r: (r.candidate.cost(), -self._figure(r, metric)))
-
-    def _baseline_at(self, steps: int) -> TrialResult | None:
-        """A successful run of the script's own settings, at `steps` if there is one."""
-        runs = [r for r in self.results if (r.ok or _measured(r)) and r.candidate == Candidate()]
-        runs.sort(key=lambda r: not r.ok)  # stable runs first
-        same = [r for r in runs if r.steps == steps]
-        return (same or runs or [None])[0]
-
-    def ratio(self, r: TrialResult) -> float | None:
-        """r's throughput over the baseline's (at its step count when measured there)."""
-        base = self._baseline_at(r.steps)
-        if not (r.ok and base is not None and base.throughput):
-            return None
-        return (r.throughput or 0.0) / base.throughput
 
     # -- the stages ----------------------------------------------------------
     def run(self) -> Outcome:
@@ -260,7 +78,7 @@ class Search(Confirming):
             data = {k: v for k, v in self.space.data.items()
                     if workers > 0 or k == "pin_memory"}  # persistent/prefetch need workers
             self._greedy(data, "data")
-        except _OutOfBudget:
+        except OutOfBudget:
             stopped = "budget"
             self.notes.append("exploration stopped by --budget before every stage finished"
                               + (": the rest is kept for the A/B confirmation" if self._kept else ""))
@@ -302,7 +120,9 @@ class Search(Confirming):
                 continue
             self.notes.append(f"the run's findings name {SHORT.get(knob, knob)}: tried first, at {value}")
             first = self._run(cand, self.steps, _STAGE.get(knob, "compute"), reserve=False)
-            if knob not in ("num_workers", "batch_size"):  # their ladders start from the incumbent
+            if knob == "num_workers":
+                self._climb(base, first)
+            elif knob != "batch_size":  # the ladders start from the incumbent
                 self._adopt(first)
             return knob
         wait = _data_wait_share(base)
@@ -314,8 +134,41 @@ class Search(Confirming):
         value = next((v for v in above if v >= need), above[-1])
         self.notes.append(f"the baseline waits for data {wait:.0%} of the time: DataLoader workers tried "
                           f"first, at {value} (the loader needs ~{need}x its speed)")
-        self._run(self.inc.with_("num_workers", value, own), self.steps, "workers", reserve=False)
+        first = self._run(self.inc.with_("num_workers", value, own), self.steps, "workers", reserve=False)
+        self._climb(base, first)
         return "num_workers"
+
+    def _climb(self, base: TrialResult, first: TrialResult) -> None:
+        """One rung more when the first worker count left the loader the bottleneck, before any confirmation.
+
+        A worker count's promise is that the data wait goes away: the step then
+        runs at the baseline's compute-only speed. When the trial at that count
+        still waits for data over 20% of its step and its gain falls short of
+        that promise by more than the noise, the next count is measured at once,
+        ahead of the confirmation's reserve: on 2 cores a per-sample transform in
+        torch measured 27.2 ms a step with no worker, 26.9 ms with the finding's
+        1 worker and 13.9 ms with 2, and a 4-trial tune confirmed the 1 worker
+        twice and answered "nothing beat the script's own settings".
+        """
+        ratio, wait = self.ratio(first), _data_wait_share(first)
+        if ratio is None or wait is None or wait <= LOADER_BOUND_SHARE or not base.compute_throughput:
+            return
+        promised = base.compute_throughput / (base.throughput or base.compute_throughput)
+        if ratio * (1.0 + self.noise()) >= promised:
+            return
+        count = int(first.candidate.get("num_workers", 0))
+        above = [v for v in self.space.workers if v > count]
+        if not above:
+            return
+        self.notes.append(f"{first.candidate.label()} measured x{ratio:.2f} and still waits for data {wait:.0%} "
+                          f"of its step (the loader's promise: up to x{promised:.2f}): workers={above[0]} "
+                          "measured before confirming")
+        self._run(first.candidate.with_("num_workers", above[0], self.space.own), self.steps, "workers",
+                  reserve=False)
+        if not self.budget.allows(1 + MIN_CONFIRM_TRIALS, self._base_duration + MIN_CONFIRM_TRIALS * self._long_cost()):
+            # What is left confirms the rung just measured (its run can open the round): another
+            # exploration trial would leave the win unconfirmed.
+            self._closing = True
 
     def _adopt(self, result: TrialResult) -> None:
         """A first trial that wins beyond twice the noise becomes what the next trials build on.
@@ -328,21 +181,6 @@ class Search(Confirming):
         if result.ok and ratio is not None and ratio > (1.0 + self.noise()) ** 2:
             self.inc = result.candidate
             self.notes.append(f"{result.candidate.label()} measured x{ratio:.2f}: the next trials build on it")
-
-    def _limit_steps(self, result: TrialResult) -> None:
-        """A script that ended by itself sets how many steps a trial can measure: never plan more.
-
-        (A test script that ran 111 steps in all was planned 1883 per trial after
-        --min-time raised the count, and every table row said 1883.)
-        """
-        if not (result.script_ended and self.min_steps <= result.measured_steps < self.max_steps):
-            return
-        self.max_steps = result.measured_steps
-        self.steps = min(self.steps, self.max_steps)
-        self.long = min(self.long, self.max_steps)
-        self.cache.setdefault((result.candidate, self.max_steps), result)  # it measured all there is
-        self.notes.append(f"the script ends by itself after {result.steps_seen} steps: trials measure at "
-                          f"most {self.max_steps}")
 
     def _fit_steps(self, base: TrialResult) -> bool:
         """Short trials measure at least `min_seconds`: windows of a few milliseconds measure the scheduler."""
@@ -481,15 +319,3 @@ class Search(Confirming):
                else f"its peak memory is {edge.peak_mem / limit:.0%} of the device")
         self.notes.append(f"batch_size={size} not chosen: the next size ran out of memory and {why} "
                           f"(margin: {BATCH_MEMORY_MARGIN:.0%})")
-
-    # -- confirmation --------------------------------------------------------
-    def challengers(self) -> list[TrialResult]:
-        """Trials worth confirming: ok, not the baseline, allowed to win, measured faster than it."""
-        return [r for r in self.results if r.ok and r.candidate != Candidate()
-                and r.candidate not in self.excluded and (self.ratio(r) or 0.0) > 1.0]
-
-    def best_measured(self) -> TrialResult | None:
-        """The successful trial with the highest ratio to the baseline, among those that may win."""
-        ok = [r for r in self.results if r.ok and r.candidate != Candidate()
-              and r.candidate not in self.excluded and self.ratio(r) is not None]
-        return max(ok, key=lambda r: self.ratio(r) or 0.0) if ok else None

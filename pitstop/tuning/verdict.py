@@ -18,6 +18,11 @@ NOISE_FLOOR = 0.03
 # (benchmarks/tuner_quality.py, one CPU hog on the 2-core VM: A/A rounds of the
 # baseline differed by 3-6%, the hog using half the machine).
 LOAD_NOISE = 0.10
+# The claimed interval holds 9 re-measures in 10 (two-sided normal quantile, on log ratios).
+Z90 = 1.645
+# A normal sample's interquartile range is 1.35 standard deviations: a run's window spread
+# (IQR / median) over this is its figure's relative standard deviation.
+IQR_PER_SD = 1.35
 
 
 @dataclass
@@ -122,6 +127,41 @@ def ratio_spread(ratios: list[float]) -> float | None:
     return sd / math.sqrt(n) / mid
 
 
+def log_sd(values: list[float]) -> float | None:
+    """The standard deviation of log(values): a relative spread that treats x2 and x0.5 alike (None below 2)."""
+    logs = [math.log(v) for v in values if v > 0]
+    n = len(logs)
+    if n < 2:
+        return None
+    mean = sum(logs) / n
+    return math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+
+
+def claim_interval(pairs: list[tuple[TrialResult, TrialResult]], floor: float,
+                   between: float | None = None) -> tuple[float, float] | None:
+    """Where a user's re-measure of challenger over baseline lands, 9 times in 10, from the rounds' runs.
+
+    Never a point. One round's ratio moves by the noise of both its runs: each
+    run's windows say how far (their IQR over the median, /1.35 for a standard
+    deviation: the run_clm winner's baselines spread ±81-105%, and one round used
+    to read [6.832, 6.832]); several rounds measure it directly (their ratios'
+    spread). One round cannot: `between` (the A/A spread of each configuration's
+    other runs, combined) stands for the rounds. The re-measure is one more pair,
+    as noisy as these: the half-width is Z90 * sigma * sqrt(1 + 1/rounds), so a
+    single round is wider. `floor` is the least sigma (the noise floor, the load).
+    """
+    usable = [(a, b) for a, b in pairs if a.throughput and b.throughput]
+    if not usable:
+        return None
+    ratios = [(a.throughput or 0.0) / (b.throughput or 1.0) for a, b in usable]
+    n = len(ratios)
+    windows = math.sqrt(sum((a.spread or 0.0) ** 2 + (b.spread or 0.0) ** 2 for a, b in usable) / n) / IQR_PER_SD
+    sigma = max(floor, windows, (log_sd(ratios) if n > 1 else between) or 0.0)
+    centre = math.exp(sum(math.log(r) for r in ratios) / n)
+    half = Z90 * sigma * math.sqrt(1.0 + 1.0 / n)
+    return centre * math.exp(-half), centre * math.exp(half)
+
+
 @dataclass
 class Outcome:
     """What the search found, with everything the report needs."""
@@ -133,7 +173,7 @@ class Outcome:
     throughput: float | None = None  # the winner's confirmed (or explored) median
     baseline_throughput: float | None = None
     speedup: float | None = None  # the conservative figure: the lowest round's ratio when confirmed
-    interval: tuple[float, float] | None = None  # the ratio's range over the confirmation rounds
+    interval: tuple[float, float] | None = None  # where a re-measure should land (claim_interval): never a point
     spread: float | None = None  # relative noise of the figures
     noise: float = NOISE_FLOOR
     confirmed: bool = False

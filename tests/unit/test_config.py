@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import pitstop
-from pitstop.config import ComputeSettings, Config, DataLoaderSettings, load_config, save_config
+from pitstop.config import ComputeSettings, Config, DataLoaderSettings, fit_to_cpus, load_config, save_config
 from pitstop.errors import ConfigError
 
 
@@ -84,6 +84,9 @@ def test_unknown_section_and_dotted_keys_find_their_line(tmp_path: Path) -> None
         ("num_workers = -1", "'dataloader.num_workers' must be >= 0, got -1"),
         ("prefetch_factor = 0", "'dataloader.prefetch_factor' must be >= 1, got 0"),
         ("batch_size = 0", "'dataloader.batch_size' must be >= 1, got 0"),
+        ("num_workers = 99999999999999999999", "'dataloader.num_workers' must be <= 256, got 99999999999999999999"),
+        ("prefetch_factor = 100000", "'dataloader.prefetch_factor' must be <= 256, got 100000"),
+        ("batch_size = 4294967296", "'dataloader.batch_size' must be <= 2147483647, got 4294967296"),
     ],
 )
 def test_wrong_type_or_range_names_key_and_expectation(tmp_path: Path, line: str, expected: str) -> None:
@@ -144,3 +147,21 @@ def test_config_module_imports_no_torch() -> None:
     code = "import sys, pitstop.config; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_threads_beyond_the_cpus_this_process_may_use_are_cut_and_the_reason_given(tmp_path: Path) -> None:
+    path = tmp_path / "pitstop.toml"
+    path.write_text("[compute]\nthreads = 99999999999999999999\n")
+    fitted, why = fit_to_cpus(load_config(path), 2)
+    assert fitted.compute.threads == 2
+    assert why == ["threads=99999999999999999999 cut to 2: this process may use 2 CPU(s) (its affinity), "
+                   "and more threads than CPUs only wait for one another"]
+    kept, none = fit_to_cpus(Config(compute=ComputeSettings(threads=2)), 2)
+    assert kept.compute.threads == 2 and none == []
+
+
+def test_eval_loader_values_are_bounded_like_the_training_loaders(tmp_path: Path) -> None:
+    path = tmp_path / "pitstop.toml"
+    path.write_text("[eval_dataloader]\n# evaluation\nnum_workers = 100000\n")
+    with pytest.raises(ConfigError, match=r"pitstop.toml:3: 'eval_dataloader.num_workers' must be <= 256, got 100000$"):
+        load_config(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,3 +213,16 @@ def test_without_a_socket_directory_the_run_is_headless_even_on_a_terminal(
     settings = run.prepare()
     assert not settings.socket and not run.uses_tui()
     assert "pitstop: warning: live viewers off:" in capsys.readouterr().err
+
+
+def test_a_configs_threads_beyond_the_cpus_are_cut_with_the_reason_said_before_the_script_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "pitstop.toml"
+    config.write_text("[compute]\nthreads = 99999999999999999999\n")
+    launch = FakeLaunch(returncode=0, stderr_at_start=lambda: capsys.readouterr().err)
+    assert headless_run(tmp_path, launch, config=str(config)).execute() == 0
+    cpus = len(os.sched_getaffinity(0))
+    assert (f"threads=99999999999999999999 cut to {cpus}: this process may use {cpus} CPU(s)"
+            in launch.said_before_start)
+    assert f"applying {config}: threads={cpus} (process-wide)" in launch.said_before_start
+    assert launch.calls[0][1].config == {"compute": {"threads": cpus}}

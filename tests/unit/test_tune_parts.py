@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -9,10 +10,10 @@ import pytest
 from pitstop.errors import TuneError, UsageError
 from pitstop.events import SCHEMA_VERSION, DataLoaderInfo, End, Event, Hello, Loss, Step
 from pitstop.profiling.record import RecordWriter
-from pitstop.tuning.command import parse_budget
+from pitstop.tuning.command import add_arguments, parse_budget
 from pitstop.tuning.journal import Journal, JournaledEvaluator
 from pitstop.tuning.measure import measure
-from pitstop.tuning.results import Candidate, Facts, TrialResult
+from pitstop.tuning.results import ALIASES, KNOBS, Candidate, Facts, TrialResult
 from pitstop.tuning.runner import classify, error_line
 from pitstop.tuning.space import build_space, parse_knobs, worker_values
 
@@ -200,3 +201,12 @@ def test_a_knob_applied_to_the_training_loader_is_not_rejected_for_skipping_an_e
     path = write(tmp_path / "r.jsonl", [hello(), train, evaluation, *steps([0.1] * 30)])
     res = classify(Candidate.of({"num_workers": 2}), 15, "workers", 0, False, 60, path, "", 5, None)
     assert res.status == "ok", res.reason
+
+
+def test_tune_help_lists_every_knob() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    listed = text.split("only these knobs, comma-separated: ", 1)[1].split(" --")[0].split(", ")
+    assert {ALIASES[k] for k in listed} == set(KNOBS)
+    assert "threads" in listed  # cpu-contended findings print --knobs threads

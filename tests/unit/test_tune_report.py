@@ -37,7 +37,8 @@ def test_a_confirmed_winner_is_reported_with_its_rounds_and_the_lower_ratio() ->
                       contests=[contest({"amp": "bf16"}, 135.0, 145.0), contest({}, 100.0, 100.0)])
     text = format_report(outcome, "title")
     assert "Winner: amp=bf16" in text
-    assert "x1.35 over the script's own settings (rounds measured x1.35 to x1.45: the lower is reported)" in text
+    assert ("x1.35 over the script's own settings (2 rounds: the lowest round's; a re-run lands in x1.35 to x1.45)"
+            in text)
     assert "amp=bf16 135 / 145, baseline 100 / 100" in text
     assert "Batch size: not tuned: it changes training dynamics; turn it on with --batch-size." in text
     assert "not tuned (not tuned" not in text
