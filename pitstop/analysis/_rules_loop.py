@@ -144,6 +144,9 @@ def data_wait(ctx: Context) -> Finding | None:
     if usable is not None:
         evidence.append(f"{usable} usable CPU cores" + (f", {facts.cores:.1f} free of other processes' load"
                                                         if facts.cores is not None and facts.cores < usable else ""))
+    cpu = ctx.loader_worker_cpu(dl) if current else None
+    if cpu is not None:
+        evidence.append(f"its {cpu[0]} worker{'s' if cpu[0] != 1 else ''} use {cpu[1] / 100:.2f} cores together")
     evidence.append(_cpu_line(ctx, facts))
 
     worker_gain = chosen.gain(wall)
