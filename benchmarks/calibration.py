@@ -15,7 +15,9 @@ the rounds, with their spread), their ratio, and whether it meets the goal:
 - a prediction ("~1.80x", a range "1.30x ... to 1.80x") within +-25% of the measured;
 - a bound ("at most 1.97x") with the measured below it;
 - no fix that makes the scenario slower (beyond the plain arm's spread);
-- no finding at all on the healthy scenarios.
+- no finding at all on the healthy scenarios;
+- a worker count held back ("no worker fix: 2 workers would give 1.05x") is
+  measured too, and must gain under the 1.15x a worker count must earn.
 
 The machine's load (/proc/loadavg) is printed before and after each scenario:
 on a shared machine a row whose load moved is one to rerun (`--only NAME`).
@@ -42,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from pitstop.analysis import JobState, advise, job_advice  # noqa: E402
 from pitstop.analysis._context import Finding  # noqa: E402
+from pitstop.analysis._workers import MIN_GAIN  # noqa: E402
 from pitstop.recorded import load_runs  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "_calib_train.py"
@@ -91,6 +94,7 @@ class Row:
     low: float | None = None  # the predicted gain (or a range's low end)
     high: float | None = None  # a range's high end, or the bound
     bound: bool = False
+    held: bool = False  # no fix offered: the measured arm is the count the finding held back
     measured: float | None = None
     spread: float | None = None  # the rounds' (max - min) / median of the measured gain
     plain_s: list[float] = field(default_factory=list)
@@ -145,7 +149,9 @@ def apply_fix(s: Scenario, f: Finding) -> list[str] | None:
     if f.rule in ("data-wait", "data-wait-moderate"):
         m = re.search(r"\bnum_workers=(\d+)", f.fix)
         if not m or f.knob is None:
-            return None
+            # No worker count offered: measure the count it says would not pay, to check the claim.
+            held = re.search(r"no worker fix: (\d+) workers? would give", f.gain)
+            return ["--workers", held[1], "--persistent"] if held else None
         out = ["--workers", m[1]]
         if "persistent_workers=True" in f.fix:
             out.append("--persistent")
@@ -177,6 +183,8 @@ def predicted(f: Finding) -> tuple[float | None, float | None, bool]:
     gains = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)x \(", text)]
     if not gains:
         return None, None, False
+    if held := re.search(r"no worker fix: \d+ workers? would give (\d+(?:\.\d+)?)x", text):
+        return float(held[1]), float(held[1]), False  # the held-back count's own prediction
     if text.startswith("at most"):
         return None, gains[0], True
     if f.rule == "float64" and len(gains) >= 2:
@@ -199,6 +207,9 @@ def judge(row: Row, healthy: bool) -> str:
         return "ok (below the bound)" if row.high is not None and row.measured <= row.high * (1 + noise) else "ABOVE THE BOUND"
     if row.low is None or row.high is None:
         return "ok (no gain stated)"
+    if row.held:
+        # Held back: right when the count it would not name gains under what workers must earn.
+        return "ok (held back rightly)" if row.measured < MIN_GAIN * (1 + noise) else "HELD BACK A GAIN"
     if row.low * (1 - TOLERANCE) <= row.measured <= row.high * (1 + TOLERANCE):
         return "ok"
     return "OFF BY MORE THAN 25%"
@@ -218,7 +229,8 @@ def run_scenario(s: Scenario, quick: bool, rounds: int) -> Row:
         top = next((f for f in found if f.rule in s.expect), found[0] if found else None)
         flags = apply_fix(s, top) if top is not None and s.expect else None
         if top is not None and flags is not None:
-            row.fix = f"{top.rule}: {' '.join(flags)}"
+            row.held = "no worker fix" in top.gain
+            row.fix = f"{top.rule}: {' '.join(flags)}" + (" (held back; measured to check)" if row.held else "")
             row.predicted = top.gain.split(" (")[0] if top.gain.startswith(("~", "at most")) else top.gain[:60]
             row.low, row.high, row.bound = predicted(top)
             for r in range(rounds):

@@ -54,31 +54,40 @@ def _training_samples(ctx: Context) -> list[Sample]:
 def cpu_per_step(ctx: Context, workers: int) -> float | None:
     """Core-seconds of CPU a mean step takes: the main process's, plus its loader's workers'; None unread.
 
-    The main process's wait for a free core counts as CPU it wanted: a CPU-bound
-    2-rank job on a busy 2-core machine ran at 0.3 of a core a rank and read as a
-    loader waiting on I/O. With workers, the workers' CPU counts only when the
-    main process did not wait for a core: then theirs is unknown, and their low
-    CPU no sign of I/O (2 CPU-bound workers beside 2 hogs read as waiting on I/O,
-    and 8 workers were suggested and tuned).
+    The CPU used, on a machine where it got the cores it wanted. Where its threads
+    waited for a core (`contended`), the wait counts as CPU it wanted: a CPU-bound
+    loader starved on a busy machine used 0.3 of a core and read as waiting on
+    I/O; `_workers` then never lets that CPU alone make the step longer than it
+    is (the wait counts torch's spinning threads too: sleeping reads beside 1.7
+    busy cores read as 528 ms of CPU in a 318 ms step). With workers, the workers' CPU counts only when the main process
+    did not wait for a core: then theirs is unknown, and their low CPU no sign of
+    I/O (2 CPU-bound workers beside 2 hogs read as waiting on I/O, and 8 workers
+    were suggested and tuned).
     """
     wall = ctx.wall_mean
     if wall is None:
         return None
     samples = _training_samples(ctx)
-    mains = [p.cpu / 100.0 + (s.cpu_wait or 0.0) for s in samples for p in s.procs
+    starved = contended(ctx)
+    mains = [p.cpu / 100.0 + (s.cpu_wait or 0.0 if starved else 0.0) for s in samples for p in s.procs
              if p.role == "main" and p.cpu is not None]
     if len(mains) < MIN_CPU_SAMPLES:
         return None
     cores = sum(mains) / len(mains)
     if workers:
-        waited = run_delay(ctx.run, ctx.run.first_step_t)
-        if waited is not None and waited >= CONTENDED_WAIT_CORES:
+        if starved:
             return None
         cpu = ctx.loader_worker_cpu(ctx.loader())
         if cpu is None:
             return None
         cores += cpu[1] / 100.0
     return cores * wall
+
+
+def contended(ctx: Context) -> bool:
+    """The main process's threads waited for a core (run delay) while it trained: the free cores are a guess."""
+    waited = run_delay(ctx.run, ctx.run.first_step_t) if ctx.run.first_step_t is not None else None
+    return waited is not None and waited >= CONTENDED_WAIT_CORES
 
 
 def free_cores(ctx: Context) -> float | None:
@@ -113,6 +122,7 @@ def loader_facts(ctx: Context) -> LoaderFacts | None:
         cores=cores,
         cpu=cpu_per_step(ctx, workers) if cores is not None else None,
         steps_per_start=steps_per_start or None,
+        contended=contended(ctx),
     )
 
 
@@ -172,7 +182,9 @@ def data_wait(ctx: Context) -> Finding | None:
         gain = (f"{word}{' ' if chosen.bound else ''}{fmt.speedup(wall, chosen.step)} in the mean step with "
                 f"{chosen.workers} worker{'s' if chosen.workers != 1 else ''} ({chosen.stop})")
         if chosen.bound:
-            gain += "; a bound, not a prediction: let `pitstop tune` measure it"
+            gain += ("; a bound, not a prediction: the machine was contended (its threads waited for a core), "
+                     "so the cores workers would get are unknown" if facts.contended and facts.cpu is not None
+                     else "; a bound, not a prediction: let `pitstop tune` measure it")
         knob: str | None = "num_workers"
     else:
         if current:
@@ -217,7 +229,7 @@ def _cpu_line(ctx: Context, facts: LoaderFacts) -> str:
             f"({facts.cpu / facts.wall:.2f} cores)")
     if not facts.workers:
         line += ": while it waits for data it holds no core, so its loading moves to workers"
-        if facts.cpu < 0.5 * facts.load:  # under half a core over the wait, model's CPU included
+        if facts.cpu < 0.5 * facts.load and not facts.contended:  # under half a core over the wait, model's CPU included
             line += ", and the loading mostly waits (on I/O): workers beyond the cores still help"
     return line
 

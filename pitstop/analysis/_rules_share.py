@@ -105,7 +105,7 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
         if ctx.cuda:
             args.append("pin_memory=True")
         fix = "DataLoader(dataset, ..., " + ", ".join(args) + ")"
-        word = "at most " if chosen.bound else "~"
+        word = "at most " if chosen.bound else "~"  # a bound: CPU unread, or a contended machine
         gain = (f"{word}{fmt.speedup(facts.wall, chosen.step)} in the mean step with {chosen.workers} "
                 f"worker{'s' if chosen.workers != 1 else ''} ({chosen.stop})")
         knob: str | None = "num_workers"

@@ -56,6 +56,7 @@ class LoaderFacts:
     cores: float | None  # cores left to this run: usable minus what other processes kept busy; None unknown
     cpu: float | None  # CPU per step of the main process and its workers; None when unread
     steps_per_start: float | None  # training steps per worker start (steps per DataLoader); None: many
+    contended: bool = False  # its threads waited for a core: the free cores, and so the gain, are a bound
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,10 @@ def bounds(f: LoaderFacts, workers: int) -> dict[str, float]:
     extra = _startup(f, workers)
     out = {"compute": f.compute + IPC_S + extra, "loader": f.load / workers + extra}
     if f.cpu is not None and f.cores is not None:
-        out["cpu"] = (f.cpu + IPC_S) / max(f.cores, 1.0) + extra
+        cpu = (f.cpu + IPC_S) / max(f.cores, 1.0)
+        # On a contended machine `cpu` holds the time its threads waited for a core: moving
+        # the loading to workers is not counted to make the step longer than it is.
+        out["cpu"] = (min(cpu, f.wall) if f.contended else cpu) + extra
     return out
 
 
@@ -118,6 +122,9 @@ def plan(f: LoaderFacts) -> WorkerPlan:
     limit = max(floors, key=lambda k: floors[k])
     if limit == "compute":
         stop = f"beyond {chosen}, the model's own compute ({f.compute * 1e3:.1f} ms a step) sets the pace"
+    elif limit == "cpu" and f.contended:
+        stop = (f"beyond {chosen}, the cores set the pace: its threads waited for a core on a contended machine, "
+                f"and the {f.cores:.1f} core(s) other processes leave hold no more")
     elif limit == "cpu" and f.cpu is not None:
         stop = (f"beyond {chosen}, the CPU sets the pace: the model and the loading take "
                 f"{f.cpu * 1e3:.1f} ms of CPU a step, and {f.cores:.1f} core(s) are free for it")
@@ -134,7 +141,7 @@ def plan(f: LoaderFacts) -> WorkerPlan:
     if extra > 0.1 * steps[chosen] and f.steps_per_start:
         stop += (f"; each DataLoader feeds ~{f.steps_per_start:.0f} steps, and its workers' start-up "
                  f"(~{WORKER_START_S * 1e3:.0f} ms each) costs {extra * 1e3:.2f} ms a step")
-    return WorkerPlan(workers=chosen, step=steps[chosen], stop=stop, bound=f.cpu is None or f.cores is None)
+    return WorkerPlan(workers=chosen, step=steps[chosen], stop=stop, bound=f.cpu is None or f.cores is None or f.contended)
 
 
 def needed(f: LoaderFacts) -> int:
