@@ -67,17 +67,17 @@ class Scenario:
 
 
 SCENARIOS = (
-    Scenario("cpu-loader", ["--sample-ops", "40", "--batch", "32"], frozenset({"data-wait"}), 80, 160),
-    Scenario("io-loader", ["--io-ms", "2", "--batch", "32"], frozenset({"data-wait"}), 40, 80),
-    Scenario("fast-loader", ["--batch", "32"], frozenset(), 200, 400),
-    Scenario("small-batches", ["--batch", "2", "--hidden", "64"], frozenset(), 300, 600),
-    Scenario("float64", ["--dtype", "float64", "--hidden", "1024", "--batch", "128"], frozenset({"float64"}), 60, 120),
-    Scenario("threads-hog", ["--hidden", "1024", "--batch", "128"], frozenset({"cpu-contended"}), 60, 120, hogs=1),
+    Scenario("cpu-loader", ["--sample-ops", "40", "--batch", "32"], frozenset({"data-wait"}), 40, 160),
+    Scenario("io-loader", ["--io-ms", "2", "--batch", "32"], frozenset({"data-wait"}), 30, 80),
+    Scenario("fast-loader", ["--batch", "32"], frozenset(), 100, 400),
+    Scenario("small-batches", ["--batch", "2", "--hidden", "64"], frozenset(), 150, 600),
+    Scenario("float64", ["--dtype", "float64", "--hidden", "1024", "--batch", "128"], frozenset({"float64"}), 30, 120),
+    Scenario("threads-hog", ["--hidden", "1024", "--batch", "128"], frozenset({"cpu-contended"}), 30, 120, hogs=1),
     Scenario("frequent-eval", ["--eval-every", "2", "--eval-batches", "8", "--hidden", "512"],
-             frozenset({"eval-share"}), 80, 160),
-    Scenario("ddp-balanced", ["--hidden", "512", "--batch", "64"], frozenset(), 100, 200, ddp=True),
+             frozenset({"eval-share"}), 40, 160),
+    Scenario("ddp-balanced", ["--hidden", "512", "--batch", "64"], frozenset(), 60, 200, ddp=True),
     Scenario("ddp-straggler", ["--hidden", "512", "--batch", "64", "--straggle", "8"],
-             frozenset({"straggler"}), 100, 200, ddp=True),
+             frozenset({"straggler"}), 60, 200, ddp=True),
 )
 
 
@@ -232,6 +232,8 @@ def run_scenario(s: Scenario, quick: bool, rounds: int) -> Row:
             row.held = "no worker fix" in top.gain
             row.fix = f"{top.rule}: {' '.join(flags)}" + (" (held back; measured to check)" if row.held else "")
             row.predicted = top.gain.split(" (")[0] if top.gain.startswith(("~", "at most")) else top.gain[:60]
+            if held := re.search(r"no worker fix: (\d+ workers? would give \d+(?:\.\d+)?x)", top.gain):
+                row.predicted = f"{row.predicted}; held back: {held[1]}"
             row.low, row.high, row.bound = predicted(top)
             for r in range(rounds):
                 order = [(False, []), (True, flags)]
@@ -274,7 +276,7 @@ def table(rows: list[Row], markdown: bool) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer steps per run (about half)")
+    p.add_argument("--quick", action="store_true", help="fewer steps per run (a quarter to a half)")
     p.add_argument("--only", default="", help="comma-separated scenario names")
     p.add_argument("--skip", default="", help="comma-separated scenario names to leave out")
     p.add_argument("--rounds", type=int, default=3, help="A/B rounds per scenario (at least 3)")
