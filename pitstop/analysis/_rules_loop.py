@@ -114,9 +114,10 @@ def loader_facts(ctx: Context) -> LoaderFacts | None:
     # it sets the pace, so each worker takes W steps per batch.
     load = ctx.wait_mean if not workers else workers * ctx.wall_mean
     # Steps per worker start: workers start once per DataLoader when persistent (as the fix
-    # asks); a script that builds one per trial (an Optuna sweep) starts them for each.
+    # asks), before its first batch: with one DataLoader that is in the warm-up, outside the mean
+    # step; a script that builds one per trial (an Optuna sweep) starts them for each.
     loaders = {s.loader for s in ctx.steps if s.loader is not None}
-    steps_per_start = ctx.run.train_steps / len(loaders) if loaders else None
+    steps_per_start = ctx.run.train_steps / len(loaders) if len(loaders) > 1 else None
     return LoaderFacts(
         wall=ctx.wall_mean, compute=ctx.compute_mean, load=load, workers=workers,
         cores=cores,
