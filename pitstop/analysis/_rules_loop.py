@@ -54,12 +54,13 @@ def _training_samples(ctx: Context) -> list[Sample]:
 def cpu_per_step(ctx: Context, workers: int) -> float | None:
     """Core-seconds of CPU a mean step takes: the main process's, plus its loader's workers'; None unread.
 
-    The CPU used, on a machine where it got the cores it wanted. Where its threads
-    waited for a core (`contended`), the wait counts as CPU it wanted: a CPU-bound
-    loader starved on a busy machine used 0.3 of a core and read as waiting on
-    I/O; `_workers` then never lets that CPU alone make the step longer than it
-    is (the wait counts torch's spinning threads too: sleeping reads beside 1.7
-    busy cores read as 528 ms of CPU in a 318 ms step). With workers, the workers' CPU counts only when the main process
+    The CPU used, not the time its threads waited for a core: that wait counts
+    torch's spinning intra-op threads too (sleeping reads beside 1.7 busy cores
+    read as 528 ms of CPU in a 318 ms step, and a worker, which measured x1.41,
+    as no gain). Where it waited (`contended`), a CPU-bound loader starved on a
+    busy machine uses 0.3 of a core and reads as waiting on I/O, so `_workers`
+    then holds the workers to the usable cores and states the gain as a bound.
+    With workers, the workers' CPU counts only when the main process
     did not wait for a core: then theirs is unknown, and their low CPU no sign of
     I/O (2 CPU-bound workers beside 2 hogs read as waiting on I/O, and 8 workers
     were suggested and tuned).
@@ -68,14 +69,12 @@ def cpu_per_step(ctx: Context, workers: int) -> float | None:
     if wall is None:
         return None
     samples = _training_samples(ctx)
-    starved = contended(ctx)
-    mains = [p.cpu / 100.0 + (s.cpu_wait or 0.0 if starved else 0.0) for s in samples for p in s.procs
-             if p.role == "main" and p.cpu is not None]
+    mains = [p.cpu / 100.0 for s in samples for p in s.procs if p.role == "main" and p.cpu is not None]
     if len(mains) < MIN_CPU_SAMPLES:
         return None
     cores = sum(mains) / len(mains)
     if workers:
-        if starved:
+        if contended(ctx):
             return None
         cpu = ctx.loader_worker_cpu(ctx.loader())
         if cpu is None:
@@ -124,6 +123,7 @@ def loader_facts(ctx: Context) -> LoaderFacts | None:
         cpu=cpu_per_step(ctx, workers) if cores is not None else None,
         steps_per_start=steps_per_start or None,
         contended=contended(ctx),
+        usable=ctx.usable_cpus(),
     )
 
 

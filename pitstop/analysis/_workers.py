@@ -57,6 +57,7 @@ class LoaderFacts:
     cpu: float | None  # CPU per step of the main process and its workers; None when unread
     steps_per_start: float | None  # training steps per worker start (steps per DataLoader); None: many
     contended: bool = False  # its threads waited for a core: the free cores, and so the gain, are a bound
+    usable: int | None = None  # the cores it may run on: the most workers named on a contended machine
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def bounds(f: LoaderFacts, workers: int) -> dict[str, float]:
     out = {"compute": f.compute + IPC_S + extra, "loader": f.load / workers + extra}
     if f.cpu is not None and f.cores is not None:
         cpu = (f.cpu + IPC_S) / max(f.cores, 1.0)
-        # On a contended machine `cpu` holds the time its threads waited for a core: moving
+        # On a contended machine the cores it gets move with everyone else's load: moving
         # the loading to workers is not counted to make the step longer than it is.
         out["cpu"] = (min(cpu, f.wall) if f.contended else cpu) + extra
     return out
@@ -111,6 +112,9 @@ def plan(f: LoaderFacts) -> WorkerPlan:
         top = min(MAX_WORKERS, needed(f))  # no core count: the loader's own need, as a bound
     elif f.cpu is None:
         top = max(1, int(f.cores) - 1)
+    elif f.contended:
+        # A starved loader's low CPU is no sign of I/O: no more workers than cores.
+        top = max(1, min(cap(f), f.usable or int(f.cores)))
     else:
         top = cap(f)
     steps = {w: step_with(f, w) for w in range(1, top + 1)}
@@ -122,9 +126,9 @@ def plan(f: LoaderFacts) -> WorkerPlan:
     limit = max(floors, key=lambda k: floors[k])
     if limit == "compute":
         stop = f"beyond {chosen}, the model's own compute ({f.compute * 1e3:.1f} ms a step) sets the pace"
-    elif limit == "cpu" and f.contended:
-        stop = (f"beyond {chosen}, the cores set the pace: its threads waited for a core on a contended machine, "
-                f"and the {f.cores:.1f} core(s) other processes leave hold no more")
+    elif f.contended and (limit == "cpu" or chosen == top):
+        stop = (f"held to {top} for {f.usable or int(f.cores)} usable core(s): its threads waited for a core on "
+                f"a contended machine, where the cores workers get move with everyone else's load")
     elif limit == "cpu" and f.cpu is not None:
         stop = (f"beyond {chosen}, the CPU sets the pace: the model and the loading take "
                 f"{f.cpu * 1e3:.1f} ms of CPU a step, and {f.cores:.1f} core(s) are free for it")
