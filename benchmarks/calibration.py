@@ -185,8 +185,8 @@ def predicted(f: Finding) -> tuple[float | None, float | None, bool]:
         return None, None, False
     if held := re.search(r"no worker fix: \d+ workers? would give (\d+(?:\.\d+)?)x", text):
         return float(held[1]), float(held[1]), False  # the held-back count's own prediction
-    if text.startswith("at most"):
-        return None, gains[0], True
+    if bound := re.search(r"at most (\d+(?:\.\d+)?)x \(", text):
+        return None, float(bound[1]), True
     if f.rule == "float64" and len(gains) >= 2:
         return min(gains[:2]), max(gains[:2]), False
     return gains[0], gains[0], False
