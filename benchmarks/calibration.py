@@ -200,16 +200,17 @@ def judge(row: Row, healthy: bool) -> str:
         return "MISSED " + ",".join(sorted(missing))
     if row.measured is None:
         return "ok (no fix offered)" if row.fix == "-" else "not measured"
+    # Slower beyond the rounds' spread; a bound or a held-back count within 5% (the goal says "below it").
     noise = max(0.05, row.spread or 0.0)
     if row.measured < 1 - noise:
         return "SLOWER"
     if row.bound:
-        return "ok (below the bound)" if row.high is not None and row.measured <= row.high * (1 + noise) else "ABOVE THE BOUND"
+        return "ok (below the bound)" if row.high is not None and row.measured <= row.high * 1.05 else "ABOVE THE BOUND"
     if row.low is None or row.high is None:
         return "ok (no gain stated)"
     if row.held:
         # Held back: right when the count it would not name gains under what workers must earn.
-        return "ok (held back rightly)" if row.measured < MIN_GAIN * (1 + noise) else "HELD BACK A GAIN"
+        return "ok (held back rightly)" if row.measured < MIN_GAIN * 1.05 else "HELD BACK A GAIN"
     if row.low * (1 - TOLERANCE) <= row.measured <= row.high * (1 + TOLERANCE):
         return "ok"
     return "OFF BY MORE THAN 25%"
