@@ -6,8 +6,11 @@ import math
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding, describe_loader
-from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, other_cores, run_delay
 from pitstop.analysis._loaderfix import loader_fix
+from pitstop.analysis._stats import median_and_spread
+from pitstop.analysis._workers import MIN_GAIN, LoaderFacts, WorkerPlan, plan
+from pitstop.events import Sample
 
 # Above 20% of the step spent blocked on the DataLoader the loader, not the
 # model, sets the pace: a healthy loader with prefetching keeps this near 0-5%.
@@ -35,58 +38,114 @@ SYNCS_PER_STEP_HIGH = 5.0
 PAGEABLE_MEDIUM_FRAC = 0.05
 
 
-# Mean machine CPU (percent) from which a CPU-only run has no idle core for workers.
+# Mean machine CPU (percent) from which a CPU-only run counts as saturated (data-wait-moderate's caution).
 CPU_SATURATED = 85.0
-# A batch whose loading keeps under half a core busy waits on I/O (storage, the
-# network, a remote store): workers then share cores, up to 1 / that share per core
-# (a loader sleeping 3 ms a sample measured 0.06 of a core per batch).
-IO_BOUND_CORES = 0.5
-IO_MIN_CORES = 0.125  # at most 8 workers per free core, however idle they look
-MIN_CPU_SAMPLES = 2  # readings of the main process's CPU while it trains, for the I/O bound above
+MIN_CPU_SAMPLES = 2  # readings of the main process's CPU while it trains, for its CPU per step
 
 
-def loading_cores(ctx: Context, workers: int) -> float | None:
-    """At most how much of a core one batch's loading keeps busy while it is loaded, or None unmeasured.
-
-    With workers, their measured CPU per worker (each loads all the time when the
-    loader sets the pace). Without, the main process's CPU over the share of the
-    step it waits for data: an upper bound, since compute's own CPU is in it too.
-    The main process's wait for a free core counts as CPU it wanted: a CPU-bound
-    2-rank job on a busy 2-core machine ran at 0.3 of a core a rank and read as a
-    loader waiting on I/O, and had more workers than cores suggested. The workers'
-    own wait is not read: when the main process waited for a core, theirs is
-    unknown, and their low CPU no sign of I/O (2 CPU-bound workers beside 2 hogs
-    read as waiting on I/O, and 8 workers were suggested and tuned).
-    """
+def _training_samples(ctx: Context) -> list[Sample]:
+    """Sampler readings while it trains: each covers the time since the one before, so the first
+    after the first step still holds the imports and the set-up, and is left out."""
     run = ctx.run
+    if run.first_step_t is None:
+        return []
+    return [s for s in run.samples if s.t > run.first_step_t][1:]
+
+
+def cpu_per_step(ctx: Context, workers: int) -> float | None:
+    """Core-seconds of CPU a mean step takes: the main process's, plus its loader's workers'; None unread.
+
+    The CPU used, not the time its threads waited for a core: that wait counts
+    torch's spinning intra-op threads too (sleeping reads beside 1.7 busy cores
+    read as 528 ms of CPU in a 318 ms step, and a worker, which measured x1.41,
+    as no gain). Where it waited (`contended`), a CPU-bound loader starved on a
+    busy machine uses 0.3 of a core and reads as waiting on I/O, so `_workers`
+    then holds the workers to the usable cores and states the gain as a bound.
+    With workers, the workers' CPU counts only when the main process
+    did not wait for a core: then theirs is unknown, and their low CPU no sign of
+    I/O (2 CPU-bound workers beside 2 hogs read as waiting on I/O, and 8 workers
+    were suggested and tuned).
+    """
+    wall = ctx.wall_mean
+    if wall is None:
+        return None
+    samples = _training_samples(ctx)
+    mains = [p.cpu / 100.0 for s in samples for p in s.procs if p.role == "main" and p.cpu is not None]
+    if len(mains) < MIN_CPU_SAMPLES:
+        return None
+    cores = sum(mains) / len(mains)
     if workers:
-        waited = run_delay(run, run.first_step_t) if run.first_step_t is not None else None
-        if waited is not None and waited >= CONTENDED_WAIT_CORES:
+        if contended(ctx):
             return None
         cpu = ctx.loader_worker_cpu(ctx.loader())
-        return cpu[1] / 100.0 / max(1, cpu[0]) if cpu is not None else None
-    if run.first_step_t is None or not ctx.data_frac:
+        if cpu is None:
+            return None
+        cores += cpu[1] / 100.0
+    return cores * wall
+
+
+def contended(ctx: Context) -> bool:
+    """The main process's threads waited for a core (run delay) while it trained: the free cores are a guess."""
+    waited = run_delay(ctx.run, ctx.run.first_step_t) if ctx.run.first_step_t is not None else None
+    return waited is not None and waited >= CONTENDED_WAIT_CORES
+
+
+def free_cores(ctx: Context) -> float | None:
+    """Cores left to this run: the usable ones minus the median other processes kept busy while it trained."""
+    usable = ctx.usable_cpus()
+    if usable is None:
         return None
-    # Samples while it trains: each reading covers the time since the one before,
-    # so the first after the first step still holds the imports and the set-up.
-    training = [s for s in run.samples if s.t > run.first_step_t][1:]
-    cpus = [p.cpu / 100.0 + (s.cpu_wait or 0.0) for s in training for p in s.procs
-            if p.role == "main" and p.cpu is not None]
-    if len(cpus) < MIN_CPU_SAMPLES:
+    cpus = ctx.run.runtime.cpu_count if ctx.run.runtime is not None else None
+    others = [o for s in _training_samples(ctx) if (o := other_cores(s, cpus)) is not None]
+    if not others:
+        return float(usable)
+    return max(1.0, min(float(usable), (cpus or usable) - median_and_spread(others)[0]))
+
+
+def loader_facts(ctx: Context) -> LoaderFacts | None:
+    """The worker model's inputs from this run (`_workers.LoaderFacts`), or None without measured steps."""
+    if ctx.wall_mean is None or ctx.compute_mean is None or ctx.wait_mean is None:
         return None
-    return min(1.0, sum(cpus) / len(cpus) / ctx.data_frac)
+    dl = ctx.loader()
+    workers = dl.num_workers if dl is not None else 0
+    cores = free_cores(ctx)
+    # A batch takes `load` seconds in one process. Without workers the main process
+    # loads it during the wait; with W the loader hands over one batch per step when
+    # it sets the pace, so each worker takes W steps per batch.
+    load = ctx.wait_mean if not workers else workers * ctx.wall_mean
+    # Steps per worker start: workers start once per DataLoader when persistent (as the fix
+    # asks), before its first batch: with one DataLoader that is in the warm-up, outside the mean
+    # step; a script that builds one per trial (an Optuna sweep) starts them for each.
+    loaders = {s.loader for s in ctx.steps if s.loader is not None}
+    steps_per_start = ctx.run.train_steps / len(loaders) if len(loaders) > 1 else None
+    return LoaderFacts(
+        wall=ctx.wall_mean, compute=ctx.compute_mean, load=load, workers=workers,
+        cores=cores,
+        cpu=cpu_per_step(ctx, workers) if cores is not None else None,
+        steps_per_start=steps_per_start or None,
+        contended=contended(ctx),
+        usable=ctx.usable_cpus(),
+    )
+
+
+def worker_advice(ctx: Context) -> tuple[LoaderFacts, WorkerPlan] | None:
+    """The loader's facts and the workers to name for them; None without measured steps."""
+    facts = loader_facts(ctx)
+    return (facts, plan(facts)) if facts is not None else None
 
 
 def data_wait(ctx: Context) -> Finding | None:
-    """The DataLoader cannot keep up: suggest workers, pinning, prefetching."""
+    """The DataLoader cannot keep up: name the workers the measurement says pay, or say why none do."""
     if ctx.n < MIN_STEPS or ctx.data_frac is None or ctx.data_frac <= DATA_WAIT_FRAC:
         return None
-    assert ctx.wall_mean is not None and ctx.compute_mean is not None and ctx.wait_mean is not None
-    wall, compute, wait = ctx.wall_mean, ctx.compute_mean, ctx.wait_mean  # means: the share is of sums
+    advice = worker_advice(ctx)
+    assert advice is not None and ctx.wall_mean is not None and ctx.wait_mean is not None
+    facts, chosen = advice
+    wall, compute, wait = facts.wall, facts.compute, ctx.wait_mean  # means: the share is of sums
     evidence = [f"data wait: {fmt.share(wait, wall)} of the mean step, over {ctx.n} steps"]
     dl = ctx.loader()
     usable = ctx.usable_cpus()
-    workers = dl.num_workers if dl is not None else None
+    current = facts.workers
     if dl is not None:
         evidence.append(
             f"{describe_loader(dl)}: pin_memory={dl.pin_memory}, "
@@ -95,82 +154,61 @@ def data_wait(ctx: Context) -> Finding | None:
     else:
         evidence.append("no torch DataLoader seen: the wait is in another iterator")
     if usable is not None:
-        evidence.append(f"{usable} usable CPU cores")
-    s = ctx.run
-    cpu = ctx.loader_worker_cpu(dl) if workers else None
+        evidence.append(f"{usable} usable CPU cores" + (f", {facts.cores:.1f} free of other processes' load"
+                                                        if facts.cores is not None and facts.cores < usable else ""))
+    cpu = ctx.loader_worker_cpu(dl) if current else None
     if cpu is not None:
-        n, pct = cpu
-        evidence.append(f"its {n} worker{'s' if n != 1 else ''} use {pct / 100:.2f} cores together")
+        evidence.append(f"its {cpu[0]} worker{'s' if cpu[0] != 1 else ''} use {cpu[1] / 100:.2f} cores together")
+    evidence.append(_cpu_line(ctx, facts))
 
-    # A batch takes `load` seconds in one worker. With W workers the loader
-    # hands over one batch per step when it is the bottleneck, so each worker
-    # needs W * wall per batch; with no workers the main process loads it
-    # during the wait. To keep up, W' workers need load / W' <= compute.
-    floor = max(compute, 1e-4)
-    load = wait if not workers else workers * wall
-    # 1e-9: 0.03 - 0.02 is 0.00999..., and a ratio of 2.0000000000000004 is 2 workers.
-    need = max(1, math.ceil(load / floor - 1e-9))
-    cap = max(1, usable - 1) if usable is not None else None  # one core for the main process
-    per_batch = loading_cores(ctx, workers or 0)
-    io_bound = per_batch is not None and per_batch < IO_BOUND_CORES
-    free = cap
-    if cap is not None and per_batch is not None and io_bound:
-        # A worker that waits on storage or the network holds a core for a fraction
-        # of its batch: the free cores feed more workers than their count.
-        cap = max(cap, int(cap / max(per_batch, IO_MIN_CORES)))
-        evidence.append(f"loading keeps at most {per_batch:.2f} of a core busy per batch it waits for: the loader "
-                        "waits on I/O, so workers beyond the cores still help")
-    suggested = min(need, cap) if cap is not None else need
-    current = workers or 0
-    cpu_bound = suggested <= current  # no core left for another worker
-    if cpu_bound:
-        # Keep the workers there are, but never more than the free cores
-        # (workers-oversubscribed explains why).
-        suggested = min(current, cap) if cap is not None else current
-
+    worker_gain = chosen.gain(wall)
+    more = chosen.workers > current
+    pays = more and worker_gain >= MIN_GAIN
     cuda = ctx.cuda
     args = ["dataset"]
     if dl is not None and dl.batch_size is not None:
         args.append(f"batch_size={dl.batch_size}")
-    args.append(f"num_workers={suggested}")
-    if cuda:
-        args.append("pin_memory=True")
-    args.append("persistent_workers=True")
-    args.append(f"prefetch_factor={max(4, (dl.prefetch_factor or 2) if dl else 2)}")
-    fix = loader_fix(dl, args)
-    if cuda:
-        fix += "\nx = x.to(device, non_blocking=True)  # overlaps the copy with compute"
-    if cpu_bound:
-        fix += (
-            "\n# every usable core already has a worker: make each sample cheaper"
-            "\n# (decode/resize once offline, lighter transforms, GPU augmentation)"
-        )
-        gain = (
-            f"up to {fmt.speedup(wall, floor)} in the mean step if each batch gets cheaper to load (down to "
-            f"its compute); more workers cannot help with {usable} usable core(s)"
-        )
+    cheaper = ("\n# make each sample cheaper: decode/resize once offline, lighter transforms, "
+               "GPU augmentation")
+    hidden = fmt.speedup(wall, max(compute, 1e-4))
+    if pays:
+        args.append(f"num_workers={chosen.workers}")
+        if cuda:
+            args.append("pin_memory=True")
+        args.append("persistent_workers=True")
+        args.append(f"prefetch_factor={max(4, (dl.prefetch_factor or 2) if dl else 2)}")
+        fix = loader_fix(dl, args)
+        if cuda:
+            fix += "\nx = x.to(device, non_blocking=True)  # overlaps the copy with compute"
+        word = "at most" if chosen.bound else "~"
+        gain = (f"{word}{' ' if chosen.bound else ''}{fmt.speedup(wall, chosen.step)} in the mean step with "
+                f"{chosen.workers} worker{'s' if chosen.workers != 1 else ''} ({chosen.stop})")
+        if chosen.bound:
+            gain += ("; a bound, not a prediction: the machine was contended (its threads waited for a core), "
+                     "so the cores workers would get are unknown" if facts.contended and facts.cpu is not None
+                     else "; a bound, not a prediction: let `pitstop tune` measure it")
+        knob: str | None = "num_workers"
     else:
-        new_wall = max(compute, load / suggested)
-        gain = (f"up to {fmt.speedup(wall, new_wall)} in the mean step if the loader keeps up "
-                f"(compute alone is {fmt.duration(compute)})")
-        if cap is not None and need > cap:
-            gain += f" (the loader would need ~{need} workers; {free} core(s) are free for them"
-            gain += f", enough for {cap} that wait on I/O)" if cap != free else ")"
-        busy = s.system_cpu_sum / s.system_cpu_n if s.system_cpu_n else None
-        if busy is not None and busy >= CPU_SATURATED and not cuda and not io_bound:
-            # The model computes on the same cores the workers would use: loading in
-            # a worker moves the work, it does not add cores (measured on the demo on
-            # 2 cores: workers=2 gave 1.03x in `pitstop tune`, not the 1.9x above).
-            evidence.append(f"the machine's CPUs are {busy:.0f}% busy and training computes on them")
-            gain += (
-                "; but the CPUs are already saturated and the model computes on them too, so "
-                "workers mostly move the work to other processes: expect much less, and let "
-                "`pitstop tune` measure it"
-            )
+        if current:
+            # Keep the workers there are, never more than the free cores (workers-oversubscribed says why).
+            keep = min(current, max(1, usable - 1)) if usable is not None else current
+            fix = loader_fix(dl, [*args, f"num_workers={keep}"]) + cheaper
+        else:
+            fix = cheaper.lstrip("\n")
+        if more:
+            why = (f"{chosen.workers} worker{'s' if chosen.workers != 1 else ''} would give "
+                   f"{fmt.speedup(wall, chosen.step)} by the measurement ({chosen.stop}), under the "
+                   f"{fmt.ratio(MIN_GAIN)} that workers' own costs (intra-op threads losing a core, "
+                   "each batch carried across processes) can eat")
+        else:
+            why = f"more than the {current} worker(s) there are would not help ({chosen.stop})"
+        gain = (f"at most {hidden} in the mean step if each batch got cheaper to load (down to its compute); "
+                f"no worker fix: {why}")
+        knob = "num_workers" if current else None
     cause = (
         "the training loop waits for the next batch: the DataLoader produces batches "
         "slower than the model consumes them"
-        + (" (num_workers=0 loads every batch in the main process)" if workers == 0 else "")
+        + (" (num_workers=0 loads every batch in the main process)" if current == 0 else "")
     )
     return Finding(
         rule="data-wait",
@@ -180,8 +218,22 @@ def data_wait(ctx: Context) -> Finding | None:
         cause=cause,
         fix=fix,
         gain=gain,
-        knob="num_workers",
+        knob=knob,
     )
+
+
+def _cpu_line(ctx: Context, facts: LoaderFacts) -> str:
+    """The CPU a step takes against the cores free for it: the evidence of the worker count."""
+    if facts.cpu is None:
+        return "the CPU the loading takes was not read: workers are held to the free cores, one kept for the model"
+    who = "the main process" if not facts.workers else f"the main process and its {facts.workers} worker(s)"
+    line = (f"{who} used {fmt.duration(facts.cpu)} of CPU per mean step of {fmt.duration(facts.wall)} "
+            f"({facts.cpu / facts.wall:.2f} cores)")
+    if not facts.workers:
+        line += ": while it waits for data it holds no core, so its loading moves to workers"
+        if facts.cpu < 0.5 * facts.load and not facts.contended:  # under half a core over the wait, model's CPU included
+            line += ", and the loading mostly waits (on I/O): workers beyond the cores still help"
+    return line
 
 
 def low_gpu_util(ctx: Context) -> Finding | None:

@@ -6,6 +6,7 @@ import re
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis.command import tune_line
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
 from pitstop.analysis._context import MIN_STEPS, Context, Finding, truthy_override
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 
@@ -169,7 +170,14 @@ def float64(ctx: Context) -> Finding | None:
     if ctx.compute_mean is not None and ctx.wall_mean is not None and ctx.wait_mean is not None and ctx.n >= MIN_STEPS:
         best = ctx.wait_mean + ctx.compute_mean / high
         worst = ctx.wait_mean + ctx.compute_mean / low
-        gain += f": {fmt.speedup_range(ctx.wall_mean, best, worst)} in the mean step"
+        waited = run_delay(ctx.run, ctx.run.first_step_t) if ctx.run.first_step_t is not None else None
+        if waited is not None and waited >= CONTENDED_WAIT_CORES:
+            # Its threads waited for a core: that share of compute does not shrink with faster arithmetic
+            # (width-1024 MLP beside other processes at load 9-12 on 2 cores: float32 measured x1.11).
+            gain += (f": at most {fmt.speedup(ctx.wall_mean, best)} in the mean step, a bound: its threads waited "
+                     f"{waited:.2f} cores' worth for a CPU, and that wait does not shrink")
+        else:
+            gain += f": {fmt.speedup_range(ctx.wall_mean, best, worst)} in the mean step"
     gain += ", and parameters, gradients and optimizer state take half the memory"
     return Finding(
         rule="float64",

@@ -46,7 +46,7 @@ def test_the_overview_at_80x24_answers_where_the_time_goes_and_what_to_change_wi
             assert "profiled steps 25-29: data 9%" in text
             # The top finding with its fix and its expected gain.
             assert "fix DataLoader(dataset, batch_size=64, num_workers=7" in text
-            assert "gain up to 3.33x (100.0 ms to ~30.0 ms) in the mean step if the loader keeps" in text
+            assert "gain ~3.30x (100.0 ms to ~30.3 ms) in the mean step with 7 workers" in text
             # One line each for GPU, CPU and memory.
             assert "GPU n/a (NVML not available: no NVIDIA driver)" in text
             assert any(line.lstrip().startswith("CPU main 0.98") and "2 workers 0.90" in line for line in lines)

@@ -37,7 +37,7 @@ def test_data_wait_advice_names_the_training_loader_not_the_eval_loader_built_la
     text = "\n".join(f.evidence) + f.fix
     assert "training DataLoader (TokenSet, batch_size=64, num_workers=4)" in text
     assert "batch_size=100" not in text
-    assert "DataLoader(dataset, batch_size=64, num_workers=7," in f.fix  # more than the 4 it has
+    assert "DataLoader(dataset, batch_size=64, num_workers=9," in f.fix  # more than the 4 it has
     assert "its 4 workers use 2.00 cores together" in f.evidence  # the eval loader's worker is apart
 
 

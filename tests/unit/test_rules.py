@@ -88,7 +88,8 @@ def test_data_wait_fires_and_sizes_workers_from_the_evidence() -> None:
     assert "training DataLoader (batch_size=32, num_workers=0): pin_memory=False" in f.evidence[1]
     # One batch takes 20 ms to load and 10 ms to consume: 2 workers keep up.
     assert "num_workers=2" in f.fix and "batch_size=32" in f.fix and "pin_memory" not in f.fix
-    assert f.gain.startswith("up to 3.00x (30.0 ms to ~10.0 ms) in the mean step")
+    # No CPU reading: the step is a floor (compute and the IPC of taking a batch), the gain a bound.
+    assert f.gain.startswith("at most 2.91x (30.0 ms to ~10.3 ms) in the mean step with 2 workers")
 
 
 def test_data_wait_caps_workers_at_usable_cores() -> None:
@@ -98,7 +99,7 @@ def test_data_wait_caps_workers_at_usable_cores() -> None:
     assert f is not None and f.severity == "high"
     # 2 workers deliver one batch per 30 ms: 60 ms each; 6 would keep up, 3 cores are free.
     assert "num_workers=3" in f.fix and "pin_memory=True" in f.fix and "non_blocking=True" in f.fix
-    assert f.gain.startswith("up to 1.50x (30.0 ms to ~20.0 ms)") and "~6 workers" in f.gain
+    assert f.gain.startswith("at most 1.50x (30.0 ms to ~20.0 ms)") and "held to 3 for 4 usable core(s)" in f.gain
 
 
 def test_data_wait_with_every_core_busy_says_make_samples_cheaper() -> None:
@@ -108,27 +109,29 @@ def test_data_wait_with_every_core_busy_says_make_samples_cheaper() -> None:
     assert f is not None and f.severity == "medium"
     # 8 workers already exceed the 3 free cores: fewer workers, cheaper samples.
     assert "num_workers=3" in f.fix and "make each sample cheaper" in f.fix
-    assert f.gain.startswith("up to 1.50x (30.0 ms to ~20.0 ms) in the mean step if each batch gets cheaper")
+    assert f.gain.startswith("at most 1.50x (30.0 ms to ~20.0 ms) in the mean step if each batch got cheaper")
     assert "4 usable core(s)" in f.gain
 
 
-def test_data_wait_on_saturated_cpus_tempers_the_promise() -> None:
-    # A CPU-only run whose cores are all busy: workers would share them with the model.
+def test_data_wait_counts_only_the_cores_other_processes_leave() -> None:
+    # A CPU-only run whose main process takes 1 core a 100 ms step (50 ms of it loading): on an idle
+    # 2-core machine a worker nearly halves the step; with other processes on 0.9 of a core there is no room.
     def cpu_only_run(system_cpu: float) -> RunState:
         run = RunState()
         run.add(runtime(device="cpu", usable=2))
         run.add(loader(workers=0, batch=32))
-        add_steps(run, 30, wall=0.1, wait=0.05)
-        for i in range(5):
-            run.add(Sample(t=2.0 + i, system_cpu=system_cpu))
+        end = add_steps(run, 30, wall=0.1, wait=0.05)
+        for i in range(6):
+            run.add(Sample(t=1.0 + (end - 1.0) * (i + 1) / 7, system_cpu=system_cpu,
+                           procs=[Proc(pid=10, role="main", cpu=100.0, rss=1)]))
         return run
 
-    f = rule(cpu_only_run(95.0), "data-wait")
-    assert f is not None
-    assert "the machine's CPUs are 95% busy" in " ".join(f.evidence)
-    assert "already saturated" in f.gain and "pitstop tune" in f.gain
+    busy = rule(cpu_only_run(95.0), "data-wait")
+    assert busy is not None and "1.1 free of other processes' load" in " ".join(busy.evidence)
+    assert "num_workers=" not in busy.fix and "no worker fix" in busy.gain and busy.knob is None
     quiet = rule(cpu_only_run(50.0), "data-wait")
-    assert quiet is not None and "saturated" not in quiet.gain
+    # One worker loads a batch (50 ms) in the 50 ms the model computes: the model sets the pace.
+    assert quiet is not None and "num_workers=1," in quiet.fix and quiet.gain.startswith("~1.9")
 
 
 def _cpu_samples(run: RunState, t0: float, main: float | None = None, workers: tuple[float, ...] = (),
@@ -140,13 +143,14 @@ def _cpu_samples(run: RunState, t0: float, main: float | None = None, workers: t
         run.add(Sample(t=t0 + 0.25 * (i + 1), procs=procs, system_cpu=40.0, cpu_wait=waited))
 
 
-@pytest.mark.parametrize("main,waited,fix,free", [
-    (20.0, 0.0, "num_workers=4", "enough for 4 that wait on I/O"),  # 0.2 of a core over a 93% wait: sleeping
-    (95.0, 0.0, "num_workers=1", None),  # the main process loads on its core: one free core, one worker
-    (30.0, 0.65, "num_workers=1", None),  # it loads on a busy machine: it waited for a core, not for I/O
+@pytest.mark.parametrize("main,waited,fix,io", [
+    (20.0, 0.0, "num_workers=6,", True),  # 0.2 of a core over a 93% wait: sleeping
+    # The main process loads on its core, and holds none while it waits: 2 workers on 2 cores.
+    (95.0, 0.0, "num_workers=2,", False),
+    (30.0, 0.65, "num_workers=2,", False),  # it loads on a busy machine: it waited for a core, not for I/O
 ])
 def test_data_wait_on_a_loader_that_waits_on_io_suggests_workers_beyond_the_cores(
-        main: float, waited: float, fix: str, free: str | None) -> None:
+        main: float, waited: float, fix: str, io: bool) -> None:
     # The test suite's tune_relative.py: 3 ms of sleep a sample, 8 a batch, 2 cores.
     run = RunState()
     run.add(runtime(device="cpu", usable=2))
@@ -156,8 +160,7 @@ def test_data_wait_on_a_loader_that_waits_on_io_suggests_workers_beyond_the_core
     _cpu_samples(run, t0=end - 1.0, main=main, waited=waited)
     f = rule(run, "data-wait")
     assert f is not None and fix in f.fix
-    assert ("waits on I/O" in " ".join(f.evidence)) == (free is not None)
-    assert (free is None) or free in f.gain
+    assert ("waits (on I/O)" in " ".join(f.evidence)) == io
 
 
 def test_data_wait_with_idle_workers_suggests_more_of_them() -> None:
@@ -166,11 +169,12 @@ def test_data_wait_with_idle_workers_suggests_more_of_them() -> None:
     run.add(runtime(device="cpu", usable=4))
     run.add(loader(workers=2, batch=32))
     end = add_steps(run, 30, wall=0.03, wait=0.02)
-    _cpu_samples(run, t0=end - 1.0, workers=(10.0, 10.0))
+    _cpu_samples(run, t0=end - 1.0, main=30.0, workers=(10.0, 10.0))
     f = rule(run, "data-wait")
     assert f is not None
-    # 2 workers deliver one batch per 30 ms: 6 keep up; 3 free cores hold 24 that use 0.1 of a core each.
-    assert "num_workers=6" in f.fix and "loading keeps at most 0.10 of a core busy" in " ".join(f.evidence)
+    # 2 workers deliver one batch per 30 ms: 60 ms each. The step takes 15 ms of CPU and 2.9 cores are
+    # free: 6 workers keep up with the 10 ms compute, however few cores there are.
+    assert "num_workers=6" in f.fix and "(0.50 cores)" in " ".join(f.evidence)
 
 
 def test_data_wait_with_workers_starved_of_cores_does_not_read_as_io() -> None:
@@ -182,7 +186,7 @@ def test_data_wait_with_workers_starved_of_cores_does_not_read_as_io() -> None:
     end = add_steps(run, 30, wall=0.03, wait=0.02)
     _cpu_samples(run, t0=end - 1.0, workers=(10.0, 10.0), waited=0.5)
     f = rule(run, "data-wait")
-    assert f is not None and "waits on I/O" not in " ".join(f.evidence) and "num_workers=6" not in f.fix
+    assert f is not None and "waits (on I/O)" not in " ".join(f.evidence) and "num_workers=6" not in f.fix
 
 
 @pytest.mark.parametrize("n,wait", [(30, 0.005), (8, 0.02)])
@@ -629,4 +633,19 @@ def test_data_wait_without_a_dataloader_or_core_count_still_sizes_workers() -> N
     add_steps(run, 30, wall=0.03, wait=0.02)
     f = rule(run, "data-wait")
     assert f is not None and f.evidence[1] == "no torch DataLoader seen: the wait is in another iterator"
-    assert "num_workers=2" in f.fix and "batch_size" not in f.fix and f.gain.startswith("up to 3.00x")
+    assert "num_workers=2" in f.fix and "batch_size" not in f.fix and f.gain.startswith("at most 2.91x")
+
+
+@pytest.mark.parametrize("waited,bound", [(0.0, False), (0.6, True)])
+def test_float64_on_a_contended_machine_states_its_gain_as_a_bound(waited: float, bound: bool) -> None:
+    # A width-1024 MLP in float64 beside other processes (load 9-12 on 2 cores) measured x1.11 in float32,
+    # under the 1.9-5x of the arithmetic: the time its threads wait for a core does not shrink.
+    run = RunState()
+    run.add(runtime(device="cpu", usable=2))
+    run.add(Model(t=0.7, dtype="float64"))
+    end = add_steps(run, 30, wall=0.1)
+    _cpu_samples(run, t0=end - 1.0, main=100.0, waited=waited)
+    f = rule(run, "float64")
+    assert f is not None
+    assert ("at most" in f.gain and "a bound" in f.gain) == bound
+    assert f.gain.count("x (") == (1 if bound else 2)  # a range "1.30x (...) to 1.80x (...)" where it predicts

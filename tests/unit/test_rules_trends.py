@@ -225,11 +225,15 @@ def test_data_wait_moderate_grades_a_wait_under_the_threshold() -> None:
     assert f is not None and f.severity == "low"
     assert f.evidence[0].startswith("data wait: 19% (19.0 ms of 100.0 ms) of the mean step, over 37 steps")
     assert "worth up to 1.23x" in f.evidence[0]
-    assert "num_workers=1" in f.fix and f.gain.startswith("up to 1.23x (100.0 ms to ~81.0 ms) in the mean step")
-    assert "num_workers=3" in rule(waiting_run(0.12, workers=2), "data-wait-moderate").fix  # type: ignore[union-attr]
-    # More workers than free cores (minGPT's adder: 4 on 2 cores): never keep them, as workers-oversubscribed says.
+    # No CPU reading: a bound; taking each batch from a worker (~0.3 ms) is in it.
+    assert "num_workers=1" in f.fix and f.gain.startswith("at most 1.23x (100.0 ms to ~81.3 ms) in the mean step")
+    assert "num_workers=3" in rule(waiting_run(0.19, workers=2), "data-wait-moderate").fix  # type: ignore[union-attr]
+    # 12%: at most 1.14x if hidden entirely, under what workers' own costs eat: no worker count.
+    small = rule(waiting_run(0.12, workers=2), "data-wait-moderate")
+    assert small is not None and "num_workers=" not in small.fix and small.knob is None
+    # More workers than free cores (minGPT's adder: 4 on 2 cores): never more, as workers-oversubscribed says.
     crowded = rule(waiting_run(0.12, workers=6), "data-wait-moderate")
-    assert crowded is not None and "num_workers=3," in crowded.fix
+    assert crowded is not None and "num_workers=6" not in crowded.fix
 
 
 def test_data_wait_moderate_never_beside_data_wait_and_quiet_below_ten_percent() -> None:
