@@ -42,11 +42,12 @@ from pitstop.analysis._job import (
     stragglers,
     stream_label,
 )
+from pitstop.analysis._jobstate import JobState
 from pitstop.analysis._nodes import Missing, Nodes, node_lines, node_name, nodes, partial_line
 from pitstop.analysis._progress import first_step_progress, first_step_status, first_step_text, progress_text
 from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measured, rates, rates_of, recent_rates
 from pitstop.analysis._rules import RULE_IDS, advise, findings
-from pitstop.analysis._state import SERIES, JobState, RunState, StreamBatch
+from pitstop.analysis._state import SERIES, RunState, StreamBatch
 from pitstop.analysis._stall import (Wait, dead_worker_finding, describe, headline, job_cause, job_stall_finding,
                                      stack_text, stacks_text, stall_block, stall_finding, stall_open, stalled_for,
                                      thread_lines)

@@ -18,7 +18,8 @@ from pitstop.analysis._rankphases import (
     phase_excesses,
     rank_phases,
 )
-from pitstop.analysis._state import JobState, RunState
+from pitstop.analysis._jobstate import JobState
+from pitstop.analysis._state import RunState
 from pitstop.analysis._stats import percentile
 from pitstop.analysis._summary import summarize
 from pitstop.errors import reason_of

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import Finding
-from pitstop.analysis._state import JobState, RunState
+from pitstop.analysis._jobstate import JobState
+from pitstop.analysis._state import RunState
 from pitstop.events import Frame, Stall, ThreadStack
 
 COLLECTIVES = frozenset({

@@ -7,6 +7,9 @@ DataLoader iterators' `__next__` measures data wait and batch sizes;
 and ends (the step's anatomy), and to count steps when no optimizer ever steps;
 a few constructors are wrapped to learn about the model (Conv2d, GradScaler,
 DataParallel, DDP) and to apply a tuned config.
+
+The DataLoader hooks are in `_loaderhook`, the constructor hooks in `_modelhooks`,
+the runtime facts read at install in `_runtime`; the per-step hooks stay here.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ import os
 import sys
 import time
 import weakref
-from pathlib import Path
 from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
 from pitstop.profiling import _clipwatch
 from pitstop.profiling._dynamo import FrameSkip, compiling, compile_gate
 from pitstop.profiling._keras import hook_keras_optimizer
+from pitstop.profiling._loaderhook import hook_dataloader
 from pitstop.profiling._losses import LOSS_EVERY_S
+from pitstop.profiling._modelhooks import hook_constructors, model_dtype
 from pitstop.profiling._patch import patch, patches
-from pitstop.profiling._root import RootWatch, leading_dim
+from pitstop.profiling._root import RootWatch
+from pitstop.profiling._runtime import host_mem_total as host_mem_total  # (re-exported: its tests import it here)
+from pitstop.profiling._runtime import read_runtime, torch_threads
 
 _PERF = time.perf_counter
 # Hook calls held for the clock (`Agent.flush_stamps`): the writer thread takes them in at each
@@ -36,56 +42,6 @@ _PERF = time.perf_counter
 HOLD_MAX = 16_384
 
 
-
-
-def host_mem_total(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> int | None:
-    """Bytes of memory this process may use: MemTotal, or the cgroup's limit when smaller."""
-    total = None
-    try:
-        with open(meminfo, encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    total = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        total = None
-    for name in ("memory.max", "memory/memory.limit_in_bytes"):  # cgroup v2, v1
-        try:
-            text = Path(cgroup, name).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and (total is None or int(text) < total):
-            total = int(text)
-        break
-    return total
-
-
-def _torch_threads(torch: Any) -> int | None:
-    try:
-        return int(torch.get_num_threads())
-    except Exception:
-        return None
-
-
-def _cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
-    """True when the CPU has native bf16 (AVX512_BF16 or AMX); None where it cannot be read."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[-1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        return None
-    return None
-
-
-def _shm_bytes() -> int | None:
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return None
-    return st.f_blocks * st.f_frsize
 
 
 # torch.distributed.checkpoint creates an optimizer's state before it loads a checkpoint into it
@@ -180,12 +136,12 @@ class Hooks:
         self.root = RootWatch(agent, torch)
         self.root.watch_at_eval(self.watch_model)
         self._hook_optimizer()
-        self._hook_dataloader()
+        hook_dataloader(self)
         self._hook_backward()
         self._hook_dist_autograd()
         self._hook_autograd_grad()
         _clipwatch.install(self)
-        self._hook_constructors()
+        hook_constructors(self)
         if not agent.dormant:
             self._start_windows()
         self.hide_frames()
@@ -228,59 +184,15 @@ class Hooks:
 
     # ---- runtime ----------------------------------------------------------
     def _emit_runtime(self) -> None:
-        torch = self.torch
-        unavailable: dict[str, str] = {}
-        cuda_version = getattr(torch.version, "cuda", None)
-        device_type = "cpu"
-        names: list[str] = []
-        if cuda_version is None:
-            unavailable["gpu"] = "CPU build of torch (no CUDA)"
-        else:
-            try:
-                # Device names come from NVML, not torch.cuda: asking torch would
-                # initialise CUDA in the script's process before the script does.
-                from pitstop.profiling import nvml
-
-                gpus, reason = nvml.read_gpus()
-                names = [g.name for g in gpus]
-                if torch.cuda.is_available():
-                    device_type = "cuda"
-                else:
-                    unavailable["gpu"] = reason or "torch.cuda.is_available() is False"
-            except Exception as err:
-                unavailable["gpu"] = f"GPU query failed: {err}"
-        cudnn = None
-        try:
-            cudnn = torch.backends.cudnn.version() if device_type == "cuda" else None
-        except Exception:
-            cudnn = None
-        try:
-            usable = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            usable = os.cpu_count()
-        self.runtime = Runtime(
-                t=time.time(),
-                torch_version=str(torch.__version__),
-                cuda_version=cuda_version,
-                device_type=device_type,
-                device_names=names,
-                cudnn_version=cudnn,
-                cpu_count=os.cpu_count(),
-                usable_cpus=usable,
-                shm_bytes=_shm_bytes(),
-                unavailable=unavailable,
-                cpu_bf16=_cpu_bf16(),
-                torch_threads=_torch_threads(torch),
-                host_mem_total=host_mem_total(),
-            )
-        self.agent.emit(self.runtime)
-        self.device_type = device_type
-        self.agent.cuda_device = device_type == "cuda"
+        self.runtime = runtime = read_runtime(self.torch)
+        self.agent.emit(runtime)
+        self.device_type = runtime.device_type
+        self.agent.cuda_device = runtime.device_type == "cuda"
 
     def report_model(self) -> None:
         """What we learned about the model; sent at the first step and when it changes."""
         torch = self.torch
-        threads = _torch_threads(torch)
+        threads = torch_threads(torch)
         runtime = self.runtime
         if runtime is not None and threads != runtime.torch_threads:  # the script set its own
             self.runtime = dataclasses.replace(runtime, t=time.time(), torch_threads=threads)
@@ -304,30 +216,10 @@ class Hooks:
                 ddp=self.ddp,
                 channels_last_params=cl_params,
                 cudnn_benchmark=benchmark,
-                dtype=self._model_dtype(),
+                dtype=model_dtype(self.root),
             )
         )
         self._model_reported = True
-
-    def _model_dtype(self) -> str | None:
-        """The dtype most of the root module's parameters have ("float64" after `model.double()`), or None.
-
-        Autocast only touches float32 ops: the advice rules must know a model
-        that trains in float64 (1.9-5x slower than float32 per step on a CPU here)
-        or already in a half type. One pass over the parameters, at the first step.
-        """
-        root = self.root.module() if self.root is not None else None
-        if root is None:
-            return None
-        try:
-            counts: dict[str, int] = {}
-            for p in root.parameters():
-                if p.is_floating_point():
-                    name = str(p.dtype).removeprefix("torch.")
-                    counts[name] = counts.get(name, 0) + p.numel()
-        except Exception:
-            return None
-        return max(counts, key=counts.__getitem__) if counts else None
 
     def report_rank(self) -> None:
         """At the first step: the rank torch.distributed knows, when the environment had none."""
@@ -443,110 +335,6 @@ class Hooks:
 
         self.optimizer_mod.register_optimizer_step_pre_hook(pre_hook)
         self.optimizer_mod.register_optimizer_step_post_hook(post_hook)
-
-    def _hook_dataloader(self) -> None:
-        agent = self.agent
-        clock = agent.clock
-        dataloader = self.dataloader_mod
-        base = dataloader._BaseDataLoaderIter
-        tensor_type = self.torch.Tensor
-        perf = _PERF
-        root = self.root
-        stamps = agent.stamps
-        on_fetch, on_iter = clock.on_fetch, clock.on_iter
-        compiling, dynamo = self.compiling, self.dynamo
-        hooks = self
-
-        def make_next(original_next: Any) -> Any:
-            def __next__(it: Any) -> Any:
-                if agent.disabled or (dynamo[0] and compiling()):
-                    return original_next(it)
-                started = perf()
-                batch = original_next(it)  # StopIteration passes through untimed: not a wait
-                waited = perf() - started
-                if root.at_fetch:  # the first batch: the model, to see an evaluation before step 0
-                    root.at_fetch = False
-                    try:
-                        hooks.watch_model()
-                    except Exception as err:  # never into the training loop
-                        agent.note("warn", "hooks", f"model not watched: {err}", once="root-fetch")
-                try:
-                    # (inputs, targets): the first tensor's shape, read here (the clock takes its batch
-                    # dimension: `StepClock.batch_of`); `leading_dim` for the rest. A Python call less a
-                    # step: ~2 us in place on the Xeon VM.
-                    kind = type(batch)
-                    if (kind is tuple or kind is list) and batch and type(batch[0]) is tensor_type:
-                        shape = batch[0].shape
-                        samples = shape if shape else leading_dim(batch, tensor_type)
-                    else:
-                        samples = leading_dim(batch, tensor_type)
-                    state = it.__dict__
-                    key = state.get("_pitstop_loader")
-                    if state.get("_num_yielded") == 1:  # an iteration's first batch: one pass of an evaluation
-                        if agent.batching:
-                            stamps.append((on_iter, key))
-                        else:
-                            on_iter(key)
-                    if agent.batching:
-                        stamps.append((on_fetch, key, started, waited, samples))
-                    else:
-                        clock.on_fetch(key, started, waited, samples)
-                except Exception as err:  # never into the training loop
-                    agent.fail("the DataLoader hook", err)
-                return batch
-
-            return __next__
-
-        patch(base, "__next__", make_next)
-
-        def make_iter_init(original_init: Any) -> Any:
-            def __init__(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
-                original_init(it, loader, *args, **kwargs)
-                # Which DataLoader a batch came from: the training loader is told from eval ones.
-                it.__dict__["_pitstop_loader"] = getattr(loader, "__dict__", {}).get("_pitstop_id")
-
-            return __init__
-
-        patch(base, "__init__", make_iter_init)
-        multi = dataloader._MultiProcessingDataLoaderIter
-
-        def make_multi_init(original_init: Any) -> Any:
-            def __init__(it: Any, *args: Any, **kwargs: Any) -> None:
-                original_init(it, *args, **kwargs)
-                try:
-                    loader = it.__dict__.get("_pitstop_loader")
-                    agent.worker_pids.update((w.pid, loader) for w in it._workers if w.pid)
-                except Exception:
-                    pass
-
-            return __init__
-
-        patch(multi, "__init__", make_multi_init)
-        overrides = self.overrides
-
-        def make_loader_init(original_loader_init: Any) -> Any:
-            def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
-                if agent.disabled and not agent.dormant:  # (a dormant child's loaders get a config too)
-                    original_loader_init(loader, *args, **kwargs)
-                    return
-                try:
-                    new_args, new_kwargs, applied, skipped = overrides.dataloader_kwargs(
-                        original_loader_init, loader, args, kwargs
-                    )
-                except Exception as err:  # our bug must not change the script's DataLoader
-                    agent.note("warn", "overrides", f"DataLoader overrides off: {err}", once="loader-kwargs")
-                    new_args, new_kwargs, applied, skipped = args, kwargs, {}, {}
-                original_loader_init(loader, *new_args, **new_kwargs)
-                try:
-                    key = overrides.report_dataloader(loader, applied, skipped)
-                    if type(loader.batch_size) is int:  # (the clock tells a loader that batches sequence-first by it)
-                        clock.batch_sizes[key] = loader.batch_size
-                except Exception as err:
-                    agent.note("warn", "overrides", f"DataLoader report failed: {err}", once="loader-report")
-
-            return __init__
-
-        patch(dataloader.DataLoader, "__init__", make_loader_init)
 
     def _hook_backward(self) -> None:
         agent = self.agent
@@ -679,40 +467,6 @@ class Hooks:
             return None
         return None
 
-    def _hook_scaler_step(self, scaler_type: type) -> None:
-        """A GradScaler skips the optimizer's step where the gradients overflowed (the first steps of
-        float16 training, then now and then): no optimizer hook runs, and the clock took the step's
-        backward for a micro-step of the next (26 steps recorded for 30, 4 skipped). The scaler's
-        `_maybe_opt_step` runs once per `scaler.step(opt)`: where the steps counted did not move
-        across it, the optimizer did not step, and the clock is told of the step it skipped."""
-        agent = self.agent
-        clock = agent.clock
-        hooks = self
-        compiling, dynamo = self.compiling, self.dynamo
-
-        def counted() -> int:
-            """Optimizer steps counted so far on the training thread (held ones too)."""
-            return agent.held_base + agent.batched_steps if agent.batching else clock.index
-
-        def make(original: Any) -> Any:
-            def _maybe_opt_step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-                if agent.disabled or (dynamo[0] and compiling()):
-                    return original(scaler, optimizer, *args, **kwargs)
-                before = counted()
-                result = original(scaler, optimizer, *args, **kwargs)
-                try:
-                    primary = clock.primary
-                    if counted() == before and (primary is None or primary == id(optimizer)) \
-                            and clock.mode in (None, "optimizer") and hooks.scaler_skipped is not None:
-                        hooks.scaler_skipped(optimizer)
-                except Exception as err:  # never into the training loop
-                    agent.fail("the GradScaler hook", err)
-                return result
-
-            return _maybe_opt_step
-
-        patch(scaler_type, "_maybe_opt_step", make)
-
     def _hook_autograd_grad(self) -> None:
         """Count `torch.autograd.grad` calls: a loop that takes its gradients there (torch.func's grad,
         MAML, a hand-made update) steps no optimizer and calls no backward, so no step is ever seen.
@@ -751,73 +505,6 @@ class Hooks:
                     break  # and every step opened inside it
         except Exception as err:
             self.agent.fail("the optimizer-step check", err)
-
-    # ---- model facts ----------------------------------------------------------
-    def _wrap_init(self, cls: Any, on_init: Any) -> None:
-        agent = self.agent
-
-        def make(original: Any) -> Any:
-            def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
-                original(obj, *args, **kwargs)
-                if not agent.disabled or agent.dormant:  # (a spawned rank builds its model before its first step)
-                    try:
-                        on_init(obj)
-                    except Exception as err:
-                        agent.note("warn", "hooks", f"{cls.__name__} hook: {err}", once=f"init-{cls.__name__}")
-
-            return __init__
-
-        patch(cls, "__init__", make)
-
-    def _hook_constructors(self) -> None:
-        torch = self.torch
-        nn = torch.nn
-
-        def on_conv(conv: Any) -> None:
-            self.conv2d += 1
-            self.overrides.on_conv2d(conv)
-
-        self._wrap_init(nn.Conv2d, on_conv)
-
-        def on_scaler(scaler: Any) -> None:
-            # torch turns a GradScaler off where it cannot work (no CUDA): only an
-            # enabled one counts as "the script scales its loss".
-            is_enabled = getattr(scaler, "is_enabled", None)
-            if is_enabled is None or is_enabled():
-                self.grad_scaler = True
-                try:
-                    self.scalers.append(weakref.ref(scaler))
-                except TypeError:
-                    pass
-
-        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
-        if scaler is not None:
-            self._wrap_init(scaler, on_scaler)
-            if callable(getattr(scaler, "_maybe_opt_step", None)):
-                self._hook_scaler_step(scaler)
-
-        def on_dp(_: Any) -> None:
-            self.data_parallel = True
-
-        self._wrap_init(nn.DataParallel, on_dp)
-
-        def on_ddp(_: Any) -> None:
-            self.ddp = True
-
-        self._wrap_init(nn.parallel.DistributedDataParallel, on_ddp)
-        if self.overrides is not None and self.overrides.autocast_applied:
-            self.autocast = True  # a config's autocast is on for the whole run
-        hooks = self
-
-        def make_enter(original_enter: Any) -> Any:
-            def __enter__(ctx: Any) -> Any:
-                if getattr(ctx, "_enabled", True):
-                    hooks.autocast = True
-                return original_enter(ctx)
-
-            return __enter__
-
-        patch(torch.autocast, "__enter__", make_enter)
 
     # ---- the model's root module ----------------------------------------------
     def watch_model(self) -> None:

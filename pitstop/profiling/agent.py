@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 import sys
 import threading
 import time
@@ -32,11 +31,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from pitstop._version import __version__
-from pitstop.events import SCHEMA_VERSION, End, Event, Hello, Note, Step
-from pitstop.profiling import _children, _cuda, _losses, _serving, _watch, _writepass, jobenv
+from pitstop.events import End, Event, Hello, Note, Step
+from pitstop.profiling import _children, _cuda, _losses, _serving, _watch, _writepass
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
+from pitstop.profiling._hello import env_int, job_identity, make_hello, ray_train_identity
 from pitstop.profiling._lastsignal import SignalTrace
 from pitstop.profiling._stepevents import StepEvents
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
@@ -57,37 +56,6 @@ def current() -> Agent | None:
     return _current if _current is not None and (_current.dormant or not _current.disabled) else None
 
 
-def _env_int(name: str) -> int | None:
-    try:
-        return int(os.environ[name])
-    except (KeyError, ValueError):
-        return None
-
-
-def _job_identity() -> jobenv.JobIdentity | None:
-    try:
-        return jobenv.identity(os.environ, socket.gethostname())
-    except Exception:  # noqa: BLE001 - a job id is never worth a failed start
-        return None
-
-
-def _ray_train_identity() -> jobenv.JobIdentity | None:
-    try:
-        from pitstop.profiling._ray import train_identity
-
-        return train_identity()
-    except Exception:  # noqa: BLE001 - a job id is never worth a failed start
-        return None
-
-
-def _job_fields(job: jobenv.JobIdentity | None) -> dict[str, Any]:
-    """Hello's job fields (events.Hello: job ... store)."""
-    if job is None:
-        return {}
-    return {"job": job.job, "launcher": job.launcher, "node": job.node, "node_rank": job.node_rank,
-            "nodes": job.nodes, "local_world_size": job.local_world_size, "store": job.store}
-
-
 class Agent:
     """Everything pitstop runs inside one training process."""
 
@@ -104,9 +72,9 @@ class Agent:
         self.blind = BlindWatch()
         self.failed = False  # switched off by an internal error (fail): the record still gets its End
         self.pid = os.getpid()
-        self.rank = _env_int("RANK")
+        self.rank = env_int("RANK")
         # The job across nodes (jobenv.py); under `srun python train.py` a task's rank is SLURM_PROCID.
-        self.job = _job_identity()
+        self.job = job_identity()
         if self.rank is None and self.job is not None:
             self.rank = self.job.rank
         self._trial_steps = settings.trial_steps  # a tune trial ends the process after this many steps
@@ -189,9 +157,9 @@ class Agent:
         self._started = True
         settings = self.settings
         # A rank a script started itself (Lightning's DDP) has LOCAL_RANK but no RANK yet.
-        named = self.rank if self.rank is not None else _env_int("LOCAL_RANK")
+        named = self.rank if self.rank is not None else env_int("LOCAL_RANK")
         ranked = _children.distributed() if self.parent_pid is not None else None
-        ray = _ray_train_identity() if self.parent_pid is not None else None
+        ray = ray_train_identity() if self.parent_pid is not None else None
         if ray is not None:  # a Ray Train worker: its run and world rank (its env may hold the driver's Slurm ids)
             self.job = ray
             if ranked is None and ray.rank is not None and ray.world_size:
@@ -206,36 +174,7 @@ class Agent:
             self._rss_fd = None
         self.rss_now = _writepass.rss(self)
 
-        script = settings.script or (sys.argv[0] if sys.argv else "")
-        job = self.job
-        local_rank = _env_int("LOCAL_RANK")
-        if local_rank is None and job is not None:
-            local_rank = job.local_rank
-        world_size = _env_int("WORLD_SIZE") or (job.world_size if job is not None else None)
-        self.hello = Hello(
-            schema=SCHEMA_VERSION,
-            pitstop_version=__version__,
-            session=settings.session,
-            pid=self.pid,
-            ppid=os.getppid(),
-            host=socket.gethostname(),
-            argv=list(getattr(sys, "orig_argv", sys.argv)),
-            cwd=os.getcwd(),
-            started=time.time(),
-            python=sys.version.split()[0],
-            mode=settings.mode,
-            rank=self.rank,
-            local_rank=local_rank,
-            world_size=world_size if ranked is None else ranked[1],
-            script=script,
-            record=str(self.record_path),
-            command=settings.command,
-            command_cwd=settings.command_cwd,
-            command_env=settings.command_env,
-            parent_pid=self.parent_pid,
-            config=settings.config_path,
-            **_job_fields(job),
-        )
+        self.hello = hello = make_hello(self, ranked)
         self._writer.write(self.hello)
         if settings.socket:
             _serving.start_server(self, self.hello)
@@ -261,7 +200,7 @@ class Agent:
             try:
                 from pitstop.profiling.prometheus import start_exporter
 
-                start_exporter(self, settings.prometheus + (local_rank or 0))
+                start_exporter(self, settings.prometheus + (hello.local_rank or 0))
             except Exception as err:
                 self.note("warn", "prometheus", f"metrics endpoint off: {err}")
         self._exits.install(lambda message: self.note("warn", "agent", message))

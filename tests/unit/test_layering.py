@@ -66,7 +66,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # The agent's parts that a viewer also imports (launch, sources, record) or that
 # import torch only once the user's script has (agent, stepclock, _patch).
 TORCH_FREE_PROFILING = (
-    "pitstop.profiling.agent", "pitstop.profiling.stepclock", "pitstop.profiling._patch",
+    "pitstop.profiling.agent", "pitstop.profiling._hello", "pitstop.profiling.stepclock",
+    "pitstop.profiling._stepcut", "pitstop.profiling._patch",
     "pitstop.profiling.launch", "pitstop.profiling.cmdline", "pitstop.profiling.record",
     "pitstop.profiling.rundir", "pitstop.profiling.sources", "pitstop.profiling.transport",
 )
