@@ -194,7 +194,9 @@ def data_wait(ctx: Context) -> Finding | None:
             keep = min(current, max(1, usable - 1)) if usable is not None else current
             fix = loader_fix(dl, [*args, f"num_workers={keep}"]) + cheaper
         else:
-            fix = cheaper.lstrip("\n")
+            # Named, so the fix says which loader it is about (an eval loader may be built after it).
+            fix = (f"# the training DataLoader ({f'{dl.dataset}, ' if dl.dataset else ''}batch_size={dl.batch_size})"
+                   + cheaper) if dl is not None else cheaper.lstrip("\n")
         if more:
             why = (f"{chosen.workers} worker{'s' if chosen.workers != 1 else ''} would give "
                    f"{fmt.speedup(wall, chosen.step)} by the measurement ({chosen.stop}), under the "

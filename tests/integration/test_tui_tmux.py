@@ -114,8 +114,10 @@ def test_at_80x24_the_overview_shows_the_finding_its_fix_and_the_resources_witho
         # Once every step's anatomy is in, at 80 columns it takes the room of "wait": "data 1.89 s (70%) ·
         # compute 953 ms (fwd 40 bwd 45 opt 5%)" (widgets/_split.py); before, "data wait ... (30%)".
         assert re.search(r"step p50 .* data (wait )?\S+ m?s \(\d+%\) · compute \S+ m?s \((fwd \d+|\d+%\))", screen), screen
-        assert "fix DataLoader(dataset, batch_size=32, num_workers=" in screen
-        assert "gain up to " in screen
+        # The fix names the training loader: with the workers that pay, or (a CPU-bound loader on 2
+        # busy cores, where workers measured x1.10 against no workers) as the loader to make cheaper.
+        assert re.search(r"fix (DataLoader\(dataset, batch_size=32, num_workers=|# the training DataLoader \(SyntheticImages, batch_size=32\))", screen), screen
+        assert re.search(r"gain (~|at most |up to )", screen), screen
         assert any(line.strip().startswith("GPU ") for line in lines)  # n/a with its reason here
         assert any(line.strip().startswith("CPU main ") for line in lines)
         assert any(line.strip().startswith("mem host rss ") for line in lines)
