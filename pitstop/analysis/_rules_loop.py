@@ -204,9 +204,13 @@ def data_wait(ctx: Context) -> Finding | None:
                    "each batch carried across processes) can eat")
         else:
             why = f"more than the {current} worker(s) there are would not help ({chosen.stop})"
+        # Unread CPU holds the workers to the free cores; whether more fit is for the tuner to measure.
+        unread = facts.cpu is None and more
+        if unread:
+            why += "; `pitstop tune --knobs num_workers` measures what more workers give"
         gain = (f"at most {hidden} in the mean step if each batch got cheaper to load (down to its compute); "
                 f"no worker fix: {why}")
-        knob = "num_workers" if current else None
+        knob = "num_workers" if current or unread else None
     cause = (
         "the training loop waits for the next batch: the DataLoader produces batches "
         "slower than the model consumes them"

@@ -16,7 +16,7 @@ from pitstop.events import DataLoaderInfo, Proc, Runtime, Sample, Step
 
 
 def _run(wall: float, wait: float, main_cores: float, cpus: int = 2, threads: int = 2, steps: int = 60,
-         loaders: int = 1, workers: int = 0, batch: int = 32) -> RunState:
+         loaders: int = 1, workers: int = 0, batch: int = 32, readings: int = 12) -> RunState:
     """A CPU run: `steps` steps split over `loaders` DataLoaders, the main process at `main_cores`, nothing else busy."""
     run = RunState()
     run.add(Runtime(t=0.5, torch_version="2.13", cuda_version=None, device_type="cpu", device_names=[],
@@ -30,8 +30,8 @@ def _run(wall: float, wait: float, main_cores: float, cpus: int = 2, threads: in
             t += wall
             run.add(Step(t=t, step=k * per + i, wall=wall, data_wait=wait, samples=batch, loader=k + 1))
     end = t
-    for i in range(12):  # one reading every 0.25 s while it trains, the machine busy with this run alone
-        at = 1.0 + (end - 1.0) * (i + 1) / 13
+    for i in range(readings):  # one reading every 0.25 s while it trains, the machine busy with this run alone
+        at = 1.0 + (end - 1.0) * (i + 1) / (readings + 1)
         run.add(Sample(t=at, procs=[Proc(pid=10, role="main", cpu=main_cores * 100.0, rss=1)],
                        system_cpu=main_cores / cpus * 100.0, cpu_wait=0.0))
     return run
@@ -103,3 +103,12 @@ def test_the_plan_stops_where_the_free_cores_run_out() -> None:
     unread = plan(LoaderFacts(wall=0.0272, compute=0.003, load=0.0242, workers=0, cores=2.0, cpu=None,
                               steps_per_start=None))
     assert unread.workers == 1 and unread.bound
+
+
+def test_a_run_too_short_to_read_its_cpu_names_no_workers_but_hands_the_count_to_the_tuner() -> None:
+    # 20 steps of 9 ms: over before the sampler read the main process twice. Held to the free
+    # cores, 1 worker would give under 1.15x; whether 2 fit is unknown, and the tuner measures it.
+    f = _rule(_run(wall=0.0089, wait=0.0078, main_cores=1.0, steps=20, batch=16, readings=1), "data-wait")
+    assert f is not None
+    assert "num_workers=" not in f.fix and "no worker fix" in f.gain
+    assert f.knob == "num_workers" and "pitstop tune --knobs num_workers" in f.gain
