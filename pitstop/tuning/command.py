@@ -73,8 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these knobs, comma-separated: " + ", ".join("workers" if k == "num_workers" else k
                                                                               for k in KNOBS))
     parser.add_argument("--trial-timeout", type=float, metavar="SECONDS",
-                        help="kill a trial after this long (a hang); default: the first trials "
-                             f"{FIRST_TRIAL_LIMIT:.0f} s, then 30 s + 6x the baseline's pace per step")
+                        help="kill a trial after this long (a hang); default 30 s + 6x the baseline's "
+                             f"pace per step; the baseline itself, which pays the imports and data set-up, "
+                             f"gets at least {FIRST_TRIAL_LIMIT:.0f} s")
     parser.add_argument("--first-step-timeout", type=float, default=FIRST_STEP_TIMEOUT, metavar="SECONDS",
                         help="until the baseline has run, a trial that reaches no training step in this "
                              "long is ended as a hang (a stalled download, a data path it waits on); "

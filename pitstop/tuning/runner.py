@@ -113,10 +113,13 @@ class TrialRunner:
         spec.records.mkdir(parents=True, exist_ok=True)
 
     def trial_timeout(self, steps: int) -> float:
+        if self.baseline is None or not self.baseline.duration:
+            # The first run also pays imports and dataset set-up, which a busy machine stretches
+            # (torch's import alone took 10 s at load 7): a limit sized for the trials after it
+            # would reject the script's own settings. A start-up hang is --first-step-timeout's.
+            return max(self.timeout or 0.0, FIRST_TRIAL_LIMIT)
         if self.timeout is not None:
             return self.timeout
-        if self.baseline is None or not self.baseline.duration:
-            return FIRST_TRIAL_LIMIT  # the first run also pays imports and dataset set-up: be generous
         # A trial may be slower than the baseline (bf16 on some CPUs is ~5-10x
         # slower); 6x the baseline per step, plus 30 s of start-up, still ends a hang.
         per_step = self.baseline.duration / max(1, self.baseline.steps + self.spec.warmup)
