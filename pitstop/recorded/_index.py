@@ -67,8 +67,8 @@ class SavedState:
 
     def without_series(self) -> RunState:
         if self._run is None:
-            # Its HEAD_STEPS steps through the record reader's decoder: 2.4 ms a rank through
-            # `events.decode`, 0.3 s of the 128-rank job of benchmarks/replay_memory.py.
+            # Its HEAD_STEPS steps through the record reader's decoder: 2.3 ms a rank through
+            # `events.decode`, 1.8 ms through it (the 128-rank job of benchmarks/replay_memory.py).
             self._run = RunState.from_checkpoint(dict(self._data), _decode_saved)
         return self._run.without_series()
 
