@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import math
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any
 
 from pitstop.events import (
@@ -374,9 +375,14 @@ class RunState:
         return out
 
     @classmethod
-    def from_checkpoint(cls, saved: dict[str, Any]) -> RunState:
-        """The RunState `to_checkpoint` saved, its series empty. Raises ValueError when `saved` is not one."""
+    def from_checkpoint(cls, saved: dict[str, Any], decoder: Callable[[str], Any] | None = None) -> RunState:
+        """The RunState `to_checkpoint` saved, its series empty. Raises ValueError when `saved` is not one.
+
+        `decoder`: what turns each saved event line into its event (`events.decode` when None;
+        a reader passes its faster one for the HEAD_STEPS steps every checkpoint holds).
+        """
         run = cls()
+        decoded = _decoded if decoder is None else functools.partial(_decoded, decoder=decoder)
         if set(saved) != set(run.__dict__):
             raise ValueError("an index of another pitstop version (RunState's fields differ)")
         for name, value in saved.items():
@@ -387,11 +393,11 @@ class RunState:
                 else:
                     value = type(current)()
             elif name in _EVENT_FIELDS:
-                value = None if value is None else _decoded(value)
+                value = None if value is None else decoded(value)
             elif name == "head":
-                value = [_decoded(line) for line in value]
+                value = [decoded(line) for line in value]
             elif name == "dataloaders":
-                value = {d.id: d for d in (_decoded(line) for line in value)}
+                value = {d.id: d for d in (decoded(line) for line in value)}
             elif name == "_nonfinite_seen":
                 value = set(value)
             elif name == "marked":
@@ -534,8 +540,8 @@ def _plain(value: object) -> bool:
     return False
 
 
-def _decoded(line: str) -> Any:
-    event = decode(line)
+def _decoded(line: str, decoder: Callable[[str], Any] = decode) -> Any:
+    event = decoder(line)
     if event is None:
         raise ValueError("an index holds an event of a kind this version does not know")
     return event

@@ -14,7 +14,7 @@ def percentile(values: Iterable[float], q: float) -> float:
     interpolated between its two neighbours. Raises ValueError for no values or
     a q outside 0..100, because a percentile of nothing is not a number to show.
     """
-    xs = sorted(float(v) for v in values)
+    xs = sorted(map(float, values))
     if not xs:
         raise ValueError("percentile of no values")
     if not 0.0 <= q <= 100.0 or math.isnan(q):
@@ -35,7 +35,7 @@ def median_and_spread(values: Iterable[float]) -> tuple[float, float, float]:
     0.0 when every value is equal and inf when the median is 0 but the values
     differ. Raises ValueError for no values.
     """
-    xs = sorted(float(v) for v in values)
+    xs = sorted(map(float, values))
     if not xs:
         raise ValueError("median_and_spread of no values")
     med = percentile(xs, 50.0)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import glob
 import gzip
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -25,6 +27,7 @@ from pitstop.profiling._recordfile import (
     SUFFIX_GZ,
     GzipBlocks,
     Lines,
+    MemberCache,
     closing_tail,
     in_member,
     is_compressed,
@@ -273,22 +276,47 @@ class RecordReader:
         self.path = path
         self.stop = stop
         self.compressed = is_compressed(path)
+        self._cache: MemberCache | None = None
 
-    def events_from(self, start: int, kind: str | None = None) -> Iterator[tuple[int, int, Event]]:
+    @contextmanager
+    def cached(self) -> Iterator[None]:
+        """Inside, each compressed member read is decompressed once (the last CACHED_MEMBERS are kept).
+
+        For a pass that reads one stretch of the record several times (a restore reads each
+        series on its own); outside one, nothing is held between reads.
+        """
+        if self._cache is not None or not self.compressed:
+            yield
+            return
+        self._cache = MemberCache()
+        try:
+            yield
+        finally:
+            self._cache = None
+
+    def events_from(self, start: int, kind: str | None = None, passing: int = 0) -> Iterator[tuple[int, int, Event]]:
         """(start, end, event) of each event from position `start` to `stop`; only `kind`'s when given.
 
         With `kind`, other lines are passed over by their prefix without decoding
         (`encode` writes `kind` first), which is what makes re-reading a window cheap.
+        `passing`: the first that many events (of `kind`) are passed over, not yielded; a
+        `steps` line wholly among them is not decoded (its `n` is at its start).
         """
         prefixes = _prefixes(kind)
         line_start, skip = split(start)
         with self._open() as handle:
-            for begin, end, raw in Lines(handle, self.compressed).read(line_start):
+            for begin, end, raw in Lines(handle, self.compressed, self._cache).read(line_start):
                 if position(begin) >= self.stop:
                     return  # lines scanned after the reader was made (a live record), or a torn tail
                 if prefixes and not raw.startswith(prefixes) and raw.startswith(b'{"kind":'):
                     skip = 0
                     continue
+                if passing and position(end) <= self.stop:
+                    n = _steps_in(raw)
+                    if n is not None and n - skip <= passing:
+                        passing -= n - skip
+                        skip = 0
+                        continue
                 events = self._decode(raw, begin)
                 last = len(events) - 1
                 for k in range(skip, last + 1):
@@ -297,6 +325,9 @@ class RecordReader:
                     if stop > self.stop:
                         return
                     if kind is None or event.kind == kind:
+                        if passing:
+                            passing -= 1
+                            continue
                         yield position(begin, k), stop, event
                 skip = 0
 
@@ -309,9 +340,10 @@ class RecordReader:
                 if self.compressed:
                     member, at = in_member(line)
                     if member != cached:
-                        cached, data = member, one_member(handle, member)
+                        cached, data = member, one_member(handle, member, self._cache)
                     nl = data.find(b"\n", at)
-                    raw = data[at:nl + 1] if nl >= 0 else next(iter(Lines(handle, True).read(line)), (0, 0, b""))[2]
+                    lines = Lines(handle, True, self._cache)
+                    raw = data[at:nl + 1] if nl >= 0 else next(iter(lines.read(line)), (0, 0, b""))[2]
                     cached = -1 if nl < 0 else cached  # the handle moved: the next read starts afresh
                 else:
                     handle.seek(line)
@@ -333,6 +365,15 @@ class RecordReader:
             return decode_events(raw)
         except SchemaError as err:  # it decoded when scanned: the file was changed since
             raise RecordError(f"{self.path}: changed while it was replayed (line at {offset}: {err})") from err
+
+
+_STEPS_HEAD = re.compile(rb'\{"kind":"steps","n":(\d+),')
+
+
+def _steps_in(raw: bytes) -> int | None:
+    """The steps a `steps` line holds, read from its start without decoding it; None for another line."""
+    head = _STEPS_HEAD.match(raw)
+    return int(head.group(1)) if head is not None else None
 
 
 def _prefixes(kind: str | None) -> tuple[bytes, ...]:

@@ -8,6 +8,7 @@ first pass (`scan`), so a Timeline keeps positions instead of events.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Protocol
 
@@ -23,12 +24,16 @@ class ReplayStream(Protocol):
         """(start, end, event) of every event from position `start` (0: the beginning), checked: the indexing pass."""
         ...
 
-    def events_from(self, start: int, kind: str | None = None) -> Iterator[tuple[int, int, Event]]:
-        """(start, end, event) from position `start` on; only events of `kind` when given."""
+    def events_from(self, start: int, kind: str | None = None, passing: int = 0) -> Iterator[tuple[int, int, Event]]:
+        """(start, end, event) from position `start` on; only events of `kind` when given, less the first `passing`."""
         ...
 
     def events_at(self, positions: Iterable[int]) -> Iterator[Event]:
         """The events starting at `positions`, in that order."""
+        ...
+
+    def cached(self) -> AbstractContextManager[None]:
+        """A stretch of reads that may come back to the same lines (a restore): read them once."""
         ...
 
 
@@ -58,11 +63,14 @@ class FileStream:
         """Read again up to `stop`: lines a saved index checked, before `scan` reads on from there."""
         self._reader.stop = stop
 
-    def events_from(self, start: int, kind: str | None = None) -> Iterator[tuple[int, int, Event]]:
-        return self._reader.events_from(start, kind)
+    def events_from(self, start: int, kind: str | None = None, passing: int = 0) -> Iterator[tuple[int, int, Event]]:
+        return self._reader.events_from(start, kind, passing)
 
     def events_at(self, positions: Iterable[int]) -> Iterator[Event]:
         return self._reader.events_at(positions)
+
+    def cached(self) -> AbstractContextManager[None]:
+        return self._reader.cached()
 
 
 class MemoryStream:
@@ -76,11 +84,17 @@ class MemoryStream:
     def scan(self, start: int = 0) -> Iterator[tuple[int, int, Event]]:
         return self.events_from(start)
 
-    def events_from(self, start: int, kind: str | None = None) -> Iterator[tuple[int, int, Event]]:
+    def events_from(self, start: int, kind: str | None = None, passing: int = 0) -> Iterator[tuple[int, int, Event]]:
         for i in range(start, len(self._events)):
             event = self._events[i]
             if kind is None or event.kind == kind:
+                if passing:
+                    passing -= 1
+                    continue
                 yield i, i + 1, event
 
     def events_at(self, positions: Iterable[int]) -> Iterator[Event]:
         return (self._events[i] for i in positions)
+
+    def cached(self) -> AbstractContextManager[None]:
+        return nullcontext()  # the events are in memory already

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from conftest import FIXED, FakeSource, job_batches, rank_stream, replay_source, run, run_events, screen_text, wait_for
 from textual.widgets import DataTable
 
 from pitstop.analysis import StreamBatch
-from pitstop.events import Step
+from pitstop.events import End, Hello, Step
+from pitstop.profiling.record import RecordWriter
+from pitstop.profiling.sources import RecordSource
 from pitstop.tui.app import PitstopApp
 from pitstop.tui.screens import ConfirmScreen, OverviewScreen, RanksScreen
 
@@ -126,5 +129,46 @@ def test_a_mild_straggler_is_shown_with_the_phase_its_extra_time_is_in() -> None
             assert "rank 1: optimizer +13.3 ms per step (19.9 ms vs median 6.6 ms" in screen_text(app)
             await pilot.press("1")
             await wait_for(pilot, lambda: "straggler rank 1 (optimizer)" in screen_text(app))
+
+    run(scenario())
+
+
+def _write_node(directory: Path, rank: int, node: str) -> None:
+    """One node's record directory of a 2-node torchrun job: its launcher's own session, the job's id."""
+    events = run_events(rank=rank, pid=4242 + rank, wall=0.25 if rank == 1 else 0.1, profiles=0)
+    first = events[0]
+    assert isinstance(first, Hello)
+    # Both "nodes" on one host, as the integration test's launchers are: the column must show the node.
+    events[0] = replace(first, session=f"s-{node}", world_size=2, job="torchrun:none@10.0.0.1:29500", node=node,
+                        node_rank=rank, nodes=2, local_world_size=1, store="10.0.0.1:29500")
+    events.append(End(t=FIXED + 40, steps=120, dropped=0))
+    writer = RecordWriter(directory / f"rank{rank}.jsonl.gz")
+    writer.write_events(events)
+    writer.close()
+
+
+def test_the_ranks_screen_of_a_recorded_two_node_job_shows_each_ranks_node(tmp_path: Path) -> None:
+    # `pitstop view NODE0 NODE1`: each node's launcher wrote its own directory (its own session);
+    # the job is one, and the Ranks screen says which node each rank ran on.
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    _write_node(nodes[0], 0, "gpu-a")
+    _write_node(nodes[1], 1, "gpu-b")
+
+    async def scenario() -> None:
+        app = PitstopApp(RecordSource(nodes), clock=lambda: FIXED + 30)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.timeline is not None and len(app.job.runs) == 2)
+            await pilot.press("6")
+            await wait_for(pilot, lambda: isinstance(app.screen, RanksScreen))
+            await wait_for(pilot, lambda: "Straggler rank 1" in screen_text(app))
+            assert "2 ranks of world size 2" in screen_text(app)
+            assert [r[3] for r in table_rows(app)] == ["finished", "finished"]
+            table = app.screen.query_one("#ranks-table", DataTable)
+            titles = [str(c.label) for c in table.columns.values()]
+            assert titles[:2] == ["rank ▲", "node"]
+            assert [r[:2] for r in table_rows(app)] == [["0", "gpu-a"], ["1 ◀ straggler", "gpu-b"]]
+            await pilot.press("s")  # sorted by node: A-Z
+            await wait_for(pilot, lambda: "node ▲" in screen_text(app))
+            assert [r[1] for r in table_rows(app)] == ["gpu-a", "gpu-b"]
 
     run(scenario())

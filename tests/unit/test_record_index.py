@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -156,9 +157,10 @@ def test_a_reader_builds_only_the_checkpoints_it_restores(tmp_path: Path, monkey
     built = [0]
     restore = _state.RunState.from_checkpoint
 
-    def counting(data: dict) -> _state.RunState:  # type: ignore[type-arg]
+    def counting(data: dict,  # type: ignore[type-arg]
+                 decoder: Callable[[str], object] | None = None) -> _state.RunState:
         built[0] += 1
-        return restore(data)
+        return restore(data, decoder)
 
     monkeypatch.setattr(_state.RunState, "from_checkpoint", staticmethod(counting))
     assert _summary(path) == first
