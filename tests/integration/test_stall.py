@@ -7,6 +7,7 @@ first step and a long evaluation), with `--stall-after 3` so the tests are fast.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -160,3 +161,39 @@ def test_a_long_evaluation_and_a_slow_first_step_are_not_stalls(tmp_path: Path, 
     assert "epoch 1 evaluated" in result.stdout
     assert "STUCK" not in result.stderr and "(stall)" not in result.stderr, result.stderr[-3000:]
     assert _stalls(record) == []
+
+
+@pytest.mark.skipif(not Path(sys.executable).with_name("py-spy").exists(), reason="py-spy not installed")
+def test_a_thread_holding_the_gil_is_read_from_outside_and_ctrl_c_keeps_it(tmp_path: Path, env: dict[str, str]) -> None:
+    # The training thread holds the GIL in a ctypes.PyDLL call: the agent's threads cannot run, so only
+    # the front can tell. Then a Ctrl-C (SIGINT to pitstop alone, as a scheduler or `kill -INT` sends it).
+    record = tmp_path / "gil.jsonl"
+    run = Stderr(["run", "--headless", "--stall-after", AFTER, "--record", str(record),
+                  str(SCRIPTS / "stall_native_gil.py")], env)
+    try:
+        wait_for(lambda: run.find("pitstop | STUCK:") is not None, 120, "the stall", run.text)
+        cause = run.find("pitstop | STUCK:") or ""
+        assert "holds the GIL in native code: main (stall_native_gil.py:27: libc.sleep(3600))" in cause, cause
+        assert "the agent's threads cannot run" in cause
+        # The last step the front heard of: the agent's writer may not have sent the last one or two.
+        heard = re.search(r"STUCK for \d+s after step (\d+)", run.find("STUCK for") or "")
+        assert heard is not None and int(heard.group(1)) <= 10, run.text()
+        run.proc.send_signal(signal.SIGINT)
+        code = run.proc.wait(timeout=60)
+        run._thread.join(timeout=10)
+    finally:
+        kill_group(run.proc)
+    text = run.text()
+    # As without pitstop: one KeyboardInterrupt where the script was, exit code 130.
+    assert code == 130, text[-3000:]
+    assert text.count("KeyboardInterrupt") == 1 and "libc.sleep(3600)" in text, text[-3000:]
+    summary = text.split("pitstop summary", 1)[1]
+    assert "[high] stuck for" in summary and re.search(r"after step (9|10) \(stall\)", summary), summary
+    assert "the training thread holds the GIL in native code" in summary
+    assert "stall_native_gil.py:27 main   libc.sleep(3600)" in summary
+    # Recorded as the front's own event: the record's readers show it.
+    front = [s for s in _stalls(record) if s.by == "front"]
+    assert [s.phase for s in front] == ["start", "exit"] and front[0].stacks[0].native, front
+    recorded = pitstop(["stacks", str(record)], env, timeout=60)
+    assert "holds the GIL in native code" in recorded.stdout, recorded.stdout + recorded.stderr
+    assert "stall_native_gil.py:27 main   libc.sleep(3600)" in recorded.stdout

@@ -101,7 +101,7 @@ class FakeViewer:
 
 
 def headless_run(tmp_path: Path, launch: FakeLaunch, **request: Any) -> Run:
-    def status(session: str, label: str, proc: FakeChild) -> FakeStatus:
+    def status(session: str, label: str, proc: FakeChild, watch: object = None) -> FakeStatus:
         return FakeStatus(proc)
 
     return Run(RunRequest(target=TARGET, headless=True, record=str(tmp_path / "rec"), **request),
@@ -109,7 +109,7 @@ def headless_run(tmp_path: Path, launch: FakeLaunch, **request: Any) -> Run:
 
 
 def tui_run(tmp_path: Path, launch: FakeLaunch, viewer: FakeViewer, tune: TuneLaunch | None = None) -> Run:
-    def source(label: str, session: str, until: Callable[[], bool]) -> FakeSource:
+    def source(label: str, session: str, until: Callable[[], bool], watch: object = None) -> FakeSource:
         return FakeSource(label, session, until)
 
     return Run(RunRequest(target=TARGET, record=str(tmp_path / "rec")), fronts=Fronts(source=source, viewer=viewer),
