@@ -61,9 +61,12 @@ def test_a_stream_silent_past_the_threshold_after_its_first_step_is_due_then_upd
     assert d.due(104.0, 1104.0, HOST) == []  # said once
     (update,) = d.due(103.5 + UPDATE_S, 1103.5 + UPDATE_S, HOST)
     assert update.phase == "update"
-    end = d.heard("s", _steps(11, 1), 300.0, 1300.0)
-    assert end is not None and end.phase == "end" and end.by == "front" and end.lasted_s == 200.0
-    assert d.heard("s", _steps(12, 1), 301.0, 1301.0) is None
+    # Steps the agent's writer had queued before the hold, sent when it got the GIL back: not progress.
+    queued = [Step(t=1100.5, step=11, wall=0.2, data_wait=0.0, samples=8)]
+    assert d.heard("s", queued, 300.0, 1300.0) is None
+    end = d.heard("s", [Step(t=1299.0, step=12, wall=0.2, data_wait=0.0, samples=8)], 300.0, 1300.0)
+    assert end is not None and end.phase == "end" and end.by == "front" and end.lasted_s == 200.0 and end.step == 12
+    assert d.heard("s", [Step(t=1301.0, step=13, wall=0.2, data_wait=0.0, samples=8)], 301.0, 1301.0) is None
 
 
 def test_no_read_where_the_agent_speaks_for_itself_or_the_process_is_elsewhere_or_ended() -> None:
