@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from pitstop.analysis import JobState, RunState, advise, job_cause, stall_block
 from pitstop.analysis._stall import describe
@@ -217,3 +220,19 @@ def test_the_watch_reads_a_silent_process_on_a_thread_and_keeps_its_events_for_t
     ended = watch.heard(StreamBatch("s", [], closed=True))
     assert ended is not None and ended.events[0].phase == "exit"  # type: ignore[union-attr]
     assert [s.phase for s in watch.events_of(me)] == ["start", "exit"]
+
+
+def test_pitstop_stacks_of_a_pid_whose_agent_does_not_answer_reads_it_from_outside(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from pitstop import stackscmd
+    from pitstop.profiling import transport
+
+    agent = SimpleNamespace(pid=4242, session="s1")
+    monkeypatch.setattr(transport, "list_agents", lambda: [agent])
+    monkeypatch.setattr(stackscmd, "read_live", lambda source: JobState())  # connected; not a word in 15 s
+    monkeypatch.setattr("pitstop.profiling.waits.dump", lambda pid, role, native=False: _native(pid))
+    assert stackscmd.cmd_stacks("4242") == 0
+    out = capsys.readouterr().out
+    assert "pid 4242: its pitstop agent did not answer within 15 s (a thread holds the GIL?)" in out
+    assert "pid 4242 training thread (read by py-spy, state S, holding the GIL (native code))" in out
+    assert "train.py:27 main" in out
