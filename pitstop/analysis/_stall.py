@@ -78,6 +78,8 @@ def _native_call(frames: Sequence[Frame]) -> Frame | None:
 
 def _silent(main: ThreadStack, mine: Frame | None) -> Wait:
     """A process whose agent went silent, read from outside by the front (`Stall.by` "front")."""
+    if main.state in ("T", "t"):
+        return Wait("stopped", "is stopped (state T: SIGSTOP, or a debugger holds it): none of its threads run")
     if main.native or main.frames:
         call = _native_call(main.frames)
         inner = f", in {call.function} ({_short(call.file)})" if call is not None else ""
@@ -224,6 +226,7 @@ _FIXES = {
     "native": "a call into native code that keeps the GIL (a C extension, a ctypes.PyDLL call) does not return: "
               "release the GIL around it (Py_BEGIN_ALLOW_THREADS, ctypes.CDLL) or give it a timeout; "
               "`pitstop stacks PID --now` reads it again",
+    "stopped": "`kill -CONT PID` resumes it (or the debugger that holds it lets go)",
     "code": "the script's own line above: `pitstop stacks PID --now` shows where it is now (py-spy)",
     "unknown": "`pitstop stacks PID --now` reads the stacks from outside (py-spy)",
 }

@@ -228,6 +228,10 @@ class SilenceWatch:
         return StreamBatch(stream, [stall])
 
     def events_of(self, pid: int) -> list[Stall]:
-        """The front's events about process `pid`, in the order made."""
+        """The front's events about process `pid`, in the order made; a stall still open is closed ("exit"):
+        the process is gone, and the source may have stopped before its stream's close reached it."""
         with self._lock:
+            for name, s in self.detector.streams.items():
+                if s.pid == pid and s.since is not None and pid in self.made:
+                    self._keep(name, self.detector.closed(name, time.time()))
             return list(self.made.get(pid, []))

@@ -236,3 +236,22 @@ def test_pitstop_stacks_of_a_pid_whose_agent_does_not_answer_reads_it_from_outsi
     assert "pid 4242: its pitstop agent did not answer within 15 s (a thread holds the GIL?)" in out
     assert "pid 4242 training thread (read by py-spy, state S, holding the GIL (native code))" in out
     assert "train.py:27 main" in out
+
+
+def test_a_stall_still_open_when_the_process_is_gone_is_closed_for_the_record() -> None:
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid))
+    me = os.getpid()
+    watch.heard(StreamBatch("s", [_hello(me), *_steps(0, 3)]))
+    done = threading.Event()
+    watch.check(lambda batch: done.set())
+    assert done.wait(10.0)
+    # The source stopped before the stream's close reached it: the record still gets the stall's end.
+    assert [s.phase for s in watch.events_of(me)] == ["start", "exit"]
+    assert [s.phase for s in watch.events_of(me)] == ["start", "exit"]
+
+
+def test_a_stopped_process_is_said_stopped_not_holding_the_gil() -> None:
+    stacks = [ThreadStack(pid=7, role="main", how="none", state="T",
+                          note="the process is stopped (SIGSTOP, or a debugger holds it)")]
+    wait = describe(stacks, silent=True)
+    assert wait.kind == "stopped" and wait.text.startswith("is stopped (state T")
