@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import linecache
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -176,9 +177,14 @@ def _run_dump(exe: str, pid: int, timeout: float, native: bool) -> subprocess.Co
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+# A C frame's file: a shared library (libc.so.6, libtorch_cpu.so) or, with debug info, a C/C++ source.
+_NATIVE_FILE = re.compile(r"(\.so(\.[\d.]+)?|\.dylib|\.(c|cc|cpp|cxx|h|hpp|pyx))$")
+
+
 def is_native(frame: Frame) -> bool:
-    """A C frame of a `--native` dump ("clock_nanosleep" in libc.so.6, "_ctypes_callproc" in callproc.c)."""
-    return not frame.file.endswith((".py", ".pyw")) and not frame.file.startswith("<")
+    """A C frame of a `--native` dump ("clock_nanosleep" in libc.so.6, "_ctypes_callproc" in callproc.c);
+    a script run without a .py suffix stays the script's own."""
+    return _NATIVE_FILE.search(frame.file) is not None
 
 
 def parse_dump(threads: Iterable[Any], pid: int, role: str, state: str | None = None,

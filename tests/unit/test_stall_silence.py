@@ -255,3 +255,11 @@ def test_a_stopped_process_is_said_stopped_not_holding_the_gil() -> None:
                           note="the process is stopped (SIGSTOP, or a debugger holds it)")]
     wait = describe(stacks, silent=True)
     assert wait.kind == "stopped" and wait.text.startswith("is stopped (state T")
+
+
+def test_c_frames_are_told_from_a_script_without_a_py_suffix() -> None:
+    from pitstop.profiling.waits import is_native
+
+    assert is_native(Frame("clock_nanosleep", "libc.so.6")) and is_native(Frame("at::mm", "libtorch_cpu.so"))
+    assert is_native(Frame("_ctypes_callproc", "callproc.c", 1262))
+    assert not is_native(Frame("main", "/job/train", 3)) and not is_native(Frame("main", "/job/train.py", 3))
