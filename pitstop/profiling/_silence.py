@@ -31,6 +31,10 @@ from pitstop.events import Event, Hello, Stall, Step, ThreadStack
 from pitstop.profiling._stallwatch import UPDATE_S, StallDetector
 from pitstop.streams import StreamBatch
 
+# Never less than 3 sampler periods of silence, whatever --stall-after says: a front on a loaded machine
+# reads its sockets once a second, and an agent that sends a sample a second is not silent for one late read.
+SILENT_MIN_S = 3.0
+
 
 @dataclass
 class _Stream:
@@ -120,7 +124,7 @@ class SilenceDetector:
             if s.ended or s.pid is None or s.last_step is None or s.agent_open or s.reading or s.host != host:
                 continue
             silent = now - s.heard_at
-            threshold = s.detector.threshold()
+            threshold = max(SILENT_MIN_S, s.detector.threshold())
             if s.since is None:
                 if silent <= threshold:
                     continue
@@ -176,6 +180,7 @@ class SilenceWatch:
     after_s: float | None = None
     host: str = field(default_factory=socket.gethostname)
     dump: Callable[[int, str], list[ThreadStack]] | None = None
+    clock: Callable[[], float] = time.monotonic
     detector: SilenceDetector = field(init=False)
     made: dict[int, list[Stall]] = field(default_factory=dict)  # pid -> the front's events, in order
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -186,7 +191,7 @@ class SilenceWatch:
     def heard(self, batch: StreamBatch) -> StreamBatch | None:
         """Each batch the source yields; the front's own batch to yield after it (an "end" or "exit"), if any."""
         with self._lock:
-            made = self.detector.heard(batch.stream, batch.events, time.monotonic(), time.time())
+            made = self.detector.heard(batch.stream, batch.events, self.clock(), time.time())
             if batch.closed:
                 made = self.detector.closed(batch.stream, time.time()) or made
             return self._keep(batch.stream, made)
@@ -194,7 +199,7 @@ class SilenceWatch:
     def check(self, emit: Callable[[StreamBatch], None]) -> None:
         """At each turn of the source's loop: every stream due is read on its own thread, which `emit`s."""
         with self._lock:
-            due = self.detector.due(time.monotonic(), time.time(), self.host)
+            due = self.detector.due(self.clock(), time.time(), self.host)
             for d in due:
                 self.detector.streams[d.stream].reading = True
         for d in due:

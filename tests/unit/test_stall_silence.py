@@ -94,10 +94,13 @@ def test_the_fronts_own_event_is_not_heard_as_the_agent_speaking_and_a_close_whi
     assert ended is not None and ended.phase == "exit" and ended.lasted_s == 20.0
 
 
-def test_the_threshold_is_the_agents_max_60_s_or_20x_the_p95_step() -> None:
+def test_the_threshold_is_the_agents_max_60_s_or_20x_the_p95_step_and_never_under_3_s() -> None:
     d = SilenceDetector()
     d.heard("s", [_hello(), *_steps(0, 20)], 0.0, 0.0)
     assert d.due(59.0, 59.0, HOST) == [] and len(d.due(61.0, 61.0, HOST)) == 1
+    tiny = SilenceDetector(after_s=1.0)  # --stall-after 1: one late read of a sample a second is not silence
+    tiny.heard("s", [_hello(), *_steps(0, 20)], 0.0, 0.0)
+    assert tiny.due(2.5, 2.5, HOST) == [] and len(tiny.due(3.5, 3.5, HOST)) == 1
 
 
 def test_a_native_dump_names_the_gil_holder_its_line_and_its_c_call() -> None:
@@ -205,9 +208,11 @@ def test_starved_ticks_do_not_call_a_stall_for_a_time_the_agent_did_not_see() ->
 def test_the_watch_reads_a_silent_process_on_a_thread_and_keeps_its_events_for_the_record() -> None:
     got: list[StreamBatch] = []
     done = threading.Event()
-    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid))
+    now = [0.0]
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid), clock=lambda: now[0])
     me = os.getpid()
     assert watch.heard(StreamBatch("s", [_hello(me), *_steps(0, 3)])) is None
+    now[0] = 3.5  # silent past the 3 s floor
 
     def emit(batch: StreamBatch) -> None:
         got.append(batch)
@@ -239,9 +244,11 @@ def test_pitstop_stacks_of_a_pid_whose_agent_does_not_answer_reads_it_from_outsi
 
 
 def test_a_stall_still_open_when_the_process_is_gone_is_closed_for_the_record() -> None:
-    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid))
+    now = [0.0]
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid), clock=lambda: now[0])
     me = os.getpid()
     watch.heard(StreamBatch("s", [_hello(me), *_steps(0, 3)]))
+    now[0] = 3.5
     done = threading.Event()
     watch.check(lambda batch: done.set())
     assert done.wait(10.0)
