@@ -45,6 +45,7 @@ class _Stream:
     pid: int | None = None
     host: str | None = None
     last_step: int | None = None
+    before: int | None = None  # the last step that ended before the front's stall was found (queued ones too)
     agent_open: bool = False  # the agent's own stall is open: it speaks for itself
     ended: bool = False
     since: float | None = None  # the front's stall: when the stream was last heard from, while it lasts
@@ -88,6 +89,8 @@ class SilenceDetector:
             if isinstance(e, Step):
                 s.last_step = e.step
                 s.detector.step(e.step, e.wall, e.mark is None)
+                if s.found_wall is None or e.t <= s.found_wall:
+                    s.before = e.step
                 # The steps the agent's writer had queued before the hold come after it, at the process's
                 # exit: measured on a 2-rank job, 12 steps of rank 1 sent after its Ctrl-C read as "resumed".
                 stepped = stepped or (s.found_wall is not None and e.t > s.found_wall)
@@ -113,7 +116,8 @@ class SilenceDetector:
         began = s.began_wall if s.began_wall is not None else wall
         lasted = max(0.0, wall - began)
         s.since = s.began_wall = s.found_wall = None
-        return Stall(t=wall, phase=phase, step=s.last_step or 0, since_s=lasted, threshold_s=s.detector.threshold(),
+        step = s.before if s.before is not None else s.last_step
+        return Stall(t=wall, phase=phase, step=step or 0, since_s=lasted, threshold_s=s.detector.threshold(),
                      lasted_s=lasted, by="front")
 
     def due(self, now: float, wall: float, host: str) -> list[Due]:

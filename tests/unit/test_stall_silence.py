@@ -68,7 +68,8 @@ def test_a_stream_silent_past_the_threshold_after_its_first_step_is_due_then_upd
     queued = [Step(t=1100.5, step=11, wall=0.2, data_wait=0.0, samples=8)]
     assert d.heard("s", queued, 300.0, 1300.0) is None
     end = d.heard("s", [Step(t=1299.0, step=12, wall=0.2, data_wait=0.0, samples=8)], 300.0, 1300.0)
-    assert end is not None and end.phase == "end" and end.by == "front" and end.lasted_s == 200.0 and end.step == 12
+    # "after step 11": the last step that ended before the hold (sent late), not the one that resumed
+    assert end is not None and end.phase == "end" and end.by == "front" and end.lasted_s == 200.0 and end.step == 11
     assert d.heard("s", [Step(t=1301.0, step=13, wall=0.2, data_wait=0.0, samples=8)], 301.0, 1301.0) is None
 
 
