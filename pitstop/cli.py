@@ -210,7 +210,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
             raise UsageError(f"attach {args.pid!r}: give a PID or HOST:PORT")
         pid = int(args.pid) if args.pid else None
         session, label = _choose_agent(pid)
-        source = SocketSource(label, session=session)
+        from pitstop.profiling._silence import SilenceWatch
+
+        # A process on this host whose agent goes silent (a thread holds the GIL) is read from outside;
+        # the threshold is the agent's default (attach does not know a --stall-after given to the run).
+        source = SocketSource(label, session=session, watch=SilenceWatch())
     if args.headless or not sys.stdout.isatty():
         from pitstop.analysis import JobState
         from pitstop.headless import STATUS_INTERVAL_S, StatusPrinter

@@ -391,6 +391,9 @@ class Stall:
     stacks: list[ThreadStack] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be seen ("py-spy is not installed ...")
     flight: list[str] = field(default_factory=list)  # the CUDA Flight Recorder's summary, where it is on
+    # "agent": the process's own stall watch; "front": `pitstop run`, which read it from outside (py-spy)
+    # because the agent went silent (its training thread held the GIL, so no thread of it ran).
+    by: str = "agent"
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from pitstop.analysis import format as fmt
 from pitstop.errors import reason_of
 from pitstop.events import Note
 from pitstop.profiling.launch import exit_code_of  # re-exported: moved below the fronts
+from pitstop.profiling._silence import SilenceWatch
 from pitstop.profiling.sources import SocketSource
 from pitstop.recorded import JOB_FULL_RANKS, annotate, children_of, job_lines, load_runs, primary, sessions  # load_runs re-exported, as exit_code_of
 
@@ -354,7 +355,8 @@ def _doing(run: RunState) -> tuple[int, int, int, int, bool, bool] | None:
 class LiveStatus:
     """Follows a session's sockets on a thread and prints a status line every few seconds (on change)."""
 
-    def __init__(self, session: str, label: str, proc: subprocess.Popen[bytes], out: TextIO = sys.stderr) -> None:
+    def __init__(self, session: str, label: str, proc: subprocess.Popen[bytes], out: TextIO = sys.stderr,
+                 watch: SilenceWatch | None = None) -> None:
         self.job = JobState()
         self._lock = threading.Lock()
         self._printer = StatusPrinter(out)
@@ -363,7 +365,7 @@ class LiveStatus:
         # (~20 wake-ups a second), and every wake-up takes a core from training.
         self._exited = threading.Event()
         # Status lines come every few seconds: the source need not look for news 4 times a second.
-        self._source = SocketSource(label, session=session, until=self._exited.is_set, poll_s=1.0)
+        self._source = SocketSource(label, session=session, until=self._exited.is_set, poll_s=1.0, watch=watch)
         self._thread = threading.Thread(target=self._follow, name="pitstop-headless", daemon=True)
         self._waiter = threading.Thread(target=self._wait_child, name="pitstop-wait", daemon=True)
         self.error: str | None = None

@@ -44,6 +44,7 @@ from pitstop.profiling.signals import Forwarder, forwarding, reaping, signal_nam
 from pitstop.recorded import load_runs
 
 if TYPE_CHECKING:
+    from pitstop.profiling._silence import SilenceWatch
     from pitstop.profiling.sources import EventSource
     from pitstop.tui.tunelaunch import TuneRequest
 
@@ -89,16 +90,17 @@ class Follower(Protocol):
     def wait(self) -> int: ...
 
 
-def _live_status(session: str, label: str, proc: Any) -> Follower:
+def _live_status(session: str, label: str, proc: Any, watch: SilenceWatch | None = None) -> Follower:
     from pitstop.headless import LiveStatus
 
-    return LiveStatus(session, label, proc)
+    return LiveStatus(session, label, proc, watch=watch)
 
 
-def _socket_source(label: str, session: str, until: Callable[[], bool]) -> EventSource:
+def _socket_source(label: str, session: str, until: Callable[[], bool], watch: SilenceWatch | None = None
+                   ) -> EventSource:
     from pitstop.profiling.sources import SocketSource
 
-    return SocketSource(label, session=session, until=until)
+    return SocketSource(label, session=session, until=until, watch=watch)
 
 
 def _viewer(source: EventSource, **options: Any) -> int:
@@ -123,8 +125,10 @@ def _job_plot(runs: list[Any], width: int, color: bool) -> str:
 class Fronts:
     """Where a run's stream goes: each a function, so tests give fakes (the TUI is given its source, as memray's is)."""
 
-    status: Callable[[str, str, Any], Follower] = _live_status  # headless: (session, label, process)
-    source: Callable[[str, str, Callable[[], bool]], EventSource] = _socket_source  # (label, session, until)
+    # headless: (session, label, process, silence watch)
+    status: Callable[[str, str, Any, SilenceWatch | None], Follower] = _live_status
+    # the TUI's: (label, session, until, silence watch)
+    source: Callable[[str, str, Callable[[], bool], SilenceWatch | None], EventSource] = _socket_source
     viewer: Callable[..., int] = _viewer  # the TUI: run_viewer(source, log_path=, detach_hint=, tune=)
     summary: Callable[[list[Any], list[str], int, int], str] = _summary_text  # (runs, notes, pid, exit code)
     plot: Callable[[list[Any], int, bool], str] = _job_plot  # --plot: (runs, width, colour) -> text charts
@@ -158,6 +162,38 @@ def record_end(runs: list[Any], pid: int, code: int) -> None:
                   f"in {hello.record}", file=sys.stderr)
         else:
             print(f"pitstop: the end of pid {pid} not recorded: {hello.record} ends in a cut write", file=sys.stderr)
+
+
+def record_front(runs: list[Any], watch: SilenceWatch | None) -> None:
+    """The stalls this front read from outside while a process's agent was silent (`_silence.py`), appended
+    to that process's record now that it is gone, so that `pitstop view` and `pitstop stacks RECORD` show them."""
+    if watch is None:
+        return
+    from pitstop.profiling.record import append_events
+    from pitstop.profiling.waits import proc_state
+
+    for run in runs:
+        hello = run.hello
+        if hello is None or not hello.record:
+            continue
+        made = watch.events_of(hello.pid)
+        if not made:
+            continue
+        if proc_state(hello.pid)[0] not in (None, "Z"):
+            print(f"pitstop: the stall read from outside of pid {hello.pid} not recorded: it still runs",
+                  file=sys.stderr)
+            continue
+        try:
+            written = append_events(Path(hello.record), list(made))
+        except OSError as err:
+            print(f"pitstop: the stall of pid {hello.pid} not recorded: {reason_of(err)}", file=sys.stderr)
+            continue
+        if not written:
+            print(f"pitstop: the stall of pid {hello.pid} not recorded: {hello.record} ends in a cut write",
+                  file=sys.stderr)
+            continue
+        for event in made:
+            run.add(event)
 
 
 def forwarded_note(runs: list[Any], sent: list[int]) -> str | None:
@@ -278,6 +314,8 @@ class Run:
         self._signals = Forwarder()  # installed by execute()
         self._oom_before: int | None = None  # the memory cgroup's OOM kills when the training started
         self._stopped = threading.Event()  # a stopping signal came: the viewer closes
+        # Reads a process from outside when its agent goes silent (a thread holds the GIL): made in execute().
+        self.silence: SilenceWatch | None = None
 
     def prepare(self) -> SessionSettings:
         """The session's settings; the tuned config is announced here, before anything starts."""
@@ -347,6 +385,9 @@ class Run:
         # that comes before it starts, once it does); pitstop waits for it and takes its exit code.
         with forwarding(lambda signum: self._stopped.set()) as self._signals:
             settings = self.settings or self.prepare()
+            from pitstop.profiling._silence import SilenceWatch
+
+            self.silence = SilenceWatch(settings.stall_after)
             return self._live(settings) if self.uses_tui() else self._headless(settings)
 
     def output_log(self) -> Path:
@@ -365,6 +406,7 @@ class Run:
             # A directory the nodes of a job share also holds the other nodes' records, some still
             # being written: this front sums up its own node's processes (its session).
             runs = [r for r in runs if r.hello is None or r.hello.session == self.settings.session] or runs
+            record_front(runs, self.silence)
             record_end(runs, pid, code)
             said = forwarded_note(runs, self._signals.sent)
             oom = oom_note(self._oom_before, oom_kills())
@@ -406,7 +448,7 @@ class Run:
             own.append(proc.pid)
             self._signals.attach(proc)
             index_keeper = keeper.start(settings.record, proc.pid)
-            status = self.fronts.status(settings.session, target.label, proc)
+            status = self.fronts.status(settings.session, target.label, proc, self.silence)
             status.start()
             code = exit_code_of(status.wait())
         keeper.stop(index_keeper)  # the summary indexes what it left
@@ -437,7 +479,7 @@ class Run:
             self._signals.attach(proc)
             index_keeper = keeper.start(settings.record, proc.pid)  # outlives a viewer that quit
             source = self.fronts.source(f"{target.label} (pid {proc.pid})", settings.session,
-                                        lambda: proc.poll() is not None)
+                                        lambda: proc.poll() is not None, self.silence)
             hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
             self.fronts.viewer(source, log_path=log_path, detach_hint=hint, tune=self.tune, stop=self._stopped)
             source.close()

@@ -58,7 +58,7 @@ def now_lines(pid: int, workers: list[int]) -> list[str]:
     from pitstop.profiling import waits
 
     out: list[str] = []
-    for stack in waits.dump(pid, "main"):
+    for stack in waits.dump(pid, "main", native=True):  # the C call a thread that holds the GIL is in
         out.extend(thread_lines(stack))
     for w in workers:
         for stack in waits.dump(w, "worker"):
@@ -84,6 +84,13 @@ def cmd_stacks(target: str, token_file: str | None = None, now: bool = False) ->
             print("\n".join(f"  {line}" for line in lines))
             return 0
         job = read_live(SocketSource(f"pid {pid}", session=session))
+        if not job.runs:
+            # Its agent took the connection but said nothing: no thread of it runs (the training thread
+            # holds the GIL in native code). Read it now from outside.
+            print(f"pid {pid}: its pitstop agent did not answer within {READ_MAX_S:.0f} s (a thread holds the GIL?); "
+                  "its stacks read now (py-spy dump):")
+            print("\n".join(f"  {line}" for line in now_lines(pid, [])))
+            return 0
     elif ":" in target and not Path(target).exists():
         from pitstop.profiling.sources import SocketSource
         from pitstop.profiling.transport import Client, TcpEndpoint, parse_hostport, read_token

@@ -50,6 +50,11 @@ def _short(path: str) -> str:
     return path.rsplit("/", 1)[-1] if "/" in path else path
 
 
+def _loc(frame: Frame) -> str:
+    """"hang.py:11"; a C frame of a native dump has no line: "libc.so.6"."""
+    return f"{_short(frame.file)}:{frame.line}" if frame.line is not None else _short(frame.file)
+
+
 def where(frame: Frame) -> str:
     """"D.__getitem__ (hang.py:11: time.sleep(3600))"."""
     loc = f"{_short(frame.file)}:{frame.line}" if frame.line is not None else _short(frame.file)
@@ -65,13 +70,42 @@ def _main(stacks: Sequence[ThreadStack]) -> ThreadStack | None:
     return next((s for s in stacks if s.role == "main"), None)
 
 
-def describe(stacks: Sequence[ThreadStack], distributed: bool = False) -> Wait:
-    """Where a process waits, from its stacks (the training thread first; its workers for a queue wait)."""
+def _native_call(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost named C frame of a `--native` dump ("clock_nanosleep" in libc.so.6), not an address."""
+    return next((f for f in reversed(frames) if not f.file.endswith((".py", ".pyw")) and not f.file.startswith("<")
+                 and not f.function.startswith("0x")), None)
+
+
+def _silent(main: ThreadStack, mine: Frame | None) -> Wait:
+    """A process whose agent went silent, read from outside by the front (`Stall.by` "front")."""
+    if main.state in ("T", "t"):
+        return Wait("stopped", "is stopped (state T: SIGSTOP, or a debugger holds it): none of its threads run")
+    if main.native or main.frames:
+        call = _native_call(main.frames)
+        inner = f", in {call.function} ({_short(call.file)})" if call is not None else ""
+        frame = mine if mine is not None else next((f for f in reversed(main.frames) if f.file.endswith(".py")), None)
+        at = f": {where(frame)}{inner}" if frame is not None else inner
+        holds = "holds the GIL in native code" if main.native else "went silent (py-spy did not see which thread " \
+                                                                   "holds the GIL)"
+        return Wait("native", f"{holds}{at}; the agent's threads cannot run")
+    state = f" (state {main.state})" if main.state else ""
+    why = f": {main.note}" if main.note else ""
+    return Wait("native", f"went silent while its process lives{state}: its training thread most likely holds the GIL "
+                          f"in native code, so the agent's threads cannot run; its stacks were not read{why}")
+
+
+def describe(stacks: Sequence[ThreadStack], distributed: bool = False, silent: bool = False) -> Wait:
+    """Where a process waits, from its stacks (the training thread first; its workers for a queue wait).
+
+    `silent`: the stacks were read from outside by the front because the process's agent went silent
+    (`Stall.by` "front"): a thread held the GIL."""
     main = _main(stacks)
     if main is None:
         return Wait("unknown", "left no stack of its training thread")
     frames = main.frames
     mine = _user(frames)
+    if silent or main.native:
+        return _silent(main, mine)
     at = f" at {where(mine)}" if mine is not None else ""
     if main.state == "D":
         kernel = f" in the kernel's {main.wchan}" if main.wchan else ""
@@ -166,7 +200,7 @@ def _distributed(run: RunState) -> bool:
 def run_wait(run: RunState) -> Wait | None:
     """The latest stacks of the run's stall, as a Wait; None without a stall."""
     st = run.stall_stacks
-    return None if st is None else describe(st.stacks, _distributed(run))
+    return None if st is None else describe(st.stacks, _distributed(run), silent=st.by == "front")
 
 
 def headline(run: RunState) -> str | None:
@@ -189,6 +223,10 @@ _FIXES = {
                   "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 on NCCL) so that a hang ends in an error",
     "disk": "the kernel waits on storage that does not answer: check the mount (`mount`, `dmesg`)",
     "lock": "a lock, event or join that never returns: the thread holding it is stuck or gone",
+    "native": "a call into native code that keeps the GIL (a C extension, a ctypes.PyDLL call) does not return: "
+              "release the GIL around it (Py_BEGIN_ALLOW_THREADS, ctypes.CDLL) or give it a timeout; "
+              "`pitstop stacks PID --now` reads it again",
+    "stopped": "`kill -CONT PID` resumes it (or the debugger that holds it lets go)",
     "code": "the script's own line above: `pitstop stacks PID --now` shows where it is now (py-spy)",
     "unknown": "`pitstop stacks PID --now` reads the stacks from outside (py-spy)",
 }
@@ -283,9 +321,9 @@ def thread_lines(s: ThreadStack, label: str = "") -> list[str]:
     def fold() -> None:
         if folded:
             inner, outer = folded[0], folded[-1]
-            span_text = f"{_short(inner.file)}:{inner.line} {inner.function}"
+            span_text = f"{_loc(inner)} {inner.function}"
             if len(folded) > 1:
-                span_text += f" ... {_short(outer.file)}:{outer.line} {outer.function}"
+                span_text += f" ... {_loc(outer)} {outer.function}"
             lines.append(f"  [{len(folded)} library frame{'s' if len(folded) > 1 else ''}: {span_text}]")
             folded.clear()
 
@@ -295,7 +333,7 @@ def thread_lines(s: ThreadStack, label: str = "") -> list[str]:
             continue
         fold()
         code = f"   {f.code}" if f.code else ""
-        lines.append(f"  {_short(f.file)}:{f.line} {f.function}{code}")
+        lines.append(f"  {_loc(f)} {f.function}{code}")
     fold()
     return lines
 

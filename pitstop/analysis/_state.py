@@ -200,8 +200,11 @@ class RunState:
         elif isinstance(event, End):
             self.end = event
         elif isinstance(event, Stall):
-            self.stall = event
-            if event.stacks:
+            # The latest by its time, not by its place: `pitstop run` appends the stalls it read from outside
+            # (the agent was silent) to the record once the process is gone, after the agent's later ones.
+            if self.stall is None or event.t >= self.stall.t:
+                self.stall = event
+            if event.stacks and (self.stall_stacks is None or event.t >= self.stall_stacks.t):
                 self.stall_stacks = event
         else:
             self.unknown_events += 1

@@ -13,8 +13,11 @@ stacks (`waits.py`) and sends a `Stall` event: "start" with the stacks,
 resumes (how long it lasted), "exit" when the process ends while stuck.
 
 While the training thread holds the GIL in native code no thread of the
-process runs, this one included: such a hang is read from outside
-(`pitstop stacks PID`, which falls back to py-spy).
+process runs, this one included: such a hang is read from outside, by the
+front that reads this agent's stream (`_silence.py`: it hears nothing) and by
+`pitstop stacks PID` (py-spy). When this thread runs again after such a gap,
+it does not call a stall at once: the stacks it could read then are not where
+the process was stuck, and the front already read those.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ P95_STEPS = 200
 # took 7 s on a loaded 2-core machine (3.5x its 2 s training step): with `--stall-after 3` every eval
 # batch read as a stall that began and ended. A hung evaluation is still one, after 20 min by default.
 EVAL_TIMES = 20.0
+# A tick this late (5x TICK_S) means this thread could not run: a thread held the GIL (the front reads
+# that from outside), or the process was stopped. A thread that may run gets the GIL back within the
+# interpreter's switch interval (5 ms); a ctypes.PyDLL call kept it from this one for as long as it ran.
+STARVED_S = 5.0
 
 
 def _p95(values: list[float]) -> float | None:
@@ -78,6 +85,12 @@ class StallDetector:
         self.last_step = index
         if training:
             self.walls.append(wall)
+
+    def starved(self, now: float) -> None:
+        """This thread could not run until `now`: the idle clock starts again here (no stall is called for a
+        time it did not see; a stall already open goes on)."""
+        if not self.stalled and self.progress_at is not None:
+            self.progress_at = now
 
     def check(self, key: Any, now: float, evaluating: bool = False) -> str | None:
         """At a tick with the progress counters `key`: "start", "update", "end" or None.
@@ -120,6 +133,7 @@ class StallWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._excepthook: Any = sys.excepthook
+        self._ticked: float | None = None  # when the last tick ran (monotonic)
 
     def start(self) -> None:
         self.agent.taps.append(self.feed)
@@ -164,6 +178,9 @@ class StallWatch:
         agent = self.agent
         if agent.disabled or agent.finished:
             return
+        if self._ticked is not None and now - self._ticked > STARVED_S:
+            self.detector.starved(now)
+        self._ticked = now
         if agent.worker_pids:
             note_dead_workers(agent)
         if self.slowdown.check(now):

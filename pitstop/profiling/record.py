@@ -138,7 +138,13 @@ def append_end(path: Path, end: End) -> bool:
     Only the launcher calls it, once the process is gone: nobody else writes the file. A compressed
     record's open member is closed first (`closing_tail`); the line goes in a member of its own.
     """
-    line = (encode(end) + "\n").encode()
+    return append_events(path, [end])
+
+
+def append_events(path: Path, events: list[Event]) -> bool:
+    """Append events the launcher saw about a process that is gone (its End, the stalls it read from outside
+    while the agent was silent), as `append_end` does; False, and the file as it was, where it ends torn."""
+    line = "".join(encode(e) + "\n" for e in events).encode()
     size = path.stat().st_size
     compressed = is_compressed(path)
     with open(path, "r+b") as handle:

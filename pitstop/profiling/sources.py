@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pitstop.errors import SchemaError, TransportError, reason_of
 from pitstop.events import Event, Hello, Note, Rank
@@ -19,6 +19,9 @@ from pitstop.profiling._linedecode import decode_events
 from pitstop.profiling.record import iter_record, record_files
 from pitstop.profiling.transport import COMMAND_TIMEOUT_S, Client, PendingReply, TcpEndpoint, list_agents
 from pitstop.streams import Answer, Replies, StreamBatch, process_name
+
+if TYPE_CHECKING:
+    from pitstop.profiling._silence import SilenceWatch
 
 
 DISCOVERY_S = 1.0  # how often a session's source looks for new ranks once it has found some
@@ -145,8 +148,12 @@ class SocketSource:
         session: str | None = None,
         until: Callable[[], bool] | None = None,
         poll_s: float = 0.25,
+        watch: SilenceWatch | None = None,
     ) -> None:
+        """`watch`: the front's silence watch (`_silence.py`): a process whose agent went silent is read from
+        outside and its Stall yielded on its stream."""
         self.label = label
+        self.watch = watch
         self._sockets = list(sockets)
         self._session = session
         self._until = until
@@ -242,6 +249,8 @@ class SocketSource:
             for err in failed:
                 if isinstance(err, SchemaError):
                     raise err
+            if self.watch is not None:
+                ready = self._watched(ready, out, lock, wake)
             yield from ready
             ended = self._until() if self._until is not None else True
             if finished and ended:
@@ -250,6 +259,27 @@ class SocketSource:
                 return
             if not active and self._until is None and self._session is None:
                 raise TransportError("no agent socket to read")
+
+    def _watched(self, ready: list[StreamBatch], out: list[StreamBatch], lock: threading.Lock,
+                 wake: threading.Event) -> list[StreamBatch]:
+        """The batches with the silence watch's own after them; silent streams read on its threads, whose
+        Stall comes back through `out` as any reader's batch."""
+        watch = self.watch
+        assert watch is not None
+        batches: list[StreamBatch] = []
+        for batch in ready:
+            batches.append(batch)
+            made = watch.heard(batch)
+            if made is not None:
+                batches.append(made)
+
+        def emit(batch: StreamBatch) -> None:
+            with lock:
+                out.append(batch)
+            wake.set()
+
+        watch.check(emit)
+        return batches
 
     def command(self, name: str, timeout: float = COMMAND_TIMEOUT_S) -> Replies:
         """Send `name` to every process read and wait (in the caller's thread) for each one's own answer."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import linecache
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,8 +134,13 @@ def in_process(pid: int | None = None) -> list[ThreadStack]:
     return out
 
 
-def dump(pid: int, role: str, executable: str | None = None, timeout: float = DUMP_TIMEOUT_S) -> list[ThreadStack]:
-    """Every thread of process `pid` with `py-spy dump`; one ThreadStack with a note when it cannot be read."""
+def dump(pid: int, role: str, executable: str | None = None, timeout: float = DUMP_TIMEOUT_S,
+         native: bool = False) -> list[ThreadStack]:
+    """Every thread of process `pid` with `py-spy dump`; one ThreadStack with a note when it cannot be read.
+
+    `native`: with the C frames too (`--native`), which name the call a thread that holds the GIL is in
+    ("clock_nanosleep (libc.so.6)" under a `ctypes.PyDLL` call); where py-spy cannot unwind them, the
+    Python frames alone."""
     state, wchan, status = proc_state(pid)
     if state is None:
         return [ThreadStack(pid=pid, role=role, how="none", note="the process is gone")]
@@ -146,8 +152,9 @@ def dump(pid: int, role: str, executable: str | None = None, timeout: float = DU
     except StacksError as err:
         return [ThreadStack(pid=pid, role=role, how="none", state=state, wchan=wchan, note=str(err))]
     try:
-        done = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        done = _run_dump(exe, pid, timeout, native)
+        if native and done.returncode != 0:
+            done = _run_dump(exe, pid, timeout, False)
     except subprocess.TimeoutExpired:
         return [ThreadStack(pid=pid, role=role, how="none", state=state, wchan=wchan,
                             note=f"py-spy dump did not finish within {timeout:.0f} s")]
@@ -165,6 +172,21 @@ def dump(pid: int, role: str, executable: str | None = None, timeout: float = DU
     return parse_dump(threads, pid, role, state, wchan)
 
 
+def _run_dump(exe: str, pid: int, timeout: float, native: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([exe, "dump", "--pid", str(pid), "--json", *(["--native"] if native else [])],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+# A C frame's file: a shared library (libc.so.6, libtorch_cpu.so) or, with debug info, a C/C++ source.
+_NATIVE_FILE = re.compile(r"(\.so(\.[\d.]+)?|\.dylib|\.(c|cc|cpp|cxx|h|hpp|pyx))$")
+
+
+def is_native(frame: Frame) -> bool:
+    """A C frame of a `--native` dump ("clock_nanosleep" in libc.so.6, "_ctypes_callproc" in callproc.c);
+    a script run without a .py suffix stays the script's own."""
+    return _NATIVE_FILE.search(frame.file) is not None
+
+
 def parse_dump(threads: Iterable[Any], pid: int, role: str, state: str | None = None,
                wchan: str | None = None) -> list[ThreadStack]:
     """py-spy's `dump --json` (a list of threads, frames innermost first) as ThreadStacks: the process's
@@ -174,9 +196,7 @@ def parse_dump(threads: Iterable[Any], pid: int, role: str, state: str | None = 
         if not isinstance(thread, dict):
             continue
         # The source lines are read here (the same files: a DataLoader worker or a rank on this host).
-        frames = [_frame(str(f.get("filename", "")), f.get("line") if isinstance(f.get("line"), int) else None,
-                         str(f.get("name", "?")))
-                  for f in reversed(thread.get("frames") or []) if isinstance(f, dict)][-MAX_FRAMES:]
+        frames = [_dumped(f) for f in reversed(thread.get("frames") or []) if isinstance(f, dict)][-MAX_FRAMES:]
         tid = thread.get("os_thread_id")
         if tid == pid or (tid is None and not out):
             kind = role
@@ -191,6 +211,16 @@ def parse_dump(threads: Iterable[Any], pid: int, role: str, state: str | None = 
         out.append(ThreadStack(pid=pid, role=role, how="none", state=state, wchan=wchan,
                                note="py-spy found no Python thread"))
     return out
+
+
+def _dumped(f: dict[str, Any]) -> Frame:
+    """One frame of py-spy's JSON; a C frame (`--native`) is library code, with no source line to read."""
+    line = f.get("line") if isinstance(f.get("line"), int) and f.get("line") else None
+    frame = _frame(str(f.get("filename", "")), line, str(f.get("name", "?")))
+    if is_native(frame):
+        return Frame(function=frame.function, file=str(f.get("short_filename") or frame.file), line=line,
+                     library=True)
+    return frame
 
 
 def take(pid: int, workers: Iterable[int], spy: bool = True) -> tuple[list[ThreadStack], list[str]]:

@@ -55,3 +55,27 @@ def test_a_stuck_job_shows_a_banner_on_every_screen_and_w_shows_the_stacks() -> 
             await wait_for(pilot, lambda: isinstance(app.screen, DataScreen))
 
     run(scenario())
+
+
+def test_a_rank_read_from_outside_while_it_held_the_gil_is_named_in_the_banner() -> None:
+    batches = job_batches(slow_rank=-1)
+    batches = [StreamBatch(b.stream, [dataclasses.replace(e, world_size=2) if isinstance(e, Hello) else e
+                                      for e in b.events]) for b in batches]
+    batches.append(StreamBatch(rank_stream(0), [_stall(0, BACKWARD)]))
+    # What the front's silence watch adds to rank 1's stream: its agent was silent, py-spy read it.
+    native = [Frame("main", "/work/hang.py", 27, code="libc.sleep(3600)"),
+              Frame("clock_nanosleep", "libc.so.6", None, library=True)]
+    held = Stall(t=FIXED + 100.0, phase="start", step=119, since_s=70.0, threshold_s=60.0, by="front",
+                 stacks=[ThreadStack(pid=4243, role="main", how="py-spy", frames=native, state="S", native=True)])
+    batches.append(StreamBatch(rank_stream(1), [held]))
+    app = PitstopApp(FakeSource(batches=batches), clock=lambda: FIXED + 110)  # type: ignore[arg-type]
+    cause = "rank 1 holds the GIL in native code: main (hang.py:27: libc.sleep(3600)), in clock_nanosleep (libc.so.6)"
+
+    async def scenario() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen) and cause in screen_text(app))
+            await pilot.press("w")
+            await wait_for(pilot, lambda: isinstance(app.screen, StacksScreen)
+                           and "read by py-spy, state S, holding the GIL (native code)" in screen_text(app))
+
+    run(scenario())

@@ -7,6 +7,7 @@ first step and a long evaluation), with `--stall-after 3` so the tests are fast.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.events import Stall
+from pitstop.events import Note, ProfileWindow, Stall
 
 from .conftest import SCRIPTS, events_of, kill_group, pitstop, wait_for
 
@@ -160,3 +161,66 @@ def test_a_long_evaluation_and_a_slow_first_step_are_not_stalls(tmp_path: Path, 
     assert "epoch 1 evaluated" in result.stdout
     assert "STUCK" not in result.stderr and "(stall)" not in result.stderr, result.stderr[-3000:]
     assert _stalls(record) == []
+
+
+def test_a_thread_holding_the_gil_is_read_from_outside_and_ctrl_c_keeps_it(tmp_path: Path, env: dict[str, str]) -> None:
+    # The training thread holds the GIL in a ctypes.PyDLL call: the agent's threads cannot run, so only
+    # the front can tell. Then a Ctrl-C (SIGINT to pitstop alone, as a scheduler or `kill -INT` sends it).
+    record = tmp_path / "gil.jsonl"
+    spy = Path(sys.executable).with_name("py-spy").exists()  # the test extra has it
+    env["STUCK_AT"] = "5"
+    run = Stderr(["run", "--headless", "--stall-after", "2", "--record", str(record),
+                  str(SCRIPTS / "stall_native_gil.py")], env)
+    try:
+        wait_for(lambda: run.find("pitstop | STUCK:") is not None, 120, "the stall", run.text)
+        cause = run.find("pitstop | STUCK:") or ""
+        if spy:
+            assert "holds the GIL in native code: main (stall_native_gil.py:27: libc.sleep(3600))" in cause, cause
+            assert "the agent's threads cannot run" in cause
+        else:  # said, with the fix
+            assert "went silent while its process lives" in cause and "py-spy is not installed" in cause, cause
+        # The last step the front heard of: the agent's writer may not have sent the last one or two.
+        heard = re.search(r"STUCK for \d+s after step (\d+)", run.find("STUCK for") or "")
+        assert heard is not None and int(heard.group(1)) <= 5, run.text()
+        run.proc.send_signal(signal.SIGINT)
+        code = run.proc.wait(timeout=60)
+        run._thread.join(timeout=10)
+    finally:
+        kill_group(run.proc)
+    text = run.text()
+    # As without pitstop: one KeyboardInterrupt where the script was, exit code 130.
+    assert code == 130, text[-3000:]
+    assert text.count("KeyboardInterrupt") == 1 and "libc.sleep(3600)" in text, text[-3000:]
+    summary = text.split("pitstop summary", 1)[1]
+    assert "[high] stuck for" in summary and re.search(r"after step [45] \(stall\)", summary), summary
+    # Recorded as the front's own event: the record's readers show it.
+    front = [s for s in _stalls(record) if s.by == "front"]
+    assert [s.phase for s in front] == ["start", "exit"], front
+    recorded = pitstop(["stacks", str(record)], env, timeout=60)
+    if not spy:
+        assert "py-spy is not installed" in summary and "py-spy is not installed" in recorded.stdout
+        return
+    assert "the training thread holds the GIL in native code" in summary
+    assert "stall_native_gil.py:27 main   libc.sleep(3600)" in summary
+    assert front[0].stacks[0].native
+    assert "holds the GIL in native code" in recorded.stdout, recorded.stdout + recorded.stderr
+    assert "stall_native_gil.py:27 main   libc.sleep(3600)" in recorded.stdout
+
+
+def test_steps_that_get_3x_slower_capture_a_profiler_window_of_the_slow_stretch(tmp_path: Path,
+                                                                               env: dict[str, str]) -> None:
+    record = tmp_path / "slow.jsonl"
+    env.update(SLOW_AT="45", STEPS="150")  # 0.45 s of 10 ms steps, then 3.15 s of 30 ms steps
+    # Windows on demand only: no scheduled window marks steps of either stretch.
+    result = pitstop(["run", "--headless", "--profile", "demand", "--record", str(record),
+                      str(SCRIPTS / "slowdown_3x.py")], env, timeout=180)
+    assert result.returncode == 0 and "done 150 steps" in result.stdout, result.stderr[-3000:]
+    events = events_of(record)
+    windows = [e for e in events if isinstance(e, ProfileWindow) and e.trigger == "slowdown"]
+    # One capture (at most one per 10 minutes), of steps inside the slow stretch.
+    assert len(windows) == 1 and windows[0].step_start >= 45, [(w.trigger, w.step_start) for w in windows]
+    (note,) = [e for e in events if isinstance(e, Note) and e.source == "slowdown"]
+    after = int(note.message.split("steps slowed down after step ", 1)[1].split(":", 1)[0])
+    assert after >= 45 and "the training thread was at slowdown_3x.py:" in note.message, note.message
+    assert "warning (slowdown): steps slowed down after step" in result.stderr
+    assert "STUCK" not in result.stderr and "(stall)" not in result.stderr

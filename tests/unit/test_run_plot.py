@@ -18,7 +18,7 @@ def private_runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def _run(tmp_path: Path, launch: FakeLaunch, fronts: dict[str, Any] | None = None, **request: Any) -> Run:
-    def status(session: str, label: str, proc: FakeChild) -> FakeStatus:
+    def status(session: str, label: str, proc: FakeChild, watch: object = None) -> FakeStatus:
         return FakeStatus(proc)
 
     return Run(RunRequest(target=TARGET, headless=True, record=str(tmp_path / "rec"), **request),

@@ -101,7 +101,7 @@ class FakeViewer:
 
 
 def headless_run(tmp_path: Path, launch: FakeLaunch, **request: Any) -> Run:
-    def status(session: str, label: str, proc: FakeChild) -> FakeStatus:
+    def status(session: str, label: str, proc: FakeChild, watch: object = None) -> FakeStatus:
         return FakeStatus(proc)
 
     return Run(RunRequest(target=TARGET, headless=True, record=str(tmp_path / "rec"), **request),
@@ -109,7 +109,7 @@ def headless_run(tmp_path: Path, launch: FakeLaunch, **request: Any) -> Run:
 
 
 def tui_run(tmp_path: Path, launch: FakeLaunch, viewer: FakeViewer, tune: TuneLaunch | None = None) -> Run:
-    def source(label: str, session: str, until: Callable[[], bool]) -> FakeSource:
+    def source(label: str, session: str, until: Callable[[], bool], watch: object = None) -> FakeSource:
         return FakeSource(label, session, until)
 
     return Run(RunRequest(target=TARGET, record=str(tmp_path / "rec")), fronts=Fronts(source=source, viewer=viewer),
@@ -226,3 +226,44 @@ def test_a_configs_threads_beyond_the_cpus_are_cut_with_the_reason_said_before_t
             in launch.said_before_start)
     assert f"applying {config}: threads={cpus} (process-wide)" in launch.said_before_start
     assert launch.calls[0][1].config == {"compute": {"threads": cpus}}
+
+
+def test_the_stall_the_front_read_from_outside_is_recorded_once_the_process_is_gone_and_summed_up(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pitstop.events import Stall, ThreadStack
+    from pitstop.profiling import waits
+    from pitstop.profiling._silence import SilenceWatch
+    from pitstop.profiling.record import iter_record
+
+    given: list[Any] = []
+    stacks = [ThreadStack(pid=4242, role="main", how="py-spy", native=True, state="S",
+                          frames=[waits.Frame("main", "/job/train.py", 27)])]
+    made = [Stall(t=1002.5, phase="start", step=1, since_s=4.0, threshold_s=3.0, stacks=stacks, by="front"),
+            Stall(t=1003.5, phase="exit", step=2, since_s=5.0, threshold_s=3.0, lasted_s=5.0, by="front")]
+
+    def status(session: str, label: str, proc: FakeChild, watch: SilenceWatch | None = None) -> FakeStatus:
+        given.append(watch)
+        assert watch is not None
+        watch.made[proc.pid] = made  # as if it had read pid 4242 while its agent was silent
+        return FakeStatus(proc)
+
+    def launch(target: Target, settings: SessionSettings, **options: Any) -> FakeChild:
+        record = Path(settings.record) / "rank0.jsonl"  # as the agent names itself in its Hello
+        events: list[Any] = [Hello(schema=2, pitstop_version="0.1.0", session=settings.session, pid=4242, ppid=1,
+                                   host="h", argv=["train.py"], cwd="/", started=1000.0, python="3.11",
+                                   script="train.py", record=str(record))]
+        events += [Step(t=1001.0 + i, step=i, wall=0.5, data_wait=0.0, samples=8) for i in range(3)]
+        record.write_text("".join(encode(e) + "\n" for e in events))  # killed: no End of its own
+        return FakeChild(pid=4242, returncode=130)
+
+    monkeypatch.setattr(waits, "proc_state", lambda pid, tid=None: (None, None, None))  # pid 4242 is gone
+    run = Run(RunRequest(target=TARGET, headless=True, record=str(tmp_path / "rec"), stall_after=3.0),
+              fronts=Fronts(status=status), launcher=launch, on_a_terminal=lambda: True)
+    assert run.execute() == 130
+    assert isinstance(given[0], SilenceWatch) and given[0].after_s == 3.0
+    recorded = list(iter_record(tmp_path / "rec" / "rank0.jsonl"))
+    assert [e for e in recorded if isinstance(e, Stall)] == made
+    assert isinstance(recorded[-1], End) and recorded[-1].reason == "signal"  # the launcher's End after them
+    err = capsys.readouterr().err
+    assert "[high] stuck for 5s after step 2 (stall)" in err
+    assert "the training thread holds the GIL in native code: main (train.py:27)" in err

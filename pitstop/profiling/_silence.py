@@ -1,0 +1,246 @@
+"""Provides the front's silence watch: a process whose agent went silent while it lives is read from outside.
+
+A training thread that holds the GIL in native code (a C extension's loop, a
+`ctypes.PyDLL` call: measured here, `PyDLL(None).sleep(3600)` stopped the
+agent's 1 Hz sampler, its stall watch and its socket at once) lets no other
+thread of its process run, so the agent cannot say it is stuck. The front that
+reads the agent's stream (`pitstop run`'s status lines or TUI) sees the
+silence instead: after the first step, no event at all (the sampler alone
+sends one a second) for longer than the stall threshold (`--stall-after`, else
+max(60 s, 20x the p95 step), as in the agent), while the process lives on this
+host and its agent has no stall of its own open. The front then dumps that
+process with `py-spy dump --native` and adds a `Stall` event (`by` "front") to
+its stream, as the agent would have: every front shows it, and `pitstop run`
+appends it to the process's record once the process is gone. Fresh stacks
+every UPDATE_S while it lasts; it ends at the stream's next step ("end"), or
+when the stream closes while stuck ("exit").
+
+`SilenceDetector` is the decision alone (no clock, no IO); `SilenceWatch`
+adds /proc and py-spy.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pitstop.events import Event, Hello, Stall, Step, ThreadStack
+from pitstop.profiling._stallwatch import UPDATE_S, StallDetector
+from pitstop.streams import StreamBatch
+
+# Never less than 3 sampler periods of silence, whatever --stall-after says: a front on a loaded machine
+# reads its sockets once a second, and an agent that sends a sample a second is not silent for one late read.
+SILENT_MIN_S = 3.0
+
+
+@dataclass
+class _Stream:
+    """What the front knows of one stream: its process, its steps, when it was last heard from."""
+
+    heard_at: float
+    detector: StallDetector
+    pid: int | None = None
+    host: str | None = None
+    last_step: int | None = None
+    before: int | None = None  # the last step that ended before the front's stall was found (queued ones too)
+    agent_open: bool = False  # the agent's own stall is open: it speaks for itself
+    ended: bool = False
+    since: float | None = None  # the front's stall: when the stream was last heard from, while it lasts
+    began_wall: float | None = None  # the same, as wall-clock time (for the events' since_s / lasted_s)
+    found_wall: float | None = None  # when the front found it (wall clock): a step ended after it is progress
+    next_update: float = 0.0
+    reading: bool = False  # a dump is under way
+
+
+@dataclass(frozen=True)
+class Due:
+    """A stream the front must read now: "start" (silent past the threshold) or "update" (still silent)."""
+
+    stream: str
+    phase: str
+    pid: int
+    step: int
+    silent_s: float
+    threshold_s: float
+
+
+class SilenceDetector:
+    """Which streams went silent past the threshold, fed every batch heard and asked at each tick."""
+
+    def __init__(self, after_s: float | None = None) -> None:
+        self.after_s = after_s
+        self.streams: dict[str, _Stream] = {}
+
+    def heard(self, stream: str, events: list[Event], now: float, wall: float) -> Stall | None:
+        """A batch from `stream` at `now` (monotonic; `wall`: time.time()); the "end" of the front's stall
+        when a step came, else None."""
+        if events and all(isinstance(e, Stall) and e.by == "front" for e in events):
+            return None  # the front's own batch, yielded by the same source: not a word from the agent
+        s = self.streams.get(stream)
+        if s is None:
+            s = self.streams[stream] = _Stream(heard_at=now, detector=StallDetector(self.after_s))
+        if events:
+            s.heard_at = now
+        stepped = False
+        for e in events:
+            if isinstance(e, Step):
+                s.last_step = e.step
+                s.detector.step(e.step, e.wall, e.mark is None)
+                if s.found_wall is None or e.t <= s.found_wall:
+                    s.before = e.step
+                # The steps the agent's writer had queued before the hold come after it, at the process's
+                # exit: measured on a 2-rank job, 12 steps of rank 1 sent after its Ctrl-C read as "resumed".
+                stepped = stepped or (s.found_wall is not None and e.t > s.found_wall)
+            elif isinstance(e, Hello):
+                s.pid, s.host = e.pid, e.host
+            elif isinstance(e, Stall) and e.by != "front":
+                s.agent_open = e.phase in ("start", "update")
+            elif getattr(e, "kind", None) == "end":
+                s.ended = True
+        if stepped and s.since is not None:
+            return self._close(s, "end", wall)
+        return None
+
+    def closed(self, stream: str, wall: float) -> Stall | None:
+        """The stream ended: the "exit" of the front's stall where one was open."""
+        s = self.streams.get(stream)
+        if s is None:
+            return None
+        s.ended = True
+        return self._close(s, "exit", wall) if s.since is not None else None
+
+    def _close(self, s: _Stream, phase: str, wall: float) -> Stall:
+        began = s.began_wall if s.began_wall is not None else wall
+        lasted = max(0.0, wall - began)
+        s.since = s.began_wall = s.found_wall = None
+        step = s.before if s.before is not None else s.last_step
+        return Stall(t=wall, phase=phase, step=step or 0, since_s=lasted, threshold_s=s.detector.threshold(),
+                     lasted_s=lasted, by="front")
+
+    def due(self, now: float, wall: float, host: str) -> list[Due]:
+        """The streams to read now: silent for longer than their threshold after their first step, their
+        process on this host (`host`), not ended, no stall of the agent's own open, no read under way."""
+        out = []
+        for name, s in self.streams.items():
+            if s.ended or s.pid is None or s.last_step is None or s.agent_open or s.reading or s.host != host:
+                continue
+            silent = now - s.heard_at
+            threshold = max(SILENT_MIN_S, s.detector.threshold())
+            if s.since is None:
+                if silent <= threshold:
+                    continue
+                s.since, s.began_wall, s.found_wall = s.heard_at, wall - silent, wall
+                s.next_update = now + UPDATE_S
+                phase = "start"
+            elif now >= s.next_update:
+                s.next_update = now + UPDATE_S
+                phase = "update"
+            else:
+                continue
+            out.append(Due(name, phase, s.pid, s.last_step, silent, threshold))
+        return out
+
+    def cancel(self, stream: str) -> None:
+        """The process was found gone or dead when read: no stall of the front's (its stream will close)."""
+        s = self.streams.get(stream)
+        if s is not None:
+            s.since = s.began_wall = s.found_wall = None
+
+
+def read_silent(due: Due, dump: Callable[[int, str], list[ThreadStack]] | None = None) -> Stall | None:
+    """The front's Stall for a silent process: its training thread read by py-spy (with native frames),
+    or None where the process is gone or dead (its stream is about to close)."""
+    from pitstop.profiling.waits import proc_state
+
+    state, wchan, _ = proc_state(due.pid)
+    if state is None or state == "Z":
+        return None
+    notes: list[str] = []
+    if state in ("T", "t"):
+        stacks = [ThreadStack(pid=due.pid, role="main", how="none", state=state,
+                              note="the process is stopped (SIGSTOP, or a debugger holds it)")]
+    else:
+        stacks = (dump or _dump_native)(due.pid, "main")
+        missing = [s.note for s in stacks if s.how == "none" and s.note]
+        notes = [f"the agent went silent; its stacks were not read from outside: {missing[0]}"] if missing else []
+    return Stall(t=time.time(), phase=due.phase, step=due.step, since_s=due.silent_s, threshold_s=due.threshold_s,
+                 stacks=stacks, notes=notes, by="front")
+
+
+def _dump_native(pid: int, role: str) -> list[ThreadStack]:
+    from pitstop.profiling.waits import dump
+
+    return dump(pid, role, native=True)
+
+
+@dataclass
+class SilenceWatch:
+    """The detector inside a live source: fed its batches, it reads silent processes on threads and hands
+    their Stall events back as batches of their streams; keeps every event it made, per process, for the record."""
+
+    after_s: float | None = None
+    host: str = field(default_factory=socket.gethostname)
+    dump: Callable[[int, str], list[ThreadStack]] | None = None
+    clock: Callable[[], float] = time.monotonic
+    detector: SilenceDetector = field(init=False)
+    made: dict[int, list[Stall]] = field(default_factory=dict)  # pid -> the front's events, in order
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.detector = SilenceDetector(self.after_s)
+
+    def heard(self, batch: StreamBatch) -> StreamBatch | None:
+        """Each batch the source yields; the front's own batch to yield after it (an "end" or "exit"), if any."""
+        with self._lock:
+            made = self.detector.heard(batch.stream, batch.events, self.clock(), time.time())
+            if batch.closed:
+                made = self.detector.closed(batch.stream, time.time()) or made
+            return self._keep(batch.stream, made)
+
+    def check(self, emit: Callable[[StreamBatch], None]) -> None:
+        """At each turn of the source's loop: every stream due is read on its own thread, which `emit`s."""
+        with self._lock:
+            due = self.detector.due(self.clock(), time.time(), self.host)
+            for d in due:
+                self.detector.streams[d.stream].reading = True
+        for d in due:
+            threading.Thread(target=self._read, args=(d, emit), name="pitstop-silence", daemon=True).start()
+
+    def _read(self, due: Due, emit: Callable[[StreamBatch], None]) -> None:
+        try:
+            stall = read_silent(due, self.dump)
+        except Exception as err:  # noqa: BLE001 - said in the event: the front never dies of it
+            stall = Stall(t=time.time(), phase=due.phase, step=due.step, since_s=due.silent_s,
+                          threshold_s=due.threshold_s, notes=[f"stacks not read: {type(err).__name__}: {err}"],
+                          stacks=[ThreadStack(pid=due.pid, role="main", how="none", note=str(err))], by="front")
+        with self._lock:
+            s = self.detector.streams[due.stream]
+            s.reading = False
+            if stall is None:
+                self.detector.cancel(due.stream)
+                return
+            if s.since is None:  # it spoke (a step) or closed while py-spy read it: the stall is over
+                return
+            batch = self._keep(due.stream, stall)
+        if batch is not None:
+            emit(batch)
+
+    def _keep(self, stream: str, stall: Stall | None) -> StreamBatch | None:
+        if stall is None:
+            return None
+        pid = self.detector.streams[stream].pid
+        if pid is not None:
+            self.made.setdefault(pid, []).append(stall)
+        return StreamBatch(stream, [stall])
+
+    def events_of(self, pid: int) -> list[Stall]:
+        """The front's events about process `pid`, in the order made; a stall still open is closed ("exit"):
+        the process is gone, and the source may have stopped before its stream's close reached it."""
+        with self._lock:
+            for name, s in self.detector.streams.items():
+                if s.pid == pid and s.since is not None and pid in self.made:
+                    self._keep(name, self.detector.closed(name, time.time()))
+            return list(self.made.get(pid, []))
