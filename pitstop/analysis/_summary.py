@@ -391,7 +391,9 @@ def format_summary(
     lines.append(_row("cpu", cpu_text(s.cpu)))
     if s.last_loss is not None or s.nonfinite_losses:
         loss = f"last {s.last_loss:.4g}" if s.last_loss is not None else "last n/a (non-finite)"
-        if s.loss_optimizers > 1:
+        if len(s.models) > 1:  # trained in turn: the loss is the last model's, not a GAN's first optimizer's
+            loss += f" (model {len(s.models)}'s, the last of {len(s.models)} trained in turn)"
+        elif s.loss_optimizers > 1:
             loss += (f" (the first optimizer to step, of {s.loss_optimizers}: its backward calls' losses summed,"
                      " as a GAN's D loss)")
         if s.nonfinite_losses:
