@@ -469,6 +469,11 @@ def exit_code_text(code: int) -> str:
     return f"exit code {code}{name}"
 
 
+def end_reason_text(reason: str) -> str:
+    """An End's reason as the summary words it: "terminated by SIGTERM" for `terminated`."""
+    return END_REASONS.get(reason, reason)
+
+
 def end_text(s: Summary, exit_code: int | None = None) -> str:
     """How the run ended: "exited (exit code 0)", "stopped from a viewer (k), then exited (exit code 1)".
 

@@ -20,6 +20,7 @@ from pitstop.analysis import (
     StepSplit,
     cpu_now,
     data_verdict,
+    end_reason_text,
     headline,
     job_cause,
     stall_open,
@@ -108,9 +109,9 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
         r = frame.replay
         items.append(("at", f"{fmt.elapsed(r.cursor - r.start)}/{fmt.elapsed(r.end - r.start)}"
                       f" x{r.speed:g}" + (" paused" if r.paused else "")))
-    if run.end is not None:
+    if run.end is not None:  # worded as the summary words it: "terminated by SIGTERM (exit 143)"
         code = f" (exit {run.end.exit_code})" if run.end.exit_code is not None else ""
-        items.append(("ended", run.end.reason + code))
+        items.append(("ended", end_reason_text(run.end.reason) + code))
     items += [
         ("samples/s", fmt.rate_value(samples_per_s) if samples_per_s is not None
          else fmt.na("batch size unknown" if steps_per_s else None)),
