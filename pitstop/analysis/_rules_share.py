@@ -58,7 +58,10 @@ def eval_share(ctx: Context) -> Finding | None:
     for dl in evals[:1]:
         evidence.append(describe_loader(dl, role="evaluation"))
         if dl.num_workers == 0:
-            fix += "\n" + loader_fix(dl, ["val_set", f"batch_size={(dl.batch_size or 1) * 2}", "num_workers=2"],
+            # Twice its batch where the loader says it (evaluation keeps no activations for backward); a loader
+            # that batches in its sampler (Keras's fit: batch_size None) read "batch_size=2" before.
+            batch = [f"batch_size={dl.batch_size * 2}"] if dl.batch_size else []
+            fix += "\n" + loader_fix(dl, ["val_set", *batch, "num_workers=2"],
                                     role="eval", note="eval loads in workers")
     return Finding(
         rule="eval-share",

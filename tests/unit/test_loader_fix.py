@@ -119,3 +119,10 @@ def test_a_setting_a_framework_lacks_is_said_to_be_none() -> None:
     assert loader_fix(hf, ["...", "drop_last=True"]).startswith("TrainingArguments(..., dataloader_drop_last=True)")
     assert loader_fix(hf, ["dataset", "batch_size=64", "..."]).startswith(
         "TrainingArguments(..., per_device_train_batch_size=64)")
+
+
+def test_an_eval_loader_that_batches_in_its_sampler_is_not_told_batch_size_2() -> None:
+    run = framed(eval_run(passes=4, eval_s=1.0), "keras")
+    run.add(dataclasses.replace(run.dataloaders[2], batch_size=None))  # Keras's fit: batches come from its sampler
+    fix = fix_of(run, "eval-share")
+    assert "batch_size=2" not in fix and "validation_data=DataLoader(val_set, num_workers=2)" in fix
