@@ -11,6 +11,8 @@ from pathlib import Path
 from pitstop.analysis import RunState
 from pitstop.analysis._summary import format_summary, summarize
 from pitstop.events import Hello, Loss, Model, Step
+from pitstop.profiling._linedecode import decode_line
+from pitstop.stepcolumns import encode_loss
 
 # dcgan's loop, in small: D steps on real then fake (two backward calls), then G on D's verdict of the fake.
 CHILD = r'''
@@ -83,3 +85,12 @@ def test_the_summary_shows_each_optimizers_loss() -> None:
     assert "last 0.2084 from the first optimizer to step (its backward calls' losses summed: a GAN's D" in text
     assert "; 11.75 from the second at step 8 (a GAN's G)" in text
     assert run.last_loss() == 0.2084  # G's never taken for the step's loss
+
+
+def test_a_records_loss_line_keeps_whose_loss_it_is() -> None:
+    # The record's compact `loss` line (`step0`) left the field out: dcgan's Loss_G read back as its Loss_D.
+    for optimizer in (1, 2):
+        line = encode_loss(Loss(t=1.0, steps=[4, 5], values=[1.0389, 1.1483], optimizer=optimizer))
+        back = decode_line(line.encode())
+        assert isinstance(back, Loss) and back.optimizer == optimizer and back.steps == [4, 5]
+    assert '"optimizer"' not in encode_loss(Loss(t=1.0, steps=[4], values=[0.5]))  # the common line as before
