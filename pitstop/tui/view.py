@@ -117,6 +117,9 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
          else fmt.na("batch size unknown" if steps_per_s else None)),
         ("steps/s", fmt.rate_value(steps_per_s) if steps_per_s is not None else fmt.NA),
     ]
+    loss = loss_text(run)
+    if loss is not None:
+        items.append(("loss", loss))
     summary = frame.summary
     if summary is not None and summary.ranks > 1:
         # The job's figures next to the shown rank's: ranks in DDP each consume their own batch.
@@ -130,6 +133,16 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
     items.append(("elapsed", fmt.elapsed(elapsed_s(run, frame.now))))
     items.append(("device", device_text(run)))
     return tuple(items)
+
+
+def loss_text(run: RunState) -> str | None:
+    """The latest loss; with a second optimizer's (a GAN's G), each: "D 1.618 · G 3.788" in the summary's order
+    (the first optimizer to step, then the second); None before any was read."""
+    last = run.last_loss()
+    other = run.other_loss
+    if other is not None:
+        return f"1st {fmt.NA if last is None else f'{last:.4g}'} · 2nd {other[1]:.4g}"
+    return None if last is None else f"{last:.4g}"
 
 
 def stuck_text(frame: Frame) -> str | None:

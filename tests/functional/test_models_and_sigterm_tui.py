@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import FIXED, STREAM, FakeSource, hello, run, runtime, steps, wait_for
 
-from pitstop.analysis import StreamBatch
+from pitstop.analysis import JobState, StreamBatch
 from pitstop.events import Loss, Model
 from pitstop.tui import view
 from pitstop.tui.app import PitstopApp
@@ -60,3 +60,13 @@ def test_models_trained_in_turn_have_a_line_of_their_own_live() -> None:
             assert text.startswith("models 3 in turn; model 3: steps 60-89, p50 ") and "loss 0.25" in text
 
     run(scenario())
+
+
+def test_the_header_shows_each_optimizers_loss_where_a_gan_has_two() -> None:
+    job = JobState()
+    run = job.add(StreamBatch(STREAM, [hello(), runtime(cuda=False), *steps(20, cuda=False),
+                                       Model(t=FIXED + 5, optimizers=2),
+                                       Loss(t=FIXED + 5, steps=[19], values=[1.6184]),
+                                       Loss(t=FIXED + 5, steps=[18], values=[3.7884], optimizer=2)]))
+    frame = view.Frame(job=job, run=run, rank_label="", now=FIXED + 30, label="dcgan.py", live=True)
+    assert dict(view.header_items(frame))["loss"] == "1st 1.618 · 2nd 3.788"
