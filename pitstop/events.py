@@ -135,6 +135,9 @@ class Loss:
     steps: list[int]
     values: list[float | None]  # None encodes NaN/inf as JSON cannot (see `finite`)
     nonfinite: list[int] = field(default_factory=list)  # steps whose loss was NaN or inf
+    # Whose loss: 1 the step's (the clock's optimizer: a GAN's D); 2 the second optimizer's that stepped in it
+    # (a GAN's G), filed under the step its backward followed (the one before the step that holds it).
+    optimizer: int = 1
 
 
 @dataclass(frozen=True)

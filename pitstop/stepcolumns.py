@@ -132,6 +132,8 @@ def encode_loss(loss: Loss) -> str:
     out["values"] = values
     if loss.nonfinite:
         out["nonfinite"] = loss.nonfinite
+    if loss.optimizer != 1:  # a second optimizer's (a GAN's G): left out, its losses read as the step's
+        out["optimizer"] = loss.optimizer
     return json.dumps(out, separators=(",", ":"), allow_nan=False)
 
 

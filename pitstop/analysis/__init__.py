@@ -43,6 +43,7 @@ from pitstop.analysis._job import (
     stream_label,
 )
 from pitstop.analysis._jobstate import JobState
+from pitstop.analysis._models import ModelSpan, model_spans
 from pitstop.analysis._nodes import Missing, Nodes, node_lines, node_name, nodes, partial_line
 from pitstop.analysis._progress import first_step_progress, first_step_status, first_step_text, progress_text
 from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measured, rates, rates_of, recent_rates
@@ -55,6 +56,7 @@ from pitstop.analysis._scale import SCALE_PCT, above, scale_top
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.analysis._summary import (
     Summary,
+    end_reason_text,
     end_text,
     format_summary,
     gpu_reason,
@@ -79,6 +81,7 @@ __all__ = [
     "DataVerdict",
     "Finding",
     "JobState",
+    "ModelSpan",
     "JobSummary",
     "Missing",
     "Nodes",
@@ -102,6 +105,7 @@ __all__ = [
     "cpu_now",
     "cpu_text",
     "data_verdict",
+    "end_reason_text",
     "end_text",
     "findings",
     "node_lines",
@@ -113,6 +117,7 @@ __all__ = [
     "first_step_text",
     "format",
     "format_summary",
+    "model_spans",
     "models_lines",
     "gpu_reason",
     "is_measured",

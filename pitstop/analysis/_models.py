@@ -9,9 +9,9 @@ step ends): a model starts at the latest step that ended before it. A GAN's
 optimizers both step within the first steps; a "model" of fewer than
 MIN_MODEL_STEPS steps is joined to the next.
 
-Not told apart: an optimizer built at the address of one freed before (the
-agent knows optimizers by `id()`, which CPython reuses): two such trials read
-as one model (5 of 6 trials on an Optuna sweep here).
+An optimizer built at the address of one freed before is a new one: the
+agent knows optimizers by a number never reused (profiling/_optkeys.py), where
+by `id()` an Optuna sweep of 6 trials read as 5 models.
 """
 
 from __future__ import annotations

@@ -261,9 +261,9 @@ def low_gpu_util(ctx: Context) -> Finding | None:
         evidence.append(f"main process at {s.cpu_main_sum / s.cpu_main_n:.0f}% of one core")
     dl = ctx.loader()
     batch = dl.batch_size if dl is not None else None
-    bigger = f"batch_size={batch * 2}" if batch else "a larger batch_size"
+    bigger = f"batch_size={batch * 2}" if batch else "batch_size=2x your batch"
     fix = (
-        f"DataLoader(dataset, {bigger}, ...)  # scale the learning rate with the batch\n"
+        loader_fix(dl, ["dataset", bigger, "..."], note="scale the learning rate with the batch") + "\n"
         "model = torch.compile(model)  # fuses ops: fewer kernel launches per step\n"
         '# or: torch.compile(model, mode="reduce-overhead")  # CUDA graphs, for small fixed shapes'
     )
@@ -326,7 +326,7 @@ def pageable_copies(ctx: Context) -> Finding | None:
             "host, so it cannot run while the GPU computes"
         ),
         fix=(
-            "DataLoader(dataset, ..., pin_memory=True)\n"
+            loader_fix(dl, ["dataset", "...", "pin_memory=True"]) + "\n"
             "x = x.to(device, non_blocking=True)\n"
             "y = y.to(device, non_blocking=True)"
         ),

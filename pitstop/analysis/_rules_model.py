@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_STEPS, Context, Finding, truthy_override
+from pitstop.analysis._loaderfix import loader_fix
 from pitstop.analysis._models import ModelSpan, model_spans
 from pitstop.analysis._state import RunState
 from pitstop.analysis._stats import percentile
@@ -112,7 +113,8 @@ def cudnn_benchmark_shapes(ctx: Context) -> Finding | None:
         ),
         fix=(
             "torch.backends.cudnn.benchmark = False\n"
-            "# or keep it and make shapes fixed: DataLoader(..., drop_last=True), pad/bucket sizes"
+            "# or keep it and make shapes fixed: pad/bucket sizes, and no last partial batch:\n"
+            + loader_fix(ctx.loader(), ["...", "drop_last=True"])
         ),
         gain=f"the spikes cost ~{fmt.share(extra, ctx.wall_sum, fmt.seconds)} of the {ctx.n} measured steps' time",
         knob="cudnn_benchmark",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding
 from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, contention
+from pitstop.analysis._loaderfix import loader_fix
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 from pitstop.analysis._rules_share import OVERSUBSCRIBED_EXCESS, cpu_oversubscribed
 
@@ -72,9 +73,9 @@ def memory_headroom(ctx: Context) -> Finding | None:
     dl = ctx.loader()
     batch = dl.batch_size if dl is not None else None
     if batch:
-        fix = f"DataLoader(dataset, batch_size={batch * factor}, ...)  # was {batch}"
+        fix = loader_fix(dl, ["dataset", f"batch_size={batch * factor}", "..."], note=f"was {batch}")
     else:
-        fix = f"DataLoader(dataset, batch_size={factor}x your batch, ...)"
+        fix = loader_fix(dl, ["dataset", f"batch_size={factor}x your batch", "..."])
     fix += "\n# scale the learning rate with the batch (linear rule, with a short warm-up)"
     if dl is not None and dl.batch_sampler:
         fix += "\n# this loader uses a batch_sampler: change the batch size there (pitstop cannot)"
@@ -116,7 +117,7 @@ def memory_pressure(ctx: Context) -> Finding | None:
         evidence.append(f"GPU memory peaked at {fmt.size(peak)} of {fmt.size(total)} ({used:.0%})")
     dl = ctx.loader()
     batch = dl.batch_size if dl is not None else None
-    smaller = f"batch_size={max(1, batch // 2)}" if batch and batch > 1 else "a smaller batch_size"
+    smaller = f"batch_size={max(1, batch // 2)}" if batch and batch > 1 else "batch_size=half your batch"
     return Finding(
         rule="gpu-memory-pressure",
         title="GPU memory is at its limit",
@@ -127,7 +128,7 @@ def memory_pressure(ctx: Context) -> Finding | None:
             "retries (a device sync each), and a larger batch would fail"
         ),
         fix=(
-            f"DataLoader(dataset, {smaller}, ...)  # and accumulate gradients over 2 steps\n"
+            loader_fix(dl, ["dataset", smaller, "..."], note="and accumulate gradients over 2 steps") + "\n"
             "from torch.utils.checkpoint import checkpoint\n"
             "y = checkpoint(block, x, use_reentrant=False)  # recompute activations in backward\n"
             "# bfloat16 autocast also halves activation memory"
@@ -157,6 +158,13 @@ def workers_oversubscribed(ctx: Context) -> Finding | None:
     ]
     if rt is not None and rt.cpu_count and rt.cpu_count != usable:
         evidence.append(f"the machine has {rt.cpu_count} cores; CPU affinity or a cgroup limits this process")
+    role = "eval" if ctx.run.loader_role(dl.id) == "eval" else "train"
+    if dl.framework:  # a framework's setting takes a number, and its command-line flag a literal
+        fix = loader_fix(dl, ["dataset", "...", f"num_workers={max(1, usable - 1)}"], role=role,
+                         note=f"was {dl.num_workers}; one core left for the main process")
+    else:
+        fix = "import os\n" + loader_fix(
+            dl, ["dataset", "...", f"num_workers=min({dl.num_workers}, len(os.sched_getaffinity(0)) - 1)"], role=role)
     return Finding(
         rule="workers-oversubscribed",
         title="More DataLoader workers than usable CPU cores",
@@ -166,10 +174,7 @@ def workers_oversubscribed(ctx: Context) -> Finding | None:
             "workers beyond the usable cores time-share them: no more throughput, "
             "more memory and context switches"
         ),
-        fix=(
-            "import os\n"
-            f"DataLoader(dataset, ..., num_workers=min({dl.num_workers}, len(os.sched_getaffinity(0)) - 1))"
-        ),
+        fix=fix,
         gain=(
             f"the same throughput with {dl.num_workers - max(1, usable - 1)} fewer worker "
             "processes (each holds its own copy of the dataset object)"

@@ -6,6 +6,7 @@ import math
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_STEPS, Context, Finding, describe_loader
+from pitstop.analysis._loaderfix import eval_less_often, loader_fix
 from pitstop.analysis._rules_loop import CPU_SATURATED, DATA_WAIT_FRAC, worker_advice
 from pitstop.analysis._workers import MIN_GAIN
 
@@ -51,13 +52,17 @@ def eval_share(ctx: Context) -> Finding | None:
         + (f" ({train_between * ctx.wall_mean:.1f} s of training at the mean step)" if ctx.wall_mean else ""),
     ]
     evals = [d for d in run.dataloaders.values() if run.loader_role(d.id) == "eval"]
-    fix = ("if step % (2 * EVAL_EVERY) == 0:  # evaluate half as often\n"
-           "    evaluate(model, val_subset)  # or on a fixed subset between full passes\n"
-           "with torch.inference_mode():  # no autograd bookkeeping in evaluation")
+    fix = eval_less_often(evals[0] if evals else None)
+    if not (evals and evals[0].framework):  # (a framework's evaluation loop runs under no_grad already)
+        fix += "\nwith torch.inference_mode():  # no autograd bookkeeping in evaluation"
     for dl in evals[:1]:
         evidence.append(describe_loader(dl, role="evaluation"))
         if dl.num_workers == 0:
-            fix += f"\nDataLoader(val_set, batch_size={(dl.batch_size or 1) * 2}, num_workers=2)  # eval loads in workers"
+            # Twice its batch where the loader says it (evaluation keeps no activations for backward); a loader
+            # that batches in its sampler (Keras's fit: batch_size None) read "batch_size=2" before.
+            batch = [f"batch_size={dl.batch_size * 2}"] if dl.batch_size else []
+            fix += "\n" + loader_fix(dl, ["val_set", *batch, "num_workers=2"],
+                                    role="eval", note="eval loads in workers")
     return Finding(
         rule="eval-share",
         title="Evaluation takes a large share of the run",
@@ -107,7 +112,7 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
                 f"prefetch_factor={max(4, (dl.prefetch_factor or 2) if dl else 2)}"]
         if ctx.cuda:
             args.append("pin_memory=True")
-        fix = "DataLoader(dataset, ..., " + ", ".join(args) + ")"
+        fix = loader_fix(dl, ["dataset", "...", *args])
         word = "at most " if chosen.bound else "~"  # a bound: CPU unread, or a contended machine
         gain = (f"{word}{fmt.speedup(facts.wall, chosen.step)} in the mean step with {chosen.workers} "
                 f"worker{'s' if chosen.workers != 1 else ''} ({chosen.stop})")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import Context, Finding
+from pitstop.analysis._loaderfix import loader_fix
 from pitstop.analysis._stats import percentile
 from pitstop.events import Step
 
@@ -194,7 +195,7 @@ def epoch_stall(ctx: Context) -> Finding | None:
         cause=("without persistent_workers every epoch shuts its worker processes down and starts new ones: "
                "each forks, copies the dataset object, runs worker_init_fn and refills its prefetch before "
                "the first batch arrives"),
-        fix=f"DataLoader(dataset, ..., num_workers={dl.num_workers}, persistent_workers=True)",
+        fix=loader_fix(dl, ["dataset", "...", f"num_workers={dl.num_workers}", "persistent_workers=True"]),
         gain=f"~{fmt.share(sum(excess), wall, fmt.seconds)} of the steps' wall time ({fmt.duration(spike)} per epoch)",
         knob="num_workers",
     )

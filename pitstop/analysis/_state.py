@@ -95,6 +95,9 @@ class RunState:
         # deleted slots at its front: ~100 us a Loss event once 20,000 are kept, 10 with popitem.
         self.losses: OrderedDict[int, float | None] = OrderedDict()
         self.losses_read = 0  # steps whose loss the agent read (at fast steps one every 10 ms: docs/events.md)
+        # [step, value]: the second optimizer's latest finite loss (a GAN's G: `Loss.optimizer` 2), kept apart
+        # from `losses` (the step's, the clock's optimizer's); None where no second optimizer's loss was read.
+        self.other_loss: list[float] | None = None
         self.nonfinite_steps: list[int] = []
         self.nonfinite_total = 0
         self._nonfinite_seen: set[int] = set()
@@ -305,6 +308,11 @@ class RunState:
             self.last_ooms = s.ooms
 
     def _add_loss(self, loss: Loss) -> None:
+        if loss.optimizer != 1:  # a second optimizer's (a GAN's G): its latest finite value, apart
+            for step, value in zip(loss.steps, loss.values):
+                if value is not None and math.isfinite(value) and (self.other_loss is None or step >= self.other_loss[0]):
+                    self.other_loss = [step, float(value)]
+            return
         self._keep_losses(loss)
         self.losses_read += len(loss.steps)
         for step, value in zip(loss.steps, loss.values):

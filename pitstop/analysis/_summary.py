@@ -89,6 +89,10 @@ class Summary:
     # Optimizers that stepped (`Model.optimizers`): with several (a GAN's), the loss shown is the clock's
     # optimizer's (the first to step), summed over its backward calls since another optimizer's step.
     loss_optimizers: int = 1
+    # The second optimizer's latest loss and its step (a GAN's G: its backward calls between the first
+    # optimizer's steps, `RunState.other_loss`), shown beside the first's; None where none was read.
+    other_loss: float | None = None
+    other_loss_step: int | None = None
     evaluates_each_step: bool = False  # most steps evaluate: their training parts are measured (RunState)
     eval_s: float = 0.0  # time spent evaluating in them
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
@@ -170,6 +174,8 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         workers=run.workers_max,
         last_loss=run.last_loss(),
         loss_optimizers=run.model.optimizers if run.model is not None and run.model.optimizers else 1,
+        other_loss=run.other_loss[1] if run.other_loss is not None else None,
+        other_loss_step=int(run.other_loss[0]) if run.other_loss is not None else None,
         nonfinite_losses=run.nonfinite_total,
         first_nonfinite_step=min(run.nonfinite_steps) if run.nonfinite_steps else None,
         dropped=end.dropped if end is not None and end.reason != "signal" else None,  # (not counted: killed)
@@ -391,7 +397,12 @@ def format_summary(
     lines.append(_row("cpu", cpu_text(s.cpu)))
     if s.last_loss is not None or s.nonfinite_losses:
         loss = f"last {s.last_loss:.4g}" if s.last_loss is not None else "last n/a (non-finite)"
-        if s.loss_optimizers > 1:
+        if len(s.models) > 1:  # trained in turn: the loss is the last model's, not a GAN's first optimizer's
+            loss += f" (model {len(s.models)}'s, the last of {len(s.models)} trained in turn)"
+        elif s.other_loss is not None:  # a GAN's: each optimizer's loss, as the script logs Loss_D and Loss_G
+            loss += (" from the first optimizer to step (its backward calls' losses summed: a GAN's D, errD_real + "
+                     f"errD_fake); {s.other_loss:.4g} from the second at step {s.other_loss_step} (a GAN's G)")
+        elif s.loss_optimizers > 1:
             loss += (f" (the first optimizer to step, of {s.loss_optimizers}: its backward calls' losses summed,"
                      " as a GAN's D loss)")
         if s.nonfinite_losses:
@@ -465,6 +476,11 @@ def exit_code_text(code: int) -> str:
         except ValueError:
             pass
     return f"exit code {code}{name}"
+
+
+def end_reason_text(reason: str) -> str:
+    """An End's reason as the summary words it: "terminated by SIGTERM" for `terminated`."""
+    return END_REASONS.get(reason, reason)
 
 
 def end_text(s: Summary, exit_code: int | None = None) -> str:

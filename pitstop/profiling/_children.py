@@ -76,6 +76,7 @@ def reset_after_fork(agent: Any) -> None:
     agent._noted = set()
     agent.dropped = 0
     agent._pending_losses = {}
+    agent._pending_other = {}
     agent._loss_reads = []
     agent.worker_pids = {}
     agent.taps = []

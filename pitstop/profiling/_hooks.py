@@ -29,6 +29,7 @@ from pitstop.profiling._keras import hook_keras_optimizer
 from pitstop.profiling._loaderhook import hook_dataloader
 from pitstop.profiling._losses import LOSS_EVERY_S
 from pitstop.profiling._modelhooks import hook_constructors, model_dtype
+from pitstop.profiling._optkeys import OptimizerKeys
 from pitstop.profiling._patch import patch, patches
 from pitstop.profiling._root import RootWatch
 from pitstop.profiling._runtime import host_mem_total as host_mem_total  # (re-exported: its tests import it here)
@@ -105,7 +106,9 @@ class Hooks:
         self.runtime: Runtime | None = None
         self.device_type = "cpu"
         self.step_code: Any = None  # the code of torch's optimizer-step wrapper (its pre-hook's caller)
-        self.state_init: int | None = None  # id() of the optimizer whose running step only creates its state
+        self.state_init: int | None = None  # key of the optimizer whose running step only creates its state
+        # The clock's key of each optimizer: a number never reused, where id() is (`_optkeys.py`).
+        self.optimizer_keys = OptimizerKeys()
         self.frames: FrameSkip | None = None  # pitstop's frames, never compiled by Dynamo (`hide_frames`)
         self.compiling: Any = None  # True only while Dynamo traces the hook that asks (`_dynamo.compiling`)
         self.dynamo: list[bool] = [False]  # [True] once Dynamo began to trace (`_dynamo.compile_gate`)
@@ -246,6 +249,7 @@ class Hooks:
 
         stamps = agent.stamps
         on_start, on_step = clock.on_optimizer_start, clock.on_optimizer_step
+        serials, new_key = self.optimizer_keys.serials, self.optimizer_keys.new
         # The optimizers that stepped, weakly: the clock switches at once from one that is gone.
         live: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         clock.alive = lambda key: key in live
@@ -261,7 +265,7 @@ class Hooks:
             elif dynamo[0] and compiling():  # traced by torch.compile (a compiled step): nothing (`_dynamo.py`)
                 return
             if agent.batching:
-                stamps.append((on_start, id(optimizer), perf(), None))
+                stamps.append((on_start, serials.get(id(optimizer)) or new_key(optimizer), perf(), None))
                 agent.step_open = True
             else:
                 try:
@@ -273,22 +277,22 @@ class Hooks:
                     if clock.index == 0 or hooks.step_code is None:
                         token = sys._getframe(1)
                         if _state_init(token):  # told here, before the first step ended (not later)
-                            hooks.state_init = id(optimizer)
+                            hooks.state_init = serials.get(id(optimizer)) or new_key(optimizer)
                             agent.note("info", "hooks", "an optimizer step that torch.distributed.checkpoint "
                                        "made to create the optimizer's state (zero gradients, learning rate 0) "
                                        "is not counted as a training step", once="state-init")
                             return
                         hooks.step_code = token.f_code
-                        clock.on_optimizer_start(id(optimizer), perf(), token)
+                        clock.on_optimizer_start(serials.get(id(optimizer)) or new_key(optimizer), perf(), token)
                     else:
-                        clock.on_optimizer_start(id(optimizer), perf())
+                        clock.on_optimizer_start(serials.get(id(optimizer)) or new_key(optimizer), perf())
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step pre-hook", err)
 
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if not agent.disabled and not (dynamo[0] and compiling()):
                 try:
-                    key = id(optimizer)
+                    key = serials.get(id(optimizer)) or new_key(optimizer)
                     now = perf()
                     if agent.batching and key == clock.primary:  # a plain step: held
                         stamps.append((on_step, key, now))
@@ -327,8 +331,9 @@ class Hooks:
             if agent.batching:
                 agent.flush_stamps()
             now = perf()
-            on_start(id(optimizer), now)
-            step_now(optimizer, id(optimizer), now)
+            key = serials.get(id(optimizer)) or new_key(optimizer)
+            on_start(key, now)
+            step_now(optimizer, key, now)
 
         self.scaler_skipped = skipped
         self.step_now = step_now  # (Keras's own optimizer steps, `_keras.py`)

@@ -39,7 +39,7 @@ def hook_keras_optimizer(hooks: Any) -> bool:
         def apply(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             if running or agent.disabled:
                 return original(optimizer, *args, **kwargs)
-            key = id(optimizer)
+            key = hooks.optimizer_keys.of(optimizer)
             try:
                 if agent.batching:  # (the held calls first: this step is cut at once)
                     agent.flush_stamps()

@@ -29,11 +29,11 @@ LOSS_MAX_AGE_S = 2.0  # ...or every 2 s on slow loops
 LOSS_EVERY_S = 0.01
 
 
-def loss_event(steps: list[int], values: list[float]) -> Loss:
+def loss_event(steps: list[int], values: list[float], optimizer: int = 1) -> Loss:
     """The `Loss` event of these steps' values; a non-finite value is None, its step listed."""
     finite = [v if v == v and v not in (float("inf"), float("-inf")) else None for v in values]
     bad = [s for s, v in zip(steps, finite) if v is None]
-    return Loss(t=time.time(), steps=steps, values=finite, nonfinite=bad)
+    return Loss(t=time.time(), steps=steps, values=finite, nonfinite=bad, optimizer=optimizer)
 
 
 class Tail:
@@ -129,11 +129,35 @@ def _per_step(values: list[float], counts: list[int] | None) -> list[float]:
 def flush(agent: Any, block: bool) -> None:
     """Read the agent's pending losses (see module doc); `block`: wait for copies still in flight."""
     agent._last_loss_flush = time.perf_counter()
-    pending, agent._pending_losses = agent._pending_losses, {}
     try:
+        _start_reads(agent, agent._pending_losses, 1)
+        agent._pending_losses = {}
+        # The second optimizer's (a GAN's G: `StepCut.other_loss`), floats and tensors alike, read the same way.
+        _start_reads(agent, agent._pending_other, 2)
+        agent._pending_other = {}
+        still = []
+        for steps, host, done, counts, optimizer in agent._loss_reads:
+            if done is not None and not block and not done.query():
+                still.append((steps, host, done, counts, optimizer))
+                continue
+            if done is not None:
+                done.synchronize()
+            agent.emit(loss_event(steps, _per_step(host if isinstance(host, list) else host.tolist(), counts),
+                                  optimizer))
+        agent._loss_reads = still
+    except Exception as err:
+        agent._loss_reads = []
+        agent.note("warn", "loss", f"loss reading off: {err}", once="loss")
+        if agent.hooks is not None:
+            agent.hooks.capture_loss = False
+
+
+def _start_reads(agent: Any, pending: dict[int, Any], optimizer: int) -> None:
+    """Queue the reads of `pending` (step -> a float, a tensor, or a step's parts) in `agent._loss_reads`."""
+    if pending:
         read = sorted(s for s, v in pending.items() if isinstance(v, float))  # CPU: read at backward
         if read:
-            agent._loss_reads.append((read, [pending[s] for s in read], None, None))
+            agent._loss_reads.append((read, [pending[s] for s in read], None, None, optimizer))
         steps = sorted(pending.keys() - set(read))  # tensors: read here, in one copy
         if steps:
             # A step of gradient accumulation holds its micro-steps' losses (`StepClock._combine`):
@@ -147,20 +171,7 @@ def flush(agent: Any, block: bool) -> None:
                 host = stacked.to("cpu", non_blocking=True)
                 done = torch.cuda.Event()
                 done.record()
-                agent._loss_reads.append((steps, host, done, counts))
+                agent._loss_reads.append((steps, host, done, counts, optimizer))
             else:
-                agent._loss_reads.append((steps, torch.stack([t.reshape(()).float() for t in tensors]), None, counts))
-        still = []
-        for steps, host, done, counts in agent._loss_reads:
-            if done is not None and not block and not done.query():
-                still.append((steps, host, done, counts))
-                continue
-            if done is not None:
-                done.synchronize()
-            agent.emit(loss_event(steps, _per_step(host if isinstance(host, list) else host.tolist(), counts)))
-        agent._loss_reads = still
-    except Exception as err:
-        agent._loss_reads = []
-        agent.note("warn", "loss", f"loss reading off: {err}", once="loss")
-        if agent.hooks is not None:
-            agent.hooks.capture_loss = False
+                agent._loss_reads.append((steps, torch.stack([t.reshape(()).float() for t in tensors]), None, counts,
+                                          optimizer))

@@ -100,7 +100,7 @@ def hook_scaler_step(hooks: Any, scaler_type: type) -> None:
             result = original(scaler, optimizer, *args, **kwargs)
             try:
                 primary = clock.primary
-                if counted() == before and (primary is None or primary == id(optimizer)) \
+                if counted() == before and (primary is None or primary == hooks.optimizer_keys.of(optimizer)) \
                         and clock.mode in (None, "optimizer") and hooks.scaler_skipped is not None:
                     hooks.scaler_skipped(optimizer)
             except Exception as err:  # never into the training loop

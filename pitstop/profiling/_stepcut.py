@@ -197,6 +197,10 @@ class StepCut:
             own = self._combine(parts[self._primary_from:])
             present = [loss for loss in parts if loss is not None]
             step[7] = own if own is not None else (present[-1] if present else None)
+            if own is not None and self._primary_from:
+                # ...and the other optimizer's, held since the clock's previous step (a GAN's G: errG, the
+                # script's Loss_G of the iteration before): read as this step is emitted (`Agent._on_step`).
+                self.other_loss = self._combine(parts[:self._primary_from])
             for held in reversed(self._pending):
                 step[8] = _sum_phases(held[8], step[8])
             self._pending = []

@@ -110,7 +110,10 @@ class Agent:
         self._steps = StepEvents(self.phases)  # the writer's side of the queue: steps and CPU losses to events
         self._model_optimizers = 0  # optimizers counted in the last Model event
         self._pending_losses: dict[int, Any] = {}  # step -> loss tensor (GPU), copied in batches (_losses.flush)
-        self._loss_reads: list[tuple[list[int], Any, Any, Any]] = []  # (steps, values, done event, parts per step)
+        # The second optimizer's losses (a GAN's G, `StepCut.other_loss`): step -> a float or tensor, read as above.
+        self._pending_other: dict[int, Any] = {}
+        # (steps, values, done event, parts per step, whose: 1 the step's, 2 the second optimizer's)
+        self._loss_reads: list[tuple[list[int], Any, Any, Any, int]] = []
         self._last_loss_flush = _perf()
         self._rss_fd: int | None = None
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -436,6 +439,13 @@ class Agent:
             pending = self._pending_losses
             pending[index] = loss
             if direct and (len(pending) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S):
+                self.flush_losses(block=False)
+        other = self.clock.other_loss
+        if other is not None:  # a GAN's G loss, filed under the step its backward followed (rare: never held)
+            self.clock.other_loss = None
+            others = self._pending_other
+            others[max(0, index - 1)] = other
+            if len(others) >= LOSS_BATCH or now - self._last_loss_flush > LOSS_MAX_AGE_S:
                 self.flush_losses(block=False)
         if windows is not None:
             try:

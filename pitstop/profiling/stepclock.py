@@ -153,6 +153,9 @@ class StepClock(StepCut):
         # training loader, then the validation loader) are two passes in one step.
         self._iters: dict[Any, int] = {}
         self._primary_from = 0  # held boundaries before this index are another optimizer's (`_cut`)
+        # The loss of the other optimizer's backward calls merged into the step being emitted (a GAN's G), set
+        # by `_cut` for the step's sink to take (and clear); None in every other step.
+        self.other_loss: Any = None
         # The evaluation after the last step (`finish`): its passes, and rollouts there.
         self.end_passes = 0
         self.end_rollouts = 0

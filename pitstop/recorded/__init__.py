@@ -11,15 +11,14 @@ Also which processes of a run trained (`_trained`): a hogwild run trains in
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 from pitstop.analysis import JobState, RunState
-from pitstop.events import End
-from pitstop.profiling._lastsignal import read_trace, trace_path
+from pitstop.profiling._lastsignal import trace_path
 from pitstop.profiling.record import is_record_name, record_files, siblings
 from pitstop.recorded import _jobs, _sidecar
 from pitstop.recorded._index import StreamIndex
+from pitstop.recorded._sigterm import sigterm_end
 from pitstop.recorded._streams import FileStream
 from pitstop.recorded._windows import JOB_FULL_RANKS, job_limits
 from pitstop.recorded._trained import FINDINGS_NONE, annotate, children_of, job_lines
@@ -99,10 +98,10 @@ def load_runs(target: Path | list[Path]) -> tuple[list[RunState], list[str]]:
             continue  # another run's file that happens to share the name
         if index.stream.read.torn:
             notes.append(f"note: {path} ends in a cut line (the run was killed); read up to its last whole line")
-        if run.end is None and read_trace(path) is not None:
+        end = sigterm_end(run, path)
+        if end is not None:
             # The process died of SIGTERM (faulthandler wrote its stacks, then the signal ended it: `_lastsignal`).
-            run.add(End(t=trace_path(path).stat().st_mtime, steps=run.total_steps, dropped=0, reason="terminated",
-                        exit_code=128 + signal.SIGTERM))
+            run.add(end)
             notes.append(f"note: pid {run.pid} was ended by SIGTERM; every thread's stack at that moment is in "
                          f"{trace_path(path)}")
         runs.append(run)

@@ -32,6 +32,7 @@ from pitstop.analysis import (
     StepSplit,
     StreamBatch,
     advise,
+    end_reason_text,
     job_advice,
     job_summary,
     step_split,
@@ -40,6 +41,7 @@ from pitstop.analysis import (
 from pitstop.analysis.command import tune_line
 from pitstop.events import Note
 from pitstop.errors import PitstopError, reason_of
+from pitstop.recorded._sigterm import read_sigterm_ends
 from pitstop.streams import Replies
 from pitstop.tui import logtail
 from pitstop.tui.glance import quiet_text
@@ -269,9 +271,16 @@ class PitstopApp(App[str]):
                 if isinstance(event, Note) and event.level in ("warn", "error"):
                     self.notify(prefixed(event.source, event.message), title="pitstop",
                                 severity="error" if event.level == "error" else "warning", timeout=12)
+        if any(batch.closed for batch in batches):
+            self._read_sigterm_traces()
         if batches:
             self._find_session_log()
             self.request_refresh()
+
+    def _read_sigterm_traces(self) -> None:
+        """A closed stream without its end, whose process left a SIGTERM trace: ended by SIGTERM, said live."""
+        for note in read_sigterm_ends(self.job):
+            self.notify(note, title="pitstop", severity="warning", timeout=12)
 
     def on_replay_loaded(self, message: ReplayLoaded) -> None:
         self.timeline = message.timeline
@@ -309,6 +318,7 @@ class PitstopApp(App[str]):
                 self.ended = True
                 # Every stream is over: a rank without an End event died (shown as gone).
                 self.job.close_all()
+                self._read_sigterm_traces()
                 self.notify("the event stream ended: training finished or the agent stopped", timeout=8)
                 self.refresh_views()
             elif worker.group == "command":
@@ -597,7 +607,7 @@ class PitstopApp(App[str]):
         _, run = self.current_run()
         if run is not None and run.end is not None:
             code = f" (exit code {run.end.exit_code})" if run.end.exit_code is not None else ""
-            return f"training ended: {run.end.reason}{code}"
+            return f"training ended: {end_reason_text(run.end.reason)}{code}"
         return self.detach_hint
 
     # -- actions: replay ----------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pitstop.analysis import Finding, RunState, cpu_now, gpu_reason, shares_text, window_phases
+from pitstop.analysis import WARMUP, Finding, RunState, cpu_now, gpu_reason, model_spans, shares_text, window_phases
 from pitstop.analysis import format as fmt
 from pitstop.events import Gpu, Sample
 from pitstop.tui.opstable import MIN_PHASE_SHARE
@@ -102,11 +102,35 @@ def _history(run: RunState) -> list[Sample]:
 
 
 def gauge_lines(run: RunState | None) -> tuple[GaugeLine, ...]:
-    """One line each for the GPU, the CPU (in cores) and memory."""
+    """One line each for the GPU, the CPU (in cores) and memory; and the models, where several trained in turn."""
     if run is None:
         return ()
     samples = _history(run)
-    return (_gpu_line(run, samples), _cpu_line(run, samples), _memory_line(run, samples))
+    lines = (_gpu_line(run, samples), _cpu_line(run, samples), _memory_line(run, samples))
+    models = _models_line(run)
+    return lines + (models,) if models is not None else lines
+
+
+def _models_line(run: RunState) -> GaugeLine | None:
+    """Models trained one after another (a sweep's trials): how many, the latest one's figures (the summary's
+    `models` block has each), and each model's step p50 as a sparkline, one point a model."""
+    if len(run.model_starts) < 2:  # (model_spans walks the steps: only where a second optimizer came)
+        return None
+    models = model_spans(run, WARMUP)
+    if len(models) < 2:
+        return None
+    last = models[-1]
+    figures = [f"{len(models)} in turn; model {last.index}: steps {last.first_step}-{last.last_step}",
+               f"p50 {fmt.duration(last.step_p50_s)}" if last.step_p50_s is not None else "no measured step"]
+    if last.samples_per_s is not None:
+        figures.append(fmt.rate(last.samples_per_s, "samples"))
+    if last.nonfinite:
+        figures.append(f"loss non-finite at {last.nonfinite} step{'s' if last.nonfinite != 1 else ''}")
+    elif last.last_loss is not None:
+        figures.append(f"loss {last.last_loss:.4g}")
+    p50s = tuple(m.step_p50_s for m in models)
+    top = max((p for p in p50s if p is not None), default=None)
+    return GaugeLine("models", (Gauge(", ".join(figures), p50s, top),))
 
 
 def _gpu_line(run: RunState, samples: list[Sample]) -> GaugeLine:

@@ -20,6 +20,7 @@ from pitstop.analysis import (
     StepSplit,
     cpu_now,
     data_verdict,
+    end_reason_text,
     headline,
     job_cause,
     stall_open,
@@ -108,14 +109,17 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
         r = frame.replay
         items.append(("at", f"{fmt.elapsed(r.cursor - r.start)}/{fmt.elapsed(r.end - r.start)}"
                       f" x{r.speed:g}" + (" paused" if r.paused else "")))
-    if run.end is not None:
+    if run.end is not None:  # worded as the summary words it: "terminated by SIGTERM (exit 143)"
         code = f" (exit {run.end.exit_code})" if run.end.exit_code is not None else ""
-        items.append(("ended", run.end.reason + code))
+        items.append(("ended", end_reason_text(run.end.reason) + code))
     items += [
         ("samples/s", fmt.rate_value(samples_per_s) if samples_per_s is not None
          else fmt.na("batch size unknown" if steps_per_s else None)),
         ("steps/s", fmt.rate_value(steps_per_s) if steps_per_s is not None else fmt.NA),
     ]
+    loss = loss_text(run)
+    if loss is not None:
+        items.append(("loss", loss))
     summary = frame.summary
     if summary is not None and summary.ranks > 1:
         # The job's figures next to the shown rank's: ranks in DDP each consume their own batch.
@@ -129,6 +133,16 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
     items.append(("elapsed", fmt.elapsed(elapsed_s(run, frame.now))))
     items.append(("device", device_text(run)))
     return tuple(items)
+
+
+def loss_text(run: RunState) -> str | None:
+    """The latest loss; with a second optimizer's (a GAN's G), each: "D 1.618 · G 3.788" in the summary's order
+    (the first optimizer to step, then the second); None before any was read."""
+    last = run.last_loss()
+    other = run.other_loss
+    if other is not None:
+        return f"1st {fmt.NA if last is None else f'{last:.4g}'} · 2nd {other[1]:.4g}"
+    return None if last is None else f"{last:.4g}"
 
 
 def stuck_text(frame: Frame) -> str | None:

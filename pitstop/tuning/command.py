@@ -22,6 +22,7 @@ from pitstop.events import Progress
 from pitstop.analysis.command import Command
 from pitstop.profiling.launch import Target, typed_env
 from pitstop.tuning.guard import FileGuard
+from pitstop.tuning.held import held_signals
 from pitstop.tuning.journal import Journal, JournaledEvaluator, companion, default_journal
 from pitstop.tuning.journalformat import Record, Start, Totals, TrialProgress, TrialStart, TuneEnd
 from pitstop.tuning.report import batch_tried, format_report, progress_line, tick_line, to_json, tune_status
@@ -293,7 +294,8 @@ def run(args: argparse.Namespace, target: Target) -> int:
         assert outcome.winner is not None
         cfg = outcome.winner.to_config(provenance(outcome, target, args, elapsed),
                                        guidance(outcome.winner, outcome.space))
-        written = str(save_config(cfg, out, force=args.force))
+        with held_signals():  # a Ctrl-C between its temporary file and the rename left the temporary behind
+            written = str(save_config(cfg, out, force=args.force))
     again = confirm_command(outcome, args, target, written) if outcome.improves and not outcome.confirmed else ""
     report = format_report(outcome, title, again) + wrote_line(written, outcome.confirmed, target)
     if args.json:

@@ -23,6 +23,7 @@ from pitstop.profiling.launch import SessionSettings, Target, child_env, launch,
 from pitstop.profiling.record import ReadResult, iter_record, siblings
 from pitstop.tuning.evidence import evidence_of
 from pitstop.tuning.guard import FileGuard, Restored
+from pitstop.tuning.held import held_signals
 from pitstop.tuning.measure import Measurement, measure
 from pitstop.tuning.results import Candidate, TrialResult, judge_losses
 
@@ -197,12 +198,13 @@ class TrialRunner:
         try:
             with open(log_path, "wb") as log:
                 try:
-                    self._proc = launch(target, settings, cwd=workdir, new_session=True,
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                        extra_env=env)
-                except LaunchError as err:
-                    return TrialResult(candidate, steps, stage, "crash", reason=str(err))
-                try:
+                    try:
+                        with held_signals():  # a trial started is a trial kept, so that kill() below ends it
+                            self._proc = launch(target, settings, cwd=workdir, new_session=True,
+                                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                                extra_env=env)
+                    except LaunchError as err:
+                        return TrialResult(candidate, steps, stage, "crash", reason=str(err))
                     tick()
                     while True:
                         try:
@@ -227,7 +229,9 @@ class TrialRunner:
                 shutil.rmtree(workdir, ignore_errors=True)
             elif spec.guard is not None:
                 counter.read()
-                self.restored = spec.guard.restore(setup_until=counter.first_step_start)
+                # Whole: a Ctrl-C halfway left the user's files half put back until the next tune.
+                with held_signals():
+                    self.restored = spec.guard.restore(setup_until=counter.first_step_start)
         counter.read()
         tick(done=True)
         if self.restored is not None and not spec.scratch:
@@ -247,7 +251,14 @@ class TrialRunner:
         return result.replace(duration=duration, record=str(record))
 
     def kill(self) -> None:
-        """End the running trial's process group: TERM, 3 s of grace, then KILL for what is left."""
+        """End the running trial's process group: TERM, 3 s of grace, then KILL for what is left.
+
+        Whole, whatever comes meanwhile: a second Ctrl-C in the grace skipped the KILL, and a
+        trial that handles SIGTERM by itself (a checkpoint on preemption) kept training."""
+        with held_signals():
+            self._kill()
+
+    def _kill(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
             return

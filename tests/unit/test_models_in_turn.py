@@ -40,6 +40,13 @@ def test_a_sweep_reads_as_its_models_in_turn_with_figures_each() -> None:
     assert "2: steps 80-119 (40), p50 20.0 ms, 3,200 samples/s" in text
 
 
+def test_a_sweeps_loss_line_says_it_is_the_last_models_not_a_gans_first_optimizers() -> None:
+    run = _sweep([(80, 0.01, 32), (40, 0.02, 64), (60, 0.04, 128)], losses={179: 0.5})
+    text = format_summary(summarize(run), [])
+    assert "loss        last 0.5 (model 3's, the last of 3 trained in turn)" in text
+    assert "GAN" not in text
+
+
 def test_optimizers_that_start_together_are_one_training() -> None:
     # A GAN: the discriminator's optimizer steps first, the generator's a step later; they alternate after.
     run = _sweep([(1, 0.01, 32), (99, 0.01, 32)])

@@ -268,13 +268,35 @@ def _chain_user_sitecustomize():
             sys.modules["sitecustomize"] = saved_module
 
 
+def _interrupted():
+    """End this process by SIGINT (exit code 130), as Python ends on a Ctrl-C that nothing catches.
+
+    A KeyboardInterrupt raised out of a sitecustomize makes Python abort with
+    "Failed to import the site module" (exit code 1); swallowed, it left the
+    trial to run its script unguarded. pitstop's bootstrap, when it chained us,
+    ends the process itself: the interrupt goes back to it.
+    """
+    if getattr(sys, "_pitstop_bootstrapped", False):
+        raise KeyboardInterrupt
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(130)  # SIGINT blocked by whoever started us: the exit code says it all the same
+
+
 if __name__ == "sitecustomize" and not getattr(sys, "_pitstop_guarded", False):
     sys._pitstop_guarded = True
     try:
-        install()
-    except BaseException as err:  # cannot fail the interpreter's start
         try:
-            sys.stderr.write("pitstop: file guard not started: %r\n" % (err,))
-        except Exception:
-            pass
-    _chain_user_sitecustomize()
+            install()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # cannot fail the interpreter's start (not even SystemExit)
+            try:
+                sys.stderr.write("pitstop: file guard not started: %r\n" % (err,))
+            except Exception:
+                pass
+        _chain_user_sitecustomize()
+    except KeyboardInterrupt:  # the user's Ctrl-C: never the guard's to swallow
+        _interrupted()
