@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.events import End, Event, Hello, Note, Step
-from pitstop.profiling import _children, _cuda, _losses, _serving, _watch, _writepass
+from pitstop.profiling import _children, _cuda, _losses, _plainsteps, _serving, _watch, _writepass
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling._hello import env_int, job_identity, make_hello, ray_train_identity
@@ -329,11 +329,19 @@ class Agent:
         # takes what was there when it began: the training thread appends meanwhile.
         self._taking = True
         try:
-            for _ in range(len(stamps)):
-                if writer and windows is not None and stamps[0][0] == cut and self.clock.index >= windows.wake_step:
+            left = len(stamps)
+            while left > 0:
+                stop_at = windows.wake_step if writer and windows is not None else None
+                # Plain steps' calls in one pass (`_plainsteps`); what else comes, one call at a time.
+                taken = _plainsteps.take(self.clock, stamps, left, stop_at)
+                left -= taken
+                if left <= 0:
+                    break
+                if stop_at is not None and stamps[0][0] == cut and self.clock.index >= stop_at:
                     break  # a step a profiler window starts at: the training thread's to cut
                 call = take()
                 call[0](*call[1:])
+                left -= 1
         finally:
             self._taking = False
 
