@@ -80,7 +80,7 @@ def encode_columns(columns: dict[str, list[Any]]) -> str:
     """
     n = len(columns["step"])
     t_us = [round(t * _US) for t in columns["t"]]
-    micros = {name: [None if v is None else round(v * _US) for v in columns[name]] for name in SECONDS}
+    micros = {name: _micros(columns[name], n) for name in SECONDS}
     out: dict[str, Any] = {"kind": KIND, "n": n, "t": t_us[0] / _US}
     if n > 1:
         walls = micros["wall"]
@@ -94,7 +94,7 @@ def encode_columns(columns: dict[str, list[Any]]) -> str:
         if name in _DEFAULTS and values.count(default) == n:
             continue
         out[f"{name}_us"] = _column(values)
-    others = [_us(v) for v in columns["other_s"]]
+    others = _micros(columns["other_s"], n)
     if others.count(None) != n:
         derived = _derived_other(micros)
         rest = [None if v is None or d is None else v - d for v, d in zip(others, derived)]
@@ -112,16 +112,24 @@ def encode_columns(columns: dict[str, list[Any]]) -> str:
     return json.dumps(out, separators=(",", ":"), allow_nan=False)
 
 
+def _micros(values: list[float | None], n: int) -> list[int | None]:
+    """Seconds as integer microseconds; a column of None or of 0.0 (a default) without a round a value."""
+    if values.count(None) == n:
+        return [None] * n
+    if values.count(0.0) == n:  # (0.0 == 0 == False: each rounds to 0 as well)
+        return [0] * n
+    return [None if v is None else round(v * _US) for v in values]
+
+
 def _derived_other(micros: dict[str, list[Any]]) -> list[int | None]:
     """Each step's other, in microseconds, as the phase clock derives it from the figures written."""
-    out: list[int | None] = []
-    for wall, wait, forward, backward, optimizer in zip(micros["wall"], micros["data_wait"],
-                                                        *(micros[name] for name in _PHASES)):
-        if forward is None or backward is None or optimizer is None or wait is None:
-            out.append(None)
-        else:
-            out.append(max(0, wall - wait - forward - backward - optimizer))
-    return out
+    phases = [micros[name] for name in _PHASES]
+    if any(column.count(None) for column in phases) or None in micros["data_wait"]:
+        return [None if forward is None or backward is None or optimizer is None or wait is None
+                else max(0, wall - wait - forward - backward - optimizer)
+                for wall, wait, forward, backward, optimizer in zip(micros["wall"], micros["data_wait"], *phases)]
+    return [max(0, wall - wait - forward - backward - optimizer)
+            for wall, wait, forward, backward, optimizer in zip(micros["wall"], micros["data_wait"], *phases)]
 
 
 def encode_loss(loss: Loss) -> str:

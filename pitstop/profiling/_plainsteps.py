@@ -23,9 +23,13 @@ from typing import Any
 from pitstop.profiling._stepcut import TRAINED_STEPS
 
 
-def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | None) -> int:
+def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | None, agent: Any = None) -> int:
     """Cut the plain steps whose calls head `stamps` (at most `limit` calls, no step at index `stop_at`
-    or later); returns the calls taken. 0 where the clock is not between plain steps."""
+    or later); returns the calls taken. 0 where the clock is not between plain steps.
+
+    With `agent`, whose `_on_step` would only queue the step's tuple here (no profiler window, no
+    CUDA memory or phase clock, no trial: `Agent._take_stamps` says), a step with no loss or a
+    CPU one is queued as that tuple directly: a call a step less."""
     if len(stamps) < 5 or limit < 5 or clock.mode != "optimizer" or clock.marker is not None \
             or clock._seg_t0 is not None or clock._eval_t0 is not None or clock._pending or clock._rollouts \
             or clock._open or clock._fetch or clock._loose or clock._phased or clock._losses \
@@ -37,18 +41,41 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
     index, start = clock.index, clock.t_last
     if stop_at is not None:
         limit = min(limit, 5 * max(0, stop_at - index))
+    queue = agent._queue if agent is not None else None
+    full = queue.maxlen if queue is not None else None
+    rss = agent.rss_now if agent is not None else None
+    pop = stamps.popleft
     shape_seen: Any = None
     samples_of = 0
-    taken = 0
+    taken = dropped = 0
     batches = backwards = 0
     try:
         while taken + 5 <= limit:
             # (indexing a deque near its head is O(1); the calls stay held until the step is cut)
             fetch, forward, backward, opt, cut = stamps[0], stamps[1], stamps[2], stamps[3], stamps[4]
-            if fetch[0] != on_fetch or fetch[1] != train or forward[0] != on_forward or forward[1] is not True \
-                    or forward[2] is not None or len(forward) != 4 or backward[0] != on_backward \
-                    or backward[4] is not None or backward[3] is None or opt[0] != on_start or opt[1] != primary \
-                    or opt[3] is not None or cut[0] != on_step or cut[1] != primary:
+            if fetch[0] is not on_fetch:  # (the hooks hold one bound method each: `is` once it was seen)
+                if fetch[0] != on_fetch:
+                    break
+                on_fetch = fetch[0]
+            if forward[0] is not on_forward:
+                if forward[0] != on_forward:
+                    break
+                on_forward = forward[0]
+            if backward[0] is not on_backward:
+                if backward[0] != on_backward:
+                    break
+                on_backward = backward[0]
+            if opt[0] is not on_start:
+                if opt[0] != on_start:
+                    break
+                on_start = opt[0]
+            if cut[0] is not on_step:
+                if cut[0] != on_step:
+                    break
+                on_step = cut[0]
+            if fetch[1] != train or forward[1] is not True or forward[2] is not None or len(forward) != 4 \
+                    or backward[4] is not None or backward[3] is None or opt[1] != primary or opt[3] is not None \
+                    or cut[1] != primary:
                 break
             _, _, started, waited, shape = fetch
             fetched = shape
@@ -64,8 +91,11 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             mark = started + waited
             b_end, loss, b_start = backward[1], backward[2], backward[3]
             o_start, end = opt[2], cut[2]
-            for _ in range(5):
-                stamps.popleft()
+            pop()
+            pop()
+            pop()
+            pop()
+            pop()
             taken += 5
             batches += 1
             backwards += 1
@@ -74,11 +104,19 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             fwd = b_start - mark if b_start > mark else 0.0
             clock.index = index + 1
             clock.t_last = end
-            sink(index, start, end, waited, shape, "optimizer", None, 0.0, train, loss,
-                 (fwd, b_end - b_start, end - o_start, None), 0)
+            if queue is not None and (loss is None or type(loss) is float):  # as `Agent._on_step` queues it
+                if len(queue) == full:
+                    dropped += 1
+                queue.append((index, end, end - start, waited, shape, "optimizer", None, rss, None, 0.0, train,
+                              (fwd, b_end - b_start, end - o_start, None), loss, 0))
+            else:
+                sink(index, start, end, waited, shape, "optimizer", None, 0.0, train, loss,
+                     (fwd, b_end - b_start, end - o_start, None), 0)
             index += 1
             start = end
     finally:
+        if dropped:
+            agent.dropped += dropped
         clock.batches += batches
         clock.backwards += backwards
         if taken:

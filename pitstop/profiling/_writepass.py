@@ -2,13 +2,16 @@
 
 Every WRITE_INTERVAL_S the thread reads what steps carry that need not be read
 per step (the process's RSS, CUDA memory), takes in the calls the hooks held
-for the step clock (`Agent._take_held`), then builds the queued steps' events,
-encodes them once as the record's lines and hands the same lines to the record,
-the live viewers and the exporters.
+for the step clock (`Agent._take_held`), then turns each run of queued steps
+into columns (a list a `Step` field), encodes them once as the record's lines
+and hands the same lines to the record and the live viewers, the columns to the
+step taps (the stall watch) and events to the exporters (`Step` events are
+built only for those).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -19,6 +22,8 @@ from pitstop.profiling import _cuda, _watch
 from pitstop.profiling._stepevents import steps_of
 from pitstop.profiling.record import record_lines
 from pitstop.stepcolumns import MAX_STEPS, encode_columns, encode_loss
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Step))
 
 WRITE_INTERVAL_S = 0.5  # viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 
@@ -74,6 +79,7 @@ def drain(agent: Any, final: bool = False) -> None:
         made = agent._steps
         add_loss = made.losses.add
         taps = agent.taps
+        runs: list[dict[str, list[Any]]] = []  # for the step taps
         lines: list[str] = []
         tapped: list[Event] = []
         rows: list[tuple[Any, ...]] = []
@@ -86,9 +92,13 @@ def drain(agent: Any, final: bool = False) -> None:
                 lines.extend(encode_loss(loss) for _, loss in losses)
                 if taps:
                     tapped.extend(in_queue_order(steps_of(columns) if columns is not None else [], losses))
+                if columns is not None:
+                    runs.append(columns)
             except Exception:  # a step that cannot be encoded: the run event by event, that one dropped
-                lines.extend(_lines_one_by_one(agent, in_queue_order(_steps_one_by_one(agent, rows, offset, final),
-                                                                     losses), tapped if taps else None))
+                steps = _steps_one_by_one(agent, rows, offset, final)
+                lines.extend(_lines_one_by_one(agent, in_queue_order(steps, losses), tapped if taps else None))
+                if steps:
+                    runs.append({name: [getattr(s, name) for s in steps] for name in _FIELDS})
             rows.clear()
             losses.clear()
 
@@ -134,6 +144,13 @@ def drain(agent: Any, final: bool = False) -> None:
                 sys.stderr.write(f"pitstop: recording stopped: {err}\n")
         if agent.server is not None:
             agent.server.publish(lines)
+        for step_tap in list(agent.step_taps):
+            try:
+                for columns in runs:
+                    step_tap(columns)
+            except Exception as err:
+                agent.step_taps.remove(step_tap)
+                agent.note("warn", "agent", f"{getattr(step_tap, '__qualname__', step_tap)} off: {err}")
         for tap in list(taps):
             try:
                 tap(tapped)
