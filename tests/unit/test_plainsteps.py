@@ -114,13 +114,22 @@ def test_the_one_pass_take_leaves_a_profiler_window_s_step_to_the_training_threa
     assert fused == plain and fused_state == plain_state
 
 
-def test_the_agent_s_writer_takes_plain_steps_in_one_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _agent_queue(tmp_path: Path, calls: list[tuple[Any, ...]]) -> list[Any]:
     agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
+    agent.rss_now = 123 << 20
+    agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in calls)
+    agent._take_held()
+    assert not agent.stamps
+    return list(agent._queue)
+
+
+def test_the_agent_s_writer_queues_the_steps_its_clock_queues_call_by_call(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _stream(5, steps=200)
     seen: list[int] = []
     take = _plainsteps.take
     monkeypatch.setattr(_plainsteps, "take", lambda *args: seen.append(take(*args)) or seen[-1])
-    agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in calls)
-    agent._take_held()
-    assert not agent.stamps and agent.clock.index == len(agent._queue) > 150
-    assert sum(seen) > len(calls) // 4
+    fused = _agent_queue(tmp_path / "a", calls)
+    assert sum(seen) > len(calls) // 4  # (queued by `take` itself: no window, CUDA or trial here)
+    monkeypatch.setattr(_plainsteps, "take", lambda *args: 0)
+    assert fused == _agent_queue(tmp_path / "b", calls) and len(fused) > 150
