@@ -63,8 +63,30 @@ class StepEvents:
             alloc = reserved = peak = (None,) * n
         else:
             alloc, reserved, peak = zip(*(m if m is not None else (None, None, None) for m in mem))
+        if None not in phases and not any(p[3] for p in phases):  # every step timed by the host's stamps
+            forward, backward, optimizer, _ = zip(*phases)
+            other = [max(0.0, w - d - f - b - o) for w, d, f, b, o in zip(wall, wait, forward, backward, optimizer)]
+            clock = ["host"] * n
+            forward, backward, optimizer = list(forward), list(backward), list(optimizer)
+        else:
+            forward, backward, optimizer, other, clock = self._figures(phases, wall, wait, final)
+        return {"step": list(index), "t": [offset + t for t in now], "wall": list(wall), "data_wait": list(wait),
+                "samples": list(samples), "source": list(source), "mem_allocated": list(alloc),
+                "mem_reserved": list(reserved), "mem_peak": list(peak), "host_rss": list(rss), "mark": list(mark),
+                "eval_s": list(eval_s), "loader": [v if isinstance(v, int) else None for v in loader],
+                "forward_s": forward, "backward_s": backward, "optimizer_s": optimizer, "other_s": other,
+                "phase_clock": clock,
+                "passes": [p if m is not None and p else None for m, p in zip(mark, passes)]}
+
+    def _figures(self, phases: tuple[Any, ...], wall: tuple[float, ...], wait: tuple[float, ...],
+                 final: bool) -> tuple[list[Any], ...]:
+        """Each step's forward, backward, optimizer, other and clock (`phases.figures`), a list each."""
         figure = self.phases.figures
-        forward, backward, optimizer, other, clock = [], [], [], [], []
+        forward: list[Any] = []
+        backward: list[Any] = []
+        optimizer: list[Any] = []
+        other: list[Any] = []
+        clock: list[Any] = []
         for p, w, d in zip(phases, wall, wait):
             if p is None:
                 f = b = o = r = c = None
@@ -78,13 +100,7 @@ class StepEvents:
             optimizer.append(o)
             other.append(r)
             clock.append(c)
-        return {"step": list(index), "t": [offset + t for t in now], "wall": list(wall), "data_wait": list(wait),
-                "samples": list(samples), "source": list(source), "mem_allocated": list(alloc),
-                "mem_reserved": list(reserved), "mem_peak": list(peak), "host_rss": list(rss), "mark": list(mark),
-                "eval_s": list(eval_s), "loader": [v if isinstance(v, int) else None for v in loader],
-                "forward_s": forward, "backward_s": backward, "optimizer_s": optimizer, "other_s": other,
-                "phase_clock": clock,
-                "passes": [p if m is not None and p else None for m, p in zip(mark, passes)]}
+        return forward, backward, optimizer, other, clock
 
     def losses_of(self, rows: list[tuple[Any, ...]]) -> list[Loss]:
         """The `Loss` events the CPU losses of these queued steps complete, in order."""

@@ -135,7 +135,7 @@ def test_the_writer_s_lines_are_the_record_s_lines_of_the_same_events(tmp_path: 
         now += 0.001 + rng.random() / 1000
         wall = 0.001 + rng.random() / 1000
         odd = rng.random()
-        phases = None if odd < 0.05 else (rng.random() / 1e4, rng.random() / 1e4, rng.random() / 1e4, None)
+        phases = None if odd < 0.05 and index < 400 else (rng.random() / 1e4, rng.random() / 1e4, rng.random() / 1e4, None)
         mark, eval_s, passes = ("eval", 0.3, rng.choice([0, 1, 2])) if odd > 0.97 else (None, 0.0, 0)
         items.append((index, now, wall, rng.random() / 1e4, rng.choice([32, 32, 32, 7, None]),
                       "backward" if odd < 0.01 else "optimizer",
