@@ -44,11 +44,10 @@ def _us(value: float | None) -> int | None:
 
 
 def _column(values: list[Any]) -> Any:
-    """One value when the batch shares it, else the list."""
+    """One value when the batch shares it, else the list (values are ints, strings or None: no NaN)."""
     first = values[0]
-    for value in values:
-        if value != first or type(value) is not type(first):
-            return values
+    if values.count(first) != len(values) or len(set(map(type, values))) != 1:
+        return values
     return first
 
 
@@ -67,29 +66,36 @@ def steps_in(line: str) -> int:
 
 
 def encode_steps(steps: list[Step]) -> str:
-    """The `steps` line of consecutive steps (1 to MAX_STEPS), without its newline.
+    """The `steps` line of consecutive steps (1 to MAX_STEPS), without its newline."""
+    return encode_columns({name: [getattr(s, name) for s in steps] for name in _FIELDS})
+
+
+def encode_columns(columns: dict[str, list[Any]]) -> str:
+    """The `steps` line of consecutive steps given field by field (every Step field, one value a step).
 
     Fields every step leaves at their default are left out; a field the batch
     shares is written once; `t` is the first step's time and `t_us` each next
-    step's distance from the one before, in microseconds.
+    step's distance from the one before, in microseconds. The agent's writer
+    passes the columns it built from its queue (`_stepevents.py`): no `Step` a step.
     """
-    first = steps[0]
-    t_us = [round(s.t * _US) for s in steps]
-    micros = {name: [_us(getattr(s, name)) for s in steps] for name in SECONDS}
-    out: dict[str, Any] = {"kind": KIND, "n": len(steps), "t": t_us[0] / _US}
-    if len(steps) > 1:
+    n = len(columns["step"])
+    t_us = [round(t * _US) for t in columns["t"]]
+    micros = {name: _micros(columns[name], n) for name in SECONDS}
+    out: dict[str, Any] = {"kind": KIND, "n": n, "t": t_us[0] / _US}
+    if n > 1:
         walls = micros["wall"]
         out["t_us"] = _column([b - a - wall for a, b, wall in zip(t_us, t_us[1:], walls[1:])])
-    indexes = [s.step for s in steps]
-    out["step"] = first.step if indexes == list(range(first.step, first.step + len(steps))) else indexes
+    indexes = columns["step"]
+    first = indexes[0]
+    out["step"] = first if indexes == list(range(first, first + n)) else indexes
     for name in SECONDS:
         values = micros[name]
         default = _us(_DEFAULTS.get(name))  # type: ignore[arg-type]
-        if name in _DEFAULTS and all(v == default for v in values):
+        if name in _DEFAULTS and values.count(default) == n:
             continue
         out[f"{name}_us"] = _column(values)
-    others = [_us(s.other_s) for s in steps]
-    if any(v is not None for v in others):
+    others = _micros(columns["other_s"], n)
+    if others.count(None) != n:
         derived = _derived_other(micros)
         rest = [None if v is None or d is None else v - d for v, d in zip(others, derived)]
         if any(v is not None and r is None for v, r in zip(others, rest)):
@@ -97,23 +103,33 @@ def encode_steps(steps: list[Step]) -> str:
         else:
             out["other_s_rest_us"] = _column(rest)
     for name in _PLAIN:
-        values = [getattr(s, name) for s in steps]
-        if all(v == _DEFAULTS[name] and type(v) is type(_DEFAULTS[name]) for v in values):
+        values = columns[name]
+        default = _DEFAULTS[name]
+        kind = type(default)
+        if values.count(default) == n and (default is None or all(type(v) is kind for v in values)):
             continue
         out[name] = _column(values)
     return json.dumps(out, separators=(",", ":"), allow_nan=False)
 
 
+def _micros(values: list[float | None], n: int) -> list[int | None]:
+    """Seconds as integer microseconds; a column of None or of 0.0 (a default) without a round a value."""
+    if values.count(None) == n:
+        return [None] * n
+    if values.count(0.0) == n:  # (0.0 == 0 == False: each rounds to 0 as well)
+        return [0] * n
+    return [None if v is None else round(v * _US) for v in values]
+
+
 def _derived_other(micros: dict[str, list[Any]]) -> list[int | None]:
     """Each step's other, in microseconds, as the phase clock derives it from the figures written."""
-    out: list[int | None] = []
-    for wall, wait, forward, backward, optimizer in zip(micros["wall"], micros["data_wait"],
-                                                        *(micros[name] for name in _PHASES)):
-        if forward is None or backward is None or optimizer is None or wait is None:
-            out.append(None)
-        else:
-            out.append(max(0, wall - wait - forward - backward - optimizer))
-    return out
+    phases = [micros[name] for name in _PHASES]
+    if any(column.count(None) for column in phases) or None in micros["data_wait"]:
+        return [None if forward is None or backward is None or optimizer is None or wait is None
+                else max(0, wall - wait - forward - backward - optimizer)
+                for wall, wait, forward, backward, optimizer in zip(micros["wall"], micros["data_wait"], *phases)]
+    return [max(0, wall - wait - forward - backward - optimizer)
+            for wall, wait, forward, backward, optimizer in zip(micros["wall"], micros["data_wait"], *phases)]
 
 
 def encode_loss(loss: Loss) -> str:

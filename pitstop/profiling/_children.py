@@ -80,6 +80,7 @@ def reset_after_fork(agent: Any) -> None:
     agent._loss_reads = []
     agent.worker_pids = {}
     agent.taps = []
+    agent.step_taps = []
     agent._model_optimizers = 0
     agent.cuda_mem = agent.cuda_device = False  # CUDA cannot be used in a forked child
     agent.cuda_index, agent.cuda_stats, agent.cuda_reserved, agent.cuda_peak = None, {}, None, None

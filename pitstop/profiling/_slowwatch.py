@@ -41,6 +41,11 @@ class SlowdownDetector:
         self.walls.append(wall)
         self._new += 1
 
+    def steps(self, walls: list[float]) -> None:
+        """Training steps' times, in order (the writer thread's runs of steps)."""
+        self.walls.extend(walls)
+        self._new += len(walls)
+
     def check(self, now: float) -> bool:
         """True when a capture is due now (and counts it)."""
         new, self._new = self._new, 0

@@ -92,6 +92,11 @@ class StallDetector:
         if not self.stalled and self.progress_at is not None:
             self.progress_at = now
 
+    def steps(self, last: int, walls: list[float]) -> None:
+        """Steps up to index `last`, the training ones' times in order (the writer thread's runs of steps)."""
+        self.last_step = last
+        self.walls.extend(walls)
+
     def check(self, key: Any, now: float, evaluating: bool = False) -> str | None:
         """At a tick with the progress counters `key`: "start", "update", "end" or None.
 
@@ -136,7 +141,7 @@ class StallWatch:
         self._ticked: float | None = None  # when the last tick ran (monotonic)
 
     def start(self) -> None:
-        self.agent.taps.append(self.feed)
+        self.agent.step_taps.append(self.feed_steps)
         # A worker killed (SIGKILL, the OOM killer) makes torch raise in the training thread at once,
         # and multiprocessing's exit reaps it before the agent's own exit hook runs: the uncaught
         # exception is the moment its zombie can still be read.
@@ -145,13 +150,11 @@ class StallWatch:
         self._thread = threading.Thread(target=self._loop, name="pitstop-stall", daemon=True)
         self._thread.start()
 
-    def feed(self, events: list[Any]) -> None:
-        """The writer thread's tap: each batch of events; steps feed the p95."""
-        for e in events:
-            if getattr(e, "kind", None) == "step":
-                self.detector.step(e.step, e.wall, e.mark is None)
-                if e.mark is None:
-                    self.slowdown.step(e.wall)
+    def feed_steps(self, columns: dict[str, list[Any]]) -> None:
+        """The writer thread's step tap (`Agent.step_taps`): a run of steps as columns; steps feed the p95."""
+        walls = [wall for wall, mark in zip(columns["wall"], columns["mark"]) if mark is None]
+        self.detector.steps(columns["step"][-1], walls)
+        self.slowdown.steps(walls)
 
     def key(self) -> Any:
         """What moves while the training thread works; None before the first step."""

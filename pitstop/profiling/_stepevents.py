@@ -1,11 +1,12 @@
-"""Provides the writer thread's side of the step queue: each queued step made into its events."""
+"""Provides the writer thread's side of the step queue: queued steps made into the record's columns and events."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pitstop.events import End, Event, Step
+from pitstop.events import End, Event, Loss, Step
 from pitstop.profiling._losses import LossBatch, Tail
+
 
 
 class StepEvents:
@@ -49,3 +50,78 @@ class StepEvents:
             if loss is not None:
                 return [loss, item]
         return [item]  # type: ignore[list-item]
+
+    def columns(self, rows: list[tuple[Any, ...]], offset: float, final: bool = False) -> dict[str, list[Any]]:
+        """Every `Step` field of these queued steps, a list a field: the values `step` gives each.
+
+        A column a field, built with `zip` and comprehensions: a `Step` built a step and its
+        fields read back for the line (`encode_steps`) cost the writer thread ~15 us a step of
+        ~1 ms steps (cProfile over 20,000 held steps, 2-core VM)."""
+        index, now, wall, wait, samples, source, mem, rss, mark, eval_s, loader, phases, _, passes = zip(*rows)
+        n = len(rows)
+        if mem.count(None) == n:
+            alloc = reserved = peak = (None,) * n
+        else:
+            alloc, reserved, peak = zip(*(m if m is not None else (None, None, None) for m in mem))
+        if None not in phases and not any(p[3] for p in phases):  # every step timed by the host's stamps
+            forward, backward, optimizer, _ = zip(*phases)
+            other = [max(0.0, w - d - f - b - o) for w, d, f, b, o in zip(wall, wait, forward, backward, optimizer)]
+            clock = ["host"] * n
+            forward, backward, optimizer = list(forward), list(backward), list(optimizer)
+        else:
+            forward, backward, optimizer, other, clock = self._figures(phases, wall, wait, final)
+        return {"step": list(index), "t": [offset + t for t in now], "wall": list(wall), "data_wait": list(wait),
+                "samples": list(samples), "source": list(source), "mem_allocated": list(alloc),
+                "mem_reserved": list(reserved), "mem_peak": list(peak), "host_rss": list(rss), "mark": list(mark),
+                "eval_s": list(eval_s), "loader": [v if isinstance(v, int) else None for v in loader],
+                "forward_s": forward, "backward_s": backward, "optimizer_s": optimizer, "other_s": other,
+                "phase_clock": clock,
+                "passes": [p if m is not None and p else None for m, p in zip(mark, passes)]}
+
+    def _figures(self, phases: tuple[Any, ...], wall: tuple[float, ...], wait: tuple[float, ...],
+                 final: bool) -> tuple[list[Any], ...]:
+        """Each step's forward, backward, optimizer, other and clock (`phases.figures`), a list each."""
+        figure = self.phases.figures
+        forward: list[Any] = []
+        backward: list[Any] = []
+        optimizer: list[Any] = []
+        other: list[Any] = []
+        clock: list[Any] = []
+        for p, w, d in zip(phases, wall, wait):
+            if p is None:
+                f = b = o = r = c = None
+            elif not p[3]:  # the host's stamps (`phases.figures` without spans)
+                f, b, o, _ = p
+                r, c = max(0.0, w - d - f - b - o), "host"
+            else:
+                f, b, o, r, c = figure(p, w, d, block=final)  # type: ignore[misc]
+            forward.append(f)
+            backward.append(b)
+            optimizer.append(o)
+            other.append(r)
+            clock.append(c)
+        return forward, backward, optimizer, other, clock
+
+    def losses_of(self, rows: list[tuple[Any, ...]]) -> list[Loss]:
+        """The `Loss` events the CPU losses of these queued steps complete, in order."""
+        out = []
+        add = self.losses.add
+        for row in rows:
+            if type(row[12]) is float:
+                loss = add(row[0], row[12], row[1])
+                if loss is not None:
+                    out.append(loss)
+        return out
+
+
+def steps_of(columns: dict[str, list[Any]]) -> list[Step]:
+    """The `Step` events of columns (`StepEvents.columns`), for the writer's taps: built as the record
+    reader builds them (`stepcolumns.decode_steps`), without the frozen class's per-field `__init__`."""
+    names = list(columns)
+    new = object.__new__
+    steps = []
+    for row in zip(*columns.values()):
+        step = new(Step)
+        step.__dict__.update(zip(names, row))
+        steps.append(step)
+    return steps

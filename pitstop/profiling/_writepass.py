@@ -2,21 +2,28 @@
 
 Every WRITE_INTERVAL_S the thread reads what steps carry that need not be read
 per step (the process's RSS, CUDA memory), takes in the calls the hooks held
-for the step clock (`Agent._take_held`), then builds the queued steps' events,
-encodes them once as the record's lines and hands the same lines to the record,
-the live viewers and the exporters.
+for the step clock (`Agent._take_held`), then turns each run of queued steps
+into columns (a list a `Step` field), encodes them once as the record's lines
+and hands the same lines to the record and the live viewers, the columns to the
+step taps (the stall watch) and events to the exporters (`Step` events are
+built only for those).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 from typing import Any
 
-from pitstop.events import Event
+from pitstop.events import Event, Loss, Step
 from pitstop.profiling import _cuda, _watch
+from pitstop.profiling._stepevents import steps_of
 from pitstop.profiling.record import record_lines
+from pitstop.stepcolumns import MAX_STEPS, encode_columns, encode_loss
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Step))
 
 WRITE_INTERVAL_S = 0.5  # viewers see a step within ~0.5 s (wake-ups cost: docs/internals.md)
 
@@ -60,31 +67,75 @@ def drain(agent: Any, final: bool = False) -> None:
     """Write what the queue holds. A step whose CUDA phase events the GPU has not reached yet
     stops the pass (it and what follows wait for the next, in order), unless `final`.
 
-    The lines are the record's (`record_lines`: runs of steps as `steps` lines), encoded
-    once for the record and the viewers: one JSON line per event as well had been ~a
-    third of the writer's time (~15 us a step of ~0.3 ms steps, benchmarks/hotpath.py)."""
+    The lines are the record's, as `record_lines` writes them (each run of steps as `steps`
+    lines, the losses read meanwhile after them), encoded once for the record and the
+    viewers: one JSON line per event as well had been ~a third of the writer's time (~15 us
+    a step of ~0.3 ms steps, benchmarks/hotpath.py). A run of queued steps goes to its lines
+    as columns (`StepEvents.columns`); `Step` events are built only for the taps."""
     with agent._write_lock:
-        events: list[Event] = []
         queue = agent._queue
         perf = time.perf_counter()
         offset = time.time() - perf  # steps carry perf_counter stamps; events carry wall time
+        made = agent._steps
+        add_loss = made.losses.add
+        taps = agent.taps
+        runs: list[dict[str, list[Any]]] = []  # for the step taps
+        lines: list[str] = []
+        tapped: list[Event] = []
+        rows: list[tuple[Any, ...]] = []
+        losses: list[tuple[int, Loss]] = []  # the run's losses, each after how many of its steps
+
+        def run_out() -> None:  # the run so far: its steps' lines, then its losses'
+            try:
+                columns = made.columns(rows, offset, final) if rows else None
+                lines.extend(steps_lines(columns) if columns is not None else ())
+                lines.extend(encode_loss(loss) for _, loss in losses)
+                if taps:
+                    tapped.extend(in_queue_order(steps_of(columns) if columns is not None else [], losses))
+                if columns is not None:
+                    runs.append(columns)
+            except Exception:  # a step that cannot be encoded: the run event by event, that one dropped
+                steps = _steps_one_by_one(agent, rows, offset, final)
+                lines.extend(_lines_one_by_one(agent, in_queue_order(steps, losses), tapped if taps else None))
+                if steps:
+                    runs.append({name: [getattr(s, name) for s in steps] for name in _FIELDS})
+            rows.clear()
+            losses.clear()
+
         while queue:
             try:
                 head = queue[0]
-                if not final and type(head) is tuple and agent.phases.pending(head[11], perf - head[1]):
-                    break
-                events.extend(agent._steps.events(queue.popleft(), offset, final))
+                if type(head) is tuple:
+                    phases = head[11]  # (a step with CUDA spans may wait for the GPU to pass them)
+                    if not final and phases is not None and phases[3] and agent.phases.pending(phases, perf - head[1]):
+                        break
+                    row = queue.popleft()
+                    rows.append(row)
+                    if type(row[12]) is float:  # a CPU loss: gathered into a `Loss` event every LOSS_BATCH
+                        loss = add_loss(row[0], row[12], row[1])
+                        if loss is not None:
+                            losses.append((len(rows), loss))
+                    continue
+                events = made.events(queue.popleft(), offset, final)
             except IndexError:
                 break
             except Exception as err:  # an event that cannot be built is dropped, not fatal
                 agent.dropped += 1
                 agent.note("warn", "writer", f"event dropped: {err}", once="encode")
-        if not events:
+                continue
+            for event in events:
+                if type(event) is Loss:  # (a loss does not end a run: it follows the run's steps)
+                    losses.append((len(rows), event))
+                    continue
+                if rows or losses:
+                    run_out()
+                lines.extend(_lines_one_by_one(agent, [event]))
+                if taps:
+                    tapped.append(event)
+        if rows or losses:
+            run_out()
+        if not lines:
             return
-        try:
-            lines = record_lines(events)
-        except Exception:  # an unencodable event is dropped, not the batch
-            lines = _lines_one_by_one(agent, events)
         try:
             agent._writer.write_lines(lines)
         except Exception as err:
@@ -93,15 +144,45 @@ def drain(agent: Any, final: bool = False) -> None:
                 sys.stderr.write(f"pitstop: recording stopped: {err}\n")
         if agent.server is not None:
             agent.server.publish(lines)
-        for tap in agent.taps:
+        for step_tap in list(agent.step_taps):
             try:
-                tap(events)
+                for columns in runs:
+                    step_tap(columns)
+            except Exception as err:
+                agent.step_taps.remove(step_tap)
+                agent.note("warn", "agent", f"{getattr(step_tap, '__qualname__', step_tap)} off: {err}")
+        for tap in list(taps):
+            try:
+                tap(tapped)
             except Exception as err:
                 agent.taps.remove(tap)
                 agent.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
 
 
-def _lines_one_by_one(agent: Any, events: list[Event]) -> list[str]:
+def steps_lines(columns: dict[str, list[Any]]) -> list[str]:
+    """The `steps` lines of a run of steps given as columns: MAX_STEPS a line, as `record_lines` cuts them."""
+    n = len(columns["step"])
+    if n <= MAX_STEPS:
+        return [encode_columns(columns)]
+    return [encode_columns({name: values[i:i + MAX_STEPS] for name, values in columns.items()})
+            for i in range(0, n, MAX_STEPS)]
+
+
+def in_queue_order(steps: list[Step], losses: list[tuple[int, Loss]]) -> list[Event]:
+    """A run's steps and losses as the queue held them (the taps' order): each loss after its step."""
+    out: list[Event] = []
+    at = 0
+    for after, loss in losses:
+        out.extend(steps[at:after])
+        out.append(loss)
+        at = max(at, after)
+    out.extend(steps[at:])
+    return out
+
+
+def _lines_one_by_one(agent: Any, events: list[Event], tapped: list[Event] | None = None) -> list[str]:
+    """Each event's lines on their own; one that cannot be encoded is dropped and noted (`tapped`: the
+    ones encoded, for the taps)."""
     lines: list[str] = []
     for event in events:
         try:
@@ -109,4 +190,19 @@ def _lines_one_by_one(agent: Any, events: list[Event]) -> list[str]:
         except Exception as err:
             agent.dropped += 1
             agent.note("warn", "writer", f"event dropped: {err}", once="encode")
+            continue
+        if tapped is not None:
+            tapped.append(event)
     return lines
+
+
+def _steps_one_by_one(agent: Any, rows: list[tuple[Any, ...]], offset: float, final: bool) -> list[Step]:
+    """The `Step` events of queued steps, one at a time; one that cannot be built is dropped and noted."""
+    steps = []
+    for row in rows:
+        try:
+            steps.append(agent._steps.step(row, offset, final))
+        except Exception as err:
+            agent.dropped += 1
+            agent.note("warn", "writer", f"event dropped: {err}", once="encode")
+    return steps

@@ -1,0 +1,106 @@
+"""Prints the agent's writer thread's CPU a step: held plain steps taken in, the queue drained to a record.
+
+    python benchmarks/writer_pass.py [--steps 20000] [--per-pass 500] [--no-stall-tap]
+    valgrind --tool=callgrind --dump-before=getsid python -S benchmarks/writer_pass.py --steps 5000
+
+No torch and no training: an `Agent` (never started) is given, pass after pass, what
+the hooks hold for `--per-pass` plain steps of a ~1 ms loop (a batch of the training
+loader, a training forward, a backward with a CPU loss one step in ten, the
+optimizer's two hooks: the tuples `_hooks.py`, `_loaderhook.py` and `_root.py`
+append), then takes them in (`Agent._take_held`) and drains its queue into a
+compressed record (`Agent._drain`), with the stall watch's tap as in every run.
+It prints the thread's own CPU time a step (`time.thread_time`), split into the
+take and the rest. Under callgrind the passes alone are part 2 (the script calls
+`os.getsid(0)` before and after them): its instructions over the steps are the
+writer's instructions a step, which do not move with the machine's load (`-S`
+with `PYTHONPATH` picks one checkout over the editable install). Figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pitstop.profiling._stallwatch import StallWatch
+from pitstop.profiling.agent import Agent
+from pitstop.profiling.launch import SessionSettings
+from pitstop.profiling.record import RecordWriter
+
+LOADER, OPTIMIZER, SHAPE = 7, 12345, (32, 128)
+
+
+def hold(agent: Any, n: int, perf: Any = time.perf_counter) -> None:
+    """What the hooks hold for n plain steps, in their shapes."""
+    clock, stamps = agent.clock, agent.stamps
+    on_fetch, on_forward, on_backward = clock.on_fetch, clock.on_forward, clock.on_backward
+    on_start, on_step = clock.on_optimizer_start, clock.on_optimizer_step
+    for i in range(n):
+        t = perf()
+        stamps.append((on_fetch, LOADER, t, 1e-5, SHAPE))
+        stamps.append((on_forward, True, None, t + 2e-5))
+        stamps.append((on_backward, t + 4e-4, 1.0 + i * 1e-3 if i % 10 == 0 else None, t + 2e-4, None))
+        stamps.append((on_start, OPTIMIZER, t + 5e-4, None))
+        stamps.append((on_step, OPTIMIZER, t + 9e-4))
+    agent.batched_steps += n
+
+
+def prime(agent: Any) -> None:
+    """Three steps told to the clock at once, as the hooks do before they hold calls."""
+    clock = agent.clock
+    clock.batch_sizes[LOADER] = SHAPE[0]
+    t = time.perf_counter()
+    for _ in range(3):
+        clock.on_fetch(LOADER, t, 1e-5, SHAPE)
+        clock.on_forward(True, None, t + 2e-5)
+        agent.on_backward(1.0, t + 2e-4, None, None, t + 4e-4)
+        clock.on_optimizer_start(OPTIMIZER, t + 5e-4, None)
+        clock.on_optimizer_step(OPTIMIZER, t + 9e-4)
+        t += 1e-3
+    agent._drain()
+    if not agent.may_batch():
+        raise SystemExit("the clock does not hold plain steps after three: not the agent this benchmark knows")
+    agent.batching = True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--per-pass", type=int, default=500, help="steps a writer pass finds (0.5 s of 1 ms steps)")
+    parser.add_argument("--no-stall-tap", action="store_true", help="without the stall watch's tap")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = Agent(SessionSettings(session="bench", record=str(Path(tmp) / "records"), script="train.py",
+                                      profile=None))
+        agent._writer = RecordWriter(Path(tmp) / "run.jsonl.gz")
+        prime(agent)
+        if not args.no_stall_tap:
+            watch = StallWatch(agent)
+            if hasattr(agent, "step_taps"):
+                agent.step_taps.append(watch.feed_steps)
+            else:  # (a checkout from before the step taps: the stall watch fed events)
+                agent.taps.append(watch.feed)  # type: ignore[attr-defined]
+        passes = args.steps // args.per_pass
+        steps = passes * args.per_pass
+        total = took = 0.0
+        os.getsid(0)  # callgrind (`--dump-before=getsid`): the passes alone are part 2
+        for _ in range(passes):
+            hold(agent, args.per_pass)
+            c0 = time.thread_time()
+            agent._take_held()
+            c1 = time.thread_time()
+            agent._drain()
+            total += time.thread_time() - c0
+            took += c1 - c0
+        os.getsid(0)
+        agent._writer.close()
+    print(f"writer CPU: {total / steps * 1e6:.2f} us a step over {steps} steps in passes of {args.per_pass} "
+          f"(taking the held calls in {took / steps * 1e6:.2f}, the rest {(total - took) / steps * 1e6:.2f}); "
+          f"load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
