@@ -281,6 +281,7 @@ def test_ray_train_on_a_cluster_started_beforehand_gets_the_agent_through_its_ru
     assert "ranks       2 seen of world size 2 (2 finished)" in text, text[-3000:]
     under = home / "ray_results" / "pitstop-ray-test" / "pitstop"
     assert re.search(rf"records     the workers' under the run's storage path: {re.escape(str(under))}/\S+", text)
+    assert "  nodes " not in text, text[-3000:]  # the driver (no rank) on node-a is no node of the job
     viewed = pitstop(["view", str(record), "--summary"], env)
     steps = sorted(int(m) for m in re.findall(r"^  rank \d  \d+\s+\S+\s+finished\s+(\d+)", viewed.stdout, re.M))
     assert steps == [16, 16], viewed.stdout[:3000]  # 1 epoch of 16 steps on each worker, every one recorded

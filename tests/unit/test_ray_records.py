@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
+from pitstop.analysis import RunState, nodes
 from pitstop.events import SCHEMA_VERSION, Hello
 from pitstop.profiling._ray import record_dir, worker_record_base
 from pitstop.profiling._raydriver import merged_runtime_env, worker_env_vars
@@ -64,3 +66,17 @@ def test_view_of_the_drivers_record_reads_the_records_its_links_name(tmp_path: P
     runs, _ = load_runs(driver.parent)
     assert sorted(r.pid for r in runs) == [1, 2, 3]
     assert f"  records     the workers' under the run's storage path: {storage}" in job_lines(runs)
+
+
+def test_the_drivers_node_is_not_a_node_of_the_job_its_workers_ran_on(tmp_path: Path) -> None:
+    """A cluster started apart: the driver (no rank) on its host, both workers on another node."""
+    driver = RunState()
+    driver.add(_hello("sess", 1, None, tmp_path / "d"))
+    workers = []
+    for rank in (0, 1):
+        worker = RunState()
+        hello = _hello("sess", 2 + rank, rank, tmp_path / f"w{rank}")
+        worker.add(dataclasses.replace(hello, node="node-b", local_world_size=2, nodes=1))
+        workers.append(worker)
+    view = nodes([driver, *workers])
+    assert view.nodes == ("node-b",) and not view.spans
