@@ -66,8 +66,8 @@ def merged_runtime_env(user: Any, ours: dict[str, str]) -> tuple[Any, str | None
     if not isinstance(env_vars, dict):
         return user, "its runtime_env's env_vars is not a dict"
     if "PYTHONPATH" in env_vars and str(BOOTSTRAP_DIR) not in str(env_vars["PYTHONPATH"]):
-        return user, (f"its runtime_env sets PYTHONPATH; put {BOOTSTRAP_DIR} first in it (and the other "
-                      f"PITSTOP_* variables pitstop sets) to measure them")
+        return user, (f"its runtime_env sets PYTHONPATH; put {BOOTSTRAP_DIR} first in it to measure them "
+                      "(pitstop then adds its own variables beside yours)")
     merged = type(user)(user)  # a RuntimeEnv stays one: it is a dict
     merged["env_vars"] = {**ours, **env_vars}
     return merged, None
