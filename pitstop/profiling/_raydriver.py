@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from pitstop.profiling import jobenv
@@ -39,7 +39,7 @@ TRAINERS = (("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer"),
             ("ray.train.base_trainer", "BaseTrainer"))
 
 
-def worker_env_vars(environ: dict[str, str] | os._Environ[str], pid: int, node: str) -> dict[str, str]:
+def worker_env_vars(environ: Mapping[str, str], pid: int, node: str) -> dict[str, str]:
     """The runtime_env `env_vars` that give a Ray worker pitstop's agent, dormant until its first step."""
     return {
         SESSION_ENV: environ[SESSION_ENV],

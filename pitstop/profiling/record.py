@@ -88,6 +88,18 @@ def linked_dirs(target: Path) -> list[Path]:
     return out
 
 
+def linked_record_files(target: Path) -> list[Path]:
+    """The record files in the directories `target`'s links files name (`linked_dirs`); one not there
+    (its workers wrote beside the driver's record, or its filesystem is not reachable here) adds none."""
+    out: list[Path] = []
+    for folder in linked_dirs(target):
+        try:
+            out += [f for f in record_files(folder) if f not in out]
+        except RecordError:
+            continue
+    return out
+
+
 def record_path_for(base: str, rank: int | None, pid: int) -> Path:
     """The file one process writes, given the session's record base.
 

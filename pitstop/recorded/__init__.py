@@ -15,10 +15,9 @@ import signal
 from pathlib import Path
 
 from pitstop.analysis import JobState, RunState
-from pitstop.errors import RecordError
 from pitstop.events import End
 from pitstop.profiling._lastsignal import read_trace, trace_path
-from pitstop.profiling.record import is_record_name, linked_dirs, record_files, siblings
+from pitstop.profiling.record import is_record_name, linked_record_files, record_files, siblings
 from pitstop.recorded import _jobs, _sidecar
 from pitstop.recorded._index import StreamIndex
 from pitstop.recorded._streams import FileStream
@@ -77,18 +76,7 @@ def job_files(target: Path | list[Path]) -> tuple[list[Path], list[Path]]:
             children += [f for f in kids if f not in children and f not in files]
         return files, children
     files = record_files(target)
-    return files, _children_of(target, files) + _linked(target)
-
-
-def _linked(target: Path) -> list[Path]:
-    """Records of the run written elsewhere (Ray Train's workers under the run's storage path: `linked_dirs`)."""
-    out: list[Path] = []
-    for folder in linked_dirs(target):
-        try:
-            out += record_files(folder)
-        except RecordError:  # not written (the workers wrote beside the driver's record), or not reachable here
-            continue
-    return out
+    return files, _children_of(target, files) + [f for f in linked_record_files(target) if f not in files]
 
 
 def load_runs(target: Path | list[Path]) -> tuple[list[RunState], list[str]]:

@@ -11,7 +11,8 @@ from pitstop.events import SCHEMA_VERSION, Hello
 from pitstop.profiling._ray import record_dir, worker_record_base
 from pitstop.profiling._raydriver import merged_runtime_env, worker_env_vars
 from pitstop.profiling.launch import BOOTSTRAP_DIR, SESSION_ENV
-from pitstop.profiling.record import RecordWriter, links_path, linked_dirs
+from pitstop.profiling.record import RecordWriter, linked_dirs, links_path
+from pitstop.profiling.sources import RecordSource
 from pitstop.recorded import job_files, job_lines, load_runs
 
 DEFAULT = os.path.expanduser("~/ray_results")
@@ -63,6 +64,9 @@ def test_view_of_the_drivers_record_reads_the_records_its_links_name(tmp_path: P
     files, others = job_files(driver.parent)
     assert files == [driver] and others == [storage / "rank0.jsonl.gz", storage / "rank1.jsonl.gz"]
     assert job_files(driver)[1] == others
+    assert RecordSource(driver.parent).files == [driver, *others]  # the viewer's replay reads them too
+    (tmp_path / "never-written").mkdir()  # an empty directory adds nothing
+    assert job_files(driver.parent)[1] == others
     runs, _ = load_runs(driver.parent)
     assert sorted(r.pid for r in runs) == [1, 2, 3]
     assert f"  records     the workers' under the run's storage path: {storage}" in job_lines(runs)
