@@ -73,8 +73,9 @@ def worker_record_base(storage: str | None, default_storage: str | None, experim
 
 
 def storage_record_base(session: str) -> str | None:
-    """This Ray Train worker's record base under its run's storage path (`worker_record_base`), from Ray's train
-    context (`get_storage()`: the run's storage path and experiment directory); None where it stays beside the driver's."""
+    """This Ray Train worker's record base under its run's storage path (`worker_record_base`), from Ray's
+    train context (`get_storage()`: the run's storage path and experiment directory); None where it stays
+    beside the driver's."""
     train = sys.modules.get("ray.train")
     if train is None:
         return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from pitstop.analysis import RunState, nodes
@@ -84,3 +86,13 @@ def test_the_drivers_node_is_not_a_node_of_the_job_its_workers_ran_on(tmp_path: 
         workers.append(worker)
     view = nodes([driver, *workers])
     assert view.nodes == ("node-b",) and not view.spans
+
+
+def test_a_ray_node_without_pythonpath_does_not_put_the_workers_cwd_on_sys_path(tmp_path: Path) -> None:
+    """Ray expands the runtime_env's "BOOTSTRAP:${PYTHONPATH}" to "BOOTSTRAP:" on a node without one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PITSTOP_")}
+    env["PYTHONPATH"] = f"{BOOTSTRAP_DIR}{os.pathsep}"
+    probe = "import os, sys; print(os.getcwd() in sys.path, os.environ['PYTHONPATH'])"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.split() == ["False", str(BOOTSTRAP_DIR)], out.stderr
