@@ -83,11 +83,14 @@ def nodes(runs: list[RunState], summary: JobSummary | None = None) -> Nodes:
     by_node_rank: dict[int, str] = {}
     order: list[str] = []
     per_node: int | None = None
+    ranked = any(r.rank is not None for r in runs)
     for run in sorted(runs, key=lambda r: (r.rank is None, r.rank or 0)):
         name, hello = node_name(run), run.hello
         if name is None or hello is None:
             continue
-        if name not in order:
+        # A process that is no rank (Ray Train's driver) runs no share of the job: its node is not one of the
+        # job's ("2 seen of 1 (node-b: ranks 0-1; vm: ranks )" for workers on a cluster started apart).
+        if name not in order and (run.rank is not None or not ranked):
             order.append(name)
         if run.rank is not None:
             node_of[run.rank] = name

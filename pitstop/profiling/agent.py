@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.events import End, Event, Hello, Note, Step
-from pitstop.profiling import _children, _cuda, _losses, _plainsteps, _serving, _watch, _writepass
+from pitstop.profiling import _children, _cuda, _losses, _plainsteps, _raydriver, _serving, _watch, _writepass
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling._hello import env_int, job_identity, make_hello, ray_train_identity
 from pitstop.profiling._lastsignal import SignalTrace
+from pitstop.profiling._ray import storage_record_base
 from pitstop.profiling._stepevents import StepEvents
 from pitstop.profiling.launch import SESSION_ENV, SessionSettings
 from pitstop.profiling.phases import PhaseClock
@@ -172,7 +173,8 @@ class Agent:
                 ranked = (ray.rank, ray.world_size)
         if self.parent_pid is not None:  # a child that trains: its own file, named with its rank, else its pid
             self.rank = named = ranked[0] if ranked is not None else None
-        self.record_path = record_path_for(settings.record, named, self.pid)
+        base = (storage_record_base(settings.session) if ray is not None else None) or settings.record
+        self.record_path = record_path_for(base, named, self.pid)
         self._writer = RecordWriter(self.record_path)
         try:
             self._rss_fd = os.open("/proc/self/statm", os.O_RDONLY)
@@ -599,4 +601,9 @@ def start_from_env(reason: str = "", parent_pid: int | None = None) -> Agent | N
         _watch.install_when_torch_imported(agent)
     except Exception as err:
         agent.note("error", "hooks", f"torch hooks not installed: {err}")
+    if parent_pid is None:  # a Ray driver: its workers get the agent on a cluster started apart too
+        try:
+            _raydriver.install(agent)
+        except Exception as err:
+            agent.note("warn", "ray", f"Ray workers not given pitstop's agent: {err}")
     return agent

@@ -69,6 +69,40 @@ def siblings(path: Path, infix: str) -> list[Path]:
     return sorted([*path.parent.glob(f"{stem}.{infix}*.jsonl"), *path.parent.glob(f"{stem}.{infix}*{SUFFIX_GZ}")])
 
 
+def links_path(record: Path) -> Path:
+    """The file beside a record that names other directories holding records of its run, one a line.
+
+    Ray Train's workers on other nodes write under the run's storage path (a filesystem
+    all nodes share), not beside the driver's record: the driver names that directory here.
+    """
+    return record.with_name(f"{record_stem(record)}.links")
+
+
+def linked_dirs(target: Path) -> list[Path]:
+    """The directories the links files of `target` name: a record's own (`links_path`), or every one in a directory."""
+    files = sorted(target.glob("*.links")) if target.is_dir() else [links_path(target)]
+    out: list[Path] = []
+    for links in files:
+        try:
+            lines = links.read_text().splitlines()
+        except OSError:
+            continue
+        out += [Path(line) for line in lines if line.strip() and Path(line) not in out]
+    return out
+
+
+def linked_record_files(target: Path) -> list[Path]:
+    """The record files in the directories `target`'s links files name (`linked_dirs`); one not there
+    (its workers wrote beside the driver's record, or its filesystem is not reachable here) adds none."""
+    out: list[Path] = []
+    for folder in linked_dirs(target):
+        try:
+            out += [f for f in record_files(folder) if f not in out]
+        except RecordError:
+            continue
+    return out
+
+
 def record_path_for(base: str, rank: int | None, pid: int) -> Path:
     """The file one process writes, given the session's record base.
 

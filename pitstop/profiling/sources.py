@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from pitstop.errors import SchemaError, TransportError, reason_of
 from pitstop.events import Event, Hello, Note, Rank
 from pitstop.profiling._linedecode import decode_events
-from pitstop.profiling.record import iter_record, record_files
+from pitstop.profiling.record import iter_record, linked_record_files, record_files
 from pitstop.profiling.transport import COMMAND_TIMEOUT_S, Client, PendingReply, TcpEndpoint, list_agents
 from pitstop.streams import Answer, Replies, StreamBatch, process_name
 
@@ -106,7 +106,8 @@ class RecordSource:
     def __init__(self, target: Path | list[Path]) -> None:
         """`target`: a record file or directory, or several (each node's of one job)."""
         targets = target if isinstance(target, list) else [target]
-        self.files = [f for one in targets for f in record_files(one)]
+        # Ray Train's workers on other nodes wrote under the run's storage path: the driver's record links it.
+        self.files = [f for one in targets for f in record_files(one) + linked_record_files(one)]
         self.label = f"replay: {' '.join(str(t) for t in targets)}"
         # The viewer's index of `files` (pitstop.tui.replay.Timeline), when the caller built it
         # first to turn a corrupt line into a one-line error before the screen opens.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pitstop.analysis import JobState, RunState
 from pitstop.profiling._lastsignal import trace_path
-from pitstop.profiling.record import is_record_name, record_files, siblings
+from pitstop.profiling.record import is_record_name, linked_record_files, record_files, siblings
 from pitstop.recorded import _jobs, _sidecar
 from pitstop.recorded._index import StreamIndex
 from pitstop.recorded._sigterm import sigterm_end
@@ -75,7 +75,7 @@ def job_files(target: Path | list[Path]) -> tuple[list[Path], list[Path]]:
             children += [f for f in kids if f not in children and f not in files]
         return files, children
     files = record_files(target)
-    return files, _children_of(target, files)
+    return files, _children_of(target, files) + [f for f in linked_record_files(target) if f not in files]
 
 
 def load_runs(target: Path | list[Path]) -> tuple[list[RunState], list[str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from pitstop.analysis import RunState
 
 FINDINGS_NONE = "findings: none"
@@ -22,6 +24,19 @@ def _ray(children: list[RunState]) -> bool:
     return any(r.hello is not None and r.hello.launcher == "ray" for r in children)
 
 
+def _elsewhere(run: RunState, children: list[RunState]) -> list[str]:
+    """The directories the children's records are in, where not the driver's own (Ray Train's storage path)."""
+    own = str(PurePath(run.hello.record).parent) if run.hello is not None and run.hello.record else None
+    out: list[str] = []
+    for child in children:
+        if child.hello is None or not child.hello.record:
+            continue
+        folder = str(PurePath(child.hello.record).parent)
+        if folder != own and folder not in out:
+            out.append(folder)
+    return out
+
+
 def job_lines(runs: list[RunState]) -> list[str]:
     """Rows for a job block with child trainers: who trained, and the steps of every process added up."""
     rows = []
@@ -30,6 +45,9 @@ def job_lines(runs: list[RunState]) -> list[str]:
         if children and _ray(children):
             rows.append(("driver", f"pid {run.pid}, Ray Train's driver: it does not train; its {len(children)} Ray "
                                    f"Train workers did: {_listed(children)}"))
+            elsewhere = _elsewhere(run, children)
+            if elsewhere:
+                rows.append(("records", f"the workers' under the run's storage path: {', '.join(elsewhere)}"))
         elif children:
             rows.append(("children", f"{len(children)} child processes of pid {run.pid} trained: {_listed(children)}"))
     if not rows:

@@ -243,3 +243,45 @@ def test_ray_train_workers_are_the_ranks_of_one_job_and_the_driver_says_it_does_
     assert "ranks       2 seen of world size 2 (2 finished)" in viewed.stdout, viewed.stdout[:3000]
     steps = sorted(int(m) for m in re.findall(r"^  rank \d  \d+\s+\S+\s+finished\s+(\d+)", viewed.stdout, re.M))
     assert steps == [64, 64], viewed.stdout[:3000]  # 2 epochs of 32 steps on each worker, every one recorded
+    # RunConfig(storage_path=...) set: the workers' records are under it, and the driver's summary says where.
+    under = sorted((tmp_path / "ray_results" / "pitstop-ray-test" / "pitstop").glob("*/rank*.jsonl.gz"))
+    assert [p.name for p in under] == ["rank0.jsonl.gz", "rank1.jsonl.gz"], under
+    assert f"records     the workers' under the run's storage path: {under[0].parent}" in text, text[-3000:]
+    assert not list(record.glob("rank1*")), list(record.iterdir())  # nothing beside the driver's record
+
+
+@pytest.mark.slow
+def test_ray_train_on_a_cluster_started_beforehand_gets_the_agent_through_its_runtime_env(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`ray start --head` outside pitstop, then the script joins it (`ray.init(address="auto")`): its workers get
+    pitstop's variables from the job's runtime_env; on another "node" than the driver (PITSTOP_NODE) and with
+    Ray's default storage path, their records go under the run's storage path, where the driver's record leads."""
+    pytest.importorskip("ray.train.torch", reason="ray[train] is not installed (pip install 'ray[train]')")
+    ray = str(Path(sys.executable).parent / "ray")
+    home = tmp_path / "home"  # Ray's default storage path is ~/ray_results: the test's own
+    home.mkdir()
+    port = _free_port()
+    cluster = {k: v for k, v in env.items() if not k.startswith("PITSTOP_") and k != "PYTHONPATH"}
+    cluster.update(HOME=str(home), PITSTOP_NODE="node-b", RAY_USAGE_STATS_ENABLED="0")
+    started = subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                              "--disable-usage-stats"], env=cluster, capture_output=True, text=True, timeout=180)
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        env.update(HOME=str(home), PITSTOP_NODE="node-a", RAY_ADDRESS=f"127.0.0.1:{port}",
+                   RAY_USAGE_STATS_ENABLED="0")
+        env.pop("RAY_STORAGE", None)
+        record = tmp_path / "ray-run"
+        result = pitstop(["run", "--headless", "--record", str(record), "--", sys.executable,
+                          str(SCRIPTS / "ray_train.py"), "16", "1", "auto"], env, timeout=300)
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=cluster, capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stderr
+    assert "ranks       2 seen of world size 2 (2 finished)" in text, text[-3000:]
+    under = home / "ray_results" / "pitstop-ray-test" / "pitstop"
+    assert re.search(rf"records     the workers' under the run's storage path: {re.escape(str(under))}/\S+", text)
+    assert "  nodes " not in text, text[-3000:]  # the driver (no rank) on node-a is no node of the job
+    viewed = pitstop(["view", str(record), "--summary"], env)
+    steps = sorted(int(m) for m in re.findall(r"^  rank \d  \d+\s+\S+\s+finished\s+(\d+)", viewed.stdout, re.M))
+    assert steps == [16, 16], viewed.stdout[:3000]  # 1 epoch of 16 steps on each worker, every one recorded

@@ -189,10 +189,28 @@ def _interrupted():
     os._exit(130)  # SIGINT blocked by whoever started us: the exit code says it all the same
 
 
+def _drop_empty_tail():
+    """Undo the empty PYTHONPATH entry a Ray node without PYTHONPATH leaves ("BOOTSTRAP:").
+
+    pitstop gives a Ray cluster's workers PYTHONPATH="BOOTSTRAP:${PYTHONPATH}" in the job's
+    runtime_env; Ray expands the reference to "" where the node has none, and Python
+    reads the empty entry as the working directory: it put the worker's cwd on sys.path.
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.environ.get("PYTHONPATH") != here + os.pathsep:
+        return
+    os.environ["PYTHONPATH"] = here
+    if here in sys.path:
+        at = sys.path.index(here) + 1
+        if at < len(sys.path) and sys.path[at] == os.getcwd():
+            del sys.path[at]
+
+
 if not getattr(sys, "_pitstop_bootstrapped", False):
     sys._pitstop_bootstrapped = True
     try:
         try:
+            _drop_empty_tail()
             _start()
         except KeyboardInterrupt:
             raise

@@ -2,6 +2,7 @@
 
 `prepare_model` wraps the model in DDP (gloo), `prepare_data_loader` adds a
 DistributedSampler; each worker trains EPOCHS epochs of STEPS steps.
+`ray_train.py STEPS EPOCHS auto` joins a cluster started beforehand (`ray.init(address="auto")`).
 """
 import os
 import sys
@@ -35,10 +36,13 @@ def train_func() -> None:
 
 
 if __name__ == "__main__":
-    ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=True)
-    storage = os.environ.get("RAY_STORAGE", os.path.join(os.getcwd(), "ray_results"))
+    if len(sys.argv) > 3 and sys.argv[3] == "auto":  # a cluster started beforehand (`ray start --head`)
+        ray.init(address="auto", log_to_driver=True)
+    else:
+        ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=True)
+    # RAY_STORAGE unset: Ray's default storage path (~/ray_results)
     trainer = TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=WORKERS, use_gpu=False),
-                           run_config=RunConfig(name="pitstop-ray-test", storage_path=storage))
+                           run_config=RunConfig(name="pitstop-ray-test", storage_path=os.environ.get("RAY_STORAGE")))
     result = trainer.fit()
     print(f"ray train finished: error={result.error}", flush=True)
     ray.shutdown()
