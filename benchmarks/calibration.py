@@ -157,6 +157,8 @@ def apply_fix(s: Scenario, f: Finding) -> list[str] | None:
             out.append("--persistent")
         if p := re.search(r"prefetch_factor=(\d+)", f.fix):
             out += ["--prefetch", p[1]]
+        if t := re.search(r"set_num_threads\((\d+)\)", f.fix):  # the threads named beside the workers
+            out += ["--threads", t[1]]
         return out
     if f.rule == "float64":
         return ["--dtype", "float32"]

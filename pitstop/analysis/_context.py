@@ -29,7 +29,7 @@ class Finding:
     cause: str = ""
     fix: str = ""  # code a user can paste
     gain: str = ""  # expected gain, estimated from the evidence
-    knob: str | None = None  # the `pitstop tune` knob that confirms it
+    knob: str | None = None  # the `pitstop tune` knob(s) that confirm it, comma-separated
     tune: str = ""  # the `pitstop tune --knobs KNOB ...` line for this run's command, as typed (advise fills it)
 
 

@@ -78,7 +78,7 @@ def advise(run: RunState, warmup: int = WARMUP) -> Advice:
             continue
         if result is not None:
             if result.knob and not result.tune:
-                result = replace(result, tune=tune_line(run.hello, [result.knob]))
+                result = replace(result, tune=tune_line(run.hello, result.knob.split(",")))
             found.append((SEVERITY_RANK.get(result.severity, len(SEVERITY_RANK)), order, result))
     found.sort(key=lambda item: (item[0], item[1]))
     return stuck + Advice(tuple(f for _, _, f in found), tuple(failed))

@@ -125,6 +125,7 @@ def loader_facts(ctx: Context) -> LoaderFacts | None:
         steps_per_start=steps_per_start or None,
         contended=contended(ctx),
         usable=ctx.usable_cpus(),
+        threads=ctx.run.runtime.torch_threads if ctx.run.runtime is not None else None,
     )
 
 
@@ -178,6 +179,10 @@ def data_wait(ctx: Context) -> Finding | None:
         args.append("persistent_workers=True")
         args.append(f"prefetch_factor={max(4, (dl.prefetch_factor or 2) if dl else 2)}")
         fix = loader_fix(dl, args)
+        if chosen.threads:
+            fix += (f"\ntorch.set_num_threads({chosen.threads})  # {chosen.workers} loading workers and "
+                    f"{facts.threads} intra-op threads would not fit {facts.usable or int(facts.cores or 1)} "
+                    "cores: a thread without one stalls every op")
         if cuda:
             fix += "\nx = x.to(device, non_blocking=True)  # overlaps the copy with compute"
         word = "at most" if chosen.bound else "~"
@@ -187,7 +192,7 @@ def data_wait(ctx: Context) -> Finding | None:
             gain += ("; a bound, not a prediction: the machine was contended (its threads waited for a core), "
                      "so the cores workers would get are unknown" if facts.contended and facts.cpu is not None
                      else "; a bound, not a prediction: let `pitstop tune` measure it")
-        knob: str | None = "num_workers"
+        knob: str | None = "num_workers,threads" if chosen.threads else "num_workers"
     else:
         if current:
             # Keep the workers there are, never more than the free cores (workers-oversubscribed says why).

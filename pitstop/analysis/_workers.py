@@ -17,6 +17,15 @@ epoch when not) and each batch carried across processes. Below MIN_GAIN the
 model's gain is smaller than what it leaves out (torch's intra-op threads
 losing a core to a worker): minGPT's adder, 11% data wait, was promised 1.12x
 for 1 worker and measured x0.9; pytorch/examples' mnist, 16%, 1.20x and x0.94.
+
+Workers that take the cores also take them from torch's intra-op threads: a
+parallel region waits for every thread, and one without a core stalls the whole
+op. calibration.py's loader of torch ops (2 cores, 2 intra-op threads, 37 ms a
+step) went x1.12 with 2 workers, where the bounds said ~1.6x; at load 4-7 the
+same 2 workers took 12.1 s and, with `torch.set_num_threads(1)` beside them,
+6.8 s. So where workers and threads would not fit the usable cores the plan
+names the threads as well (`WorkerPlan.threads`), and counts the compute as
+if it slowed in proportion (a bound: small ops lose nothing).
 Pure functions over plain numbers: the rules read the run, this reads numbers.
 """
 
@@ -58,6 +67,7 @@ class LoaderFacts:
     steps_per_start: float | None  # training steps per worker start (steps per DataLoader); None: many
     contended: bool = False  # its threads waited for a core: the free cores, and so the gain, are a bound
     usable: int | None = None  # the cores it may run on: the most workers named on a contended machine
+    threads: int | None = None  # torch's intra-op threads in the main process; None unknown
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class WorkerPlan:
     step: float  # predicted mean step with them
     stop: str  # why not more, in words
     bound: bool  # True: the step is a floor (the CPU was not read), the gain an upper bound
+    threads: int | None = None  # the intra-op threads to set beside the workers; None: leave them
 
     def gain(self, wall: float) -> float:
         return wall / self.step if self.step > 0 else 1.0
@@ -80,10 +91,27 @@ def _startup(f: LoaderFacts, workers: int) -> float:
     return workers * WORKER_START_S / f.steps_per_start
 
 
+def threads_with(f: LoaderFacts, workers: int) -> int | None:
+    """The intra-op threads to set beside `workers` workers busy loading, or None to leave torch's.
+
+    Only where the loading takes cores (its CPU read, and not mostly waiting) and the
+    workers and threads together would not fit the usable cores.
+    """
+    usable = f.usable or (int(f.cores) if f.cores is not None else None)
+    if not f.threads or f.threads <= 1 or usable is None or f.cpu is None or workers + f.threads <= usable:
+        return None
+    if f.cpu - f.compute < 0.5 * f.load:
+        return None  # reads that wait: the workers sleep, the threads keep their cores
+    return max(1, usable - workers)
+
+
 def bounds(f: LoaderFacts, workers: int) -> dict[str, float]:
     """The three floors of the step with `workers` workers (the CPU's only when read), start-up included."""
     extra = _startup(f, workers)
-    out = {"compute": f.compute + IPC_S + extra, "loader": f.load / workers + extra}
+    threads = threads_with(f, workers)
+    # Fewer threads: the compute counted as slowing in proportion, a bound.
+    compute = f.compute * f.threads / threads if threads and f.threads else f.compute
+    out = {"compute": compute + IPC_S + extra, "loader": f.load / workers + extra}
     if f.cpu is not None and f.cores is not None:
         cpu = (f.cpu + IPC_S) / max(f.cores, 1.0)
         # On a contended machine the cores it gets move with everyone else's load: moving
@@ -145,7 +173,8 @@ def plan(f: LoaderFacts) -> WorkerPlan:
     if extra > 0.1 * steps[chosen] and f.steps_per_start:
         stop += (f"; each DataLoader feeds ~{f.steps_per_start:.0f} steps, and its workers' start-up "
                  f"(~{WORKER_START_S * 1e3:.0f} ms each) costs {extra * 1e3:.2f} ms a step")
-    return WorkerPlan(workers=chosen, step=steps[chosen], stop=stop, bound=f.cpu is None or f.cores is None or f.contended)
+    return WorkerPlan(workers=chosen, step=steps[chosen], stop=stop, bound=f.cpu is None or f.cores is None or f.contended,
+                      threads=threads_with(f, chosen))
 
 
 def needed(f: LoaderFacts) -> int:

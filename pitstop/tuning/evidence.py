@@ -50,9 +50,10 @@ def evidence_of(record: Path, warmup: int) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for finding in advise(run, warmup).findings:
-        if finding.knob is None or finding.knob in out:
-            continue
-        value = suggested(finding.knob, finding.fix)
-        if value is not None:
-            out[finding.knob] = value
+        for knob in finding.knob.split(",") if finding.knob else ():
+            if knob in out:
+                continue
+            value = suggested(knob, finding.fix)
+            if value is not None:
+                out[knob] = value
     return out

@@ -14,6 +14,7 @@ every line said "no such script" in another directory).
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -26,6 +27,8 @@ from pitstop.profiling.launch import COMMAND_ENV_PREFIXES
 from .conftest import SCRIPTS, events_of, pitstop, run_group
 
 TUNE = "pitstop tune --knobs num_workers "
+# Where the workers would take the cores torch's threads compute on, the line tunes both.
+TUNE_BOTH = re.compile(r"pitstop tune --knobs num_workers(,threads)? ")
 
 
 def _project(tmp_path: Path) -> Path:
@@ -53,9 +56,9 @@ def _tune_line(result: subprocess.CompletedProcess[str]) -> str:
     """The data-wait finding's tune line (on a busy machine a cpu-contended one, `--knobs threads`, comes first)."""
     text = result.stdout + result.stderr
     lines = [line.strip().removeprefix("tune: ") for line in text.splitlines()
-             if line.strip().startswith("tune: ") and TUNE in line]
+             if line.strip().startswith("tune: ") and TUNE_BOTH.search(line)]
     assert lines, f"no {TUNE!r} line in:\n{text[-3000:]}"
-    return lines[0]
+    return TUNE_BOTH.sub(TUNE, lines[0], count=1)
 
 
 def _run_as_printed(line: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
