@@ -501,8 +501,9 @@ class Hooks:
             frame = sys._getframe(1)
             while frame is not None:
                 alive.add(id(frame))
-                if frame.f_code is code:
-                    alive.add(id(_wrapper_optimizer(frame)))
+                if frame.f_code is code:  # by the clock's key of that optimizer (`_optkeys.py`), not its id()
+                    optimizer = _wrapper_optimizer(frame)
+                    alive.add(self.optimizer_keys.serials.get(id(optimizer), id(optimizer)))
                 frame = frame.f_back
             for key, token in list(clock.open_steps):
                 if (id(token) if token is not None else key) not in alive:
