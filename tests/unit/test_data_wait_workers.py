@@ -134,3 +134,11 @@ def test_the_tuner_takes_both_knobs_a_finding_names() -> None:
 
     fix = "DataLoader(dataset, num_workers=2, persistent_workers=True)\ntorch.set_num_threads(1)  # ..."
     assert suggested("num_workers", fix) == 2 and suggested("threads", fix) == 1
+
+
+def test_a_short_run_whose_one_worker_would_take_a_threads_core_is_handed_to_the_tuner() -> None:
+    # calibration's frequent-eval, quiet: 19 steps of 4.3 ms, 24% waiting, the CPU unread. Told
+    # "at most 1.20x with 1 worker", and 1 worker beside torch's 2 threads on 2 cores measured x0.75.
+    f = _rule(_run(wall=0.0043, wait=0.001, main_cores=1.0, steps=19, readings=1, threads=2), "data-wait")
+    assert f is not None and "num_workers=" not in f.fix and "no worker fix" in f.gain
+    assert f.knob == "num_workers"

@@ -18,6 +18,9 @@ def main() -> None:
     args = parser.parse_args()
     # HF_HUB_OFFLINE as transformers' scripts read it: a rerun without it would download
     print(f"train.py steps={args.steps} tag={args.tag} offline={os.environ.get('HF_HUB_OFFLINE', '-')}", flush=True)
+    # One intra-op thread: beside a neighbour's test on the 2 cores, torch's 2 threads stretched
+    # the 1 ms compute to 68 ms, and the data wait (the finding these tests read) fell to 17%.
+    torch.set_num_threads(1)
     model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
     if args.dtype == "float64":
         model = model.double()
