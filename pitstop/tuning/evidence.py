@@ -48,8 +48,14 @@ def evidence_of(record: Path, warmup: int) -> dict[str, Any]:
             run.add(event)
     except PitstopError:
         return {}
+    return named_knobs(advise(run, warmup).findings)
+
+
+def named_knobs(findings: Any) -> dict[str, Any]:
+    """Knob -> the value its finding's fix suggests, the first finding naming it winning; a finding
+    may name several (`num_workers,threads`: workers with the threads beside them)."""
     out: dict[str, Any] = {}
-    for finding in advise(run, warmup).findings:
+    for finding in findings:
         for knob in finding.knob.split(",") if finding.knob else ():
             if knob in out:
                 continue

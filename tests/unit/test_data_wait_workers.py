@@ -130,10 +130,11 @@ def test_workers_that_take_the_cores_of_torchs_threads_come_with_fewer_threads()
 
 
 def test_the_tuner_takes_both_knobs_a_finding_names() -> None:
-    from pitstop.tuning.evidence import suggested
+    from pitstop.tuning.evidence import named_knobs
 
-    fix = "DataLoader(dataset, num_workers=2, persistent_workers=True)\ntorch.set_num_threads(1)  # ..."
-    assert suggested("num_workers", fix) == 2 and suggested("threads", fix) == 1
+    f = _rule(_run(wall=0.037, wait=0.0333, main_cores=1.0, threads=2), "data-wait")
+    assert f is not None and f.knob == "num_workers,threads"
+    assert named_knobs([f]) == {"num_workers": 2, "threads": 1}
 
 
 def test_a_short_run_whose_one_worker_would_take_a_threads_core_is_handed_to_the_tuner() -> None:
