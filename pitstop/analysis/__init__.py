@@ -34,7 +34,6 @@ from pitstop.analysis._job import (
     STRAGGLER_THRESHOLD,
     JobSummary,
     RankRow,
-    Straggler,
     job_advice,
     job_findings,
     job_summary,
@@ -53,6 +52,7 @@ from pitstop.analysis._stall import (Wait, dead_worker_finding, describe, headli
                                      stack_text, stacks_text, stall_block, stall_finding, stall_open, stalled_for,
                                      thread_lines)
 from pitstop.analysis._scale import SCALE_PCT, above, scale_top
+from pitstop.analysis._straggler import Straggler
 from pitstop.analysis._stats import median_and_spread, percentile
 from pitstop.analysis._summary import (
     Summary,

@@ -16,7 +16,7 @@ from pitstop.analysis import (
     job_summary,
     stragglers,
 )
-from pitstop.events import End, Event, Hello, ProfileWindow, Sample, Step
+from pitstop.events import DataLoaderInfo, End, Event, Hello, ProfileWindow, Sample, Step
 from pitstop.headless import summary_text
 
 
@@ -182,6 +182,27 @@ def test_without_windows_a_synchronised_data_straggler_is_found_by_its_data_wait
     job = job_of({r: [*steps(60, 0.030, wait=0.015 if r == 1 else 0.001), end()] for r in range(3)})
     (s,) = stragglers(job)
     assert s.rank == 1 and s.basis == "data-wait" and s.cause == "data wait"
+
+
+@pytest.mark.parametrize(("framework", "says"), [
+    ("transformers", "TrainingArguments(..., dataloader_num_workers=8, dataloader_pin_memory=True"),
+    ("keras", "PyDataset whose __init__ calls super().__init__(workers=8, use_multiprocessing=True)"),
+    ("lightning", "in your LightningDataModule's (or LightningModule's) train_dataloader()"),
+    ("", "DataLoader(..., num_workers=8, pin_memory=True, persistent_workers=True)"),
+])
+def test_a_data_wait_straggler_s_fix_names_the_setting_of_what_built_its_loader(framework: str, says: str) -> None:
+    # rank 1 waits 15 ms for batches from a loader HF Trainer (or Keras, Lightning, the script) built
+    loader = DataLoaderInfo(t=1000.5, id=7, num_workers=0, batch_size=32, pin_memory=False, persistent_workers=False,
+                            prefetch_factor=None, framework=framework)
+    job = job_of({r: [loader, *(dataclasses.replace(s, loader=7) for s in steps(60, 0.030, wait=0.015 if r == 1
+                                                                                    else 0.001)), end()]
+                  for r in range(3)})
+    (f,) = [f for f in job_findings(job) if f.rule == "straggler"]
+    assert f.title == "rank 1 is a straggler (data wait)"
+    assert says in f.fix
+    # a framework's loader is never given a bare DataLoader(...) line: the script builds none to edit
+    bare = [line for line in f.fix.splitlines() if line.startswith("DataLoader(") and "#" not in line]
+    assert bare == ([] if framework else [says])
 
 
 def test_without_windows_equal_walls_name_nobody() -> None:

@@ -1,0 +1,131 @@
+"""Provides Straggler: a rank the others in its job wait for, with the figures that show it and their words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pitstop.analysis import format as fmt
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES
+from pitstop.analysis._persist import Persistence
+from pitstop.analysis._rankphases import PhaseExcess
+from pitstop.events import DataLoaderInfo
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank the others wait for, with the numbers that show it."""
+
+    label: str
+    rank: int | None
+    basis: str  # "outside-collective" (profiler windows) | "wall" | "data-wait" (steps only) | "phase" (step anatomy)
+    time_s: float  # this rank's time per step on that basis
+    reference_s: float  # median of the other ranks' on the same basis
+    job_step_s: float  # the job's step time the share is taken of
+    extra_data_s: float  # part of the extra time that is data wait
+    extra_compute_s: float  # the rest
+    steps: int  # measured steps the medians cover (this rank)
+    windows: int  # profiler windows used (0 on a step basis)
+    # Where the extra time is, from the step anatomy: the compared phase with the most extra time when it
+    # counts ("optimizer", "data wait", ...), None when none does (then backward, or no anatomy).
+    phase: PhaseExcess | None = None
+    anatomy: bool = False  # the ranks' steps carried phases (Step.forward_s ...)
+    # The same test span by span over the run (None: no span could be judged, a short run).
+    persistence: Persistence | None = None
+    # Cores' worth of this rank's threads that waited for a CPU over its recent steps, and the others' median.
+    cpu_wait: float | None = None
+    others_cpu_wait: float | None = None
+    # Its training DataLoader (`RunState.training_loader`): a data-wait fix names what built it (a framework's
+    # own setting: HF's dataloader_num_workers), as every rank-level DataLoader fix does (_loaderfix).
+    loader: DataLoaderInfo | None = None
+
+    @property
+    def recent(self) -> bool:
+        """Slower lately (the last steps, the latest span) but not over most of the run."""
+        return self.persistence is not None and not self.persistence.persistent
+
+    @property
+    def waited_for_cores(self) -> bool:
+        """Its threads waited at least CONTENDED_WAIT_CORES for a CPU: the machine's load may be the extra time."""
+        return self.cpu_wait is not None and self.cpu_wait >= CONTENDED_WAIT_CORES
+
+    @property
+    def over(self) -> str:
+        """What the figures rest on: "its last 50 steps" or "the latest 5 profiler windows"."""
+        return f"the latest {self.windows} profiler windows" if self.windows else f"its last {self.steps} steps"
+
+    @property
+    def rests_on(self) -> str:
+        """"over its last 50 steps, slower in 14 of the run's 16 spans of 25 steps; its threads waited 1.2 cores' worth
+        for a CPU (the others 0.9)": what the call rests on, said after its figures."""
+        text = f"over {self.over}"
+        p = self.persistence
+        if p is not None and p.spans >= 2:  # one span is the figures above again
+            text += f", {p.text}" + ("" if p.persistent else " (the excess is recent)")
+        if self.waited_for_cores:
+            others = f" (the others {self.others_cpu_wait:.1f})" if self.others_cpu_wait is not None else ""
+            text += f"; its threads waited {self.cpu_wait:.1f} cores' worth for a CPU{others}"
+        return text
+
+    @property
+    def extra_s(self) -> float:
+        """Seconds per step this rank spends beyond the others."""
+        return self.time_s - self.reference_s
+
+    @property
+    def excess_frac(self) -> float:
+        """Extra time relative to the others' (1.0 = twice theirs)."""
+        return self.extra_s / self.reference_s if self.reference_s > 0 else float("inf")
+
+    @property
+    def share(self) -> float:
+        """Extra time as a fraction of the job's step: what the job waits on this rank."""
+        return self.extra_s / self.job_step_s if self.job_step_s > 0 else 0.0
+
+    @property
+    def cause(self) -> str:
+        """"data wait" when most of the extra time is spent waiting for batches, else "compute"."""
+        return "data wait" if self.extra_data_s >= 0.5 * self.extra_s else "compute"
+
+    @property
+    def where(self) -> str:
+        """The phase the extra time is in: "optimizer", "data wait", or "backward" when no compared phase
+        shows it (backward is not compared: DDP's all-reduce waits in it); "" without a step anatomy."""
+        if self.phase is not None:
+            return self.phase.phase
+        return "data wait" if self.cause == "data wait" else ("backward" if self.anatomy else "")
+
+    @property
+    def text(self) -> str:
+        """One line: "rank 1: 34.9 ms per step outside collectives vs median 4.0 ms (+766%), extra time is compute
+        (data +0.0 ms, compute +30.9 ms), in optimizer +29.0 ms per step"; on the phase basis
+        "rank 1: optimizer +9.6 ms per step (10.0 ms vs median 0.4 ms of the other ranks), 23% of the job's step"."""
+        if self.basis == "phase" and self.phase is not None:
+            return (f"{self.label}: {self.phase.phase} {signed_ms(self.extra_s)} per step "
+                    f"({fmt.duration(self.time_s)} vs median {fmt.duration(self.reference_s)} of the other ranks), "
+                    f"{fmt.pct(self.share)} of the job's {fmt.duration(self.job_step_s)} step; {self.rests_on}")
+        where = ""
+        if self.phase is not None:
+            # Medians do not add up: a phase's own median can exceed the whole's (+103.9 ms in optimizer
+            # beside compute +91.9 ms on a loaded gloo job). A part is given a figure only within its whole.
+            whole = self.extra_data_s if self.phase.phase == "data wait" else self.extra_compute_s
+            figure = f" {signed_ms(self.phase.extra_s)} per step" if self.phase.extra_s <= whole + 1e-9 else ""
+            where = f", in {self.phase.phase}{figure}"
+        elif self.where:
+            where = f", in {self.where}"
+        what = {
+            "outside-collective": "per step outside collectives",
+            "wall": "per step",
+            "data-wait": "data wait per step",
+        }.get(self.basis, "per step")
+        rel = fmt.change(self.excess_frac) if self.reference_s > 0 else "from 0"
+        return (
+            f"{self.label}: {fmt.duration(self.time_s)} {what} vs median {fmt.duration(self.reference_s)} ({rel}), "
+            f"extra time is {self.cause} (data {signed_ms(self.extra_data_s)}, "
+            f"compute {signed_ms(self.extra_compute_s)}){where}; {self.rests_on}"
+        )
+
+
+def signed_ms(seconds: float) -> str:
+    """"+3.2 ms", "-0.4 ms": a difference with its sign."""
+    return f"{'+' if seconds >= 0 else '-'}{fmt.duration(abs(seconds))}"
+
