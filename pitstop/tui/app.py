@@ -8,7 +8,6 @@ are throttled to REFRESH_S, and only the visible screen is handed a Frame.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -32,26 +31,25 @@ from pitstop.analysis import (
     StepSplit,
     StreamBatch,
     advise,
-    end_reason_text,
     job_advice,
     job_summary,
     step_split,
     stream_label,
 )
-from pitstop.analysis.command import tune_line
 from pitstop.events import Note
 from pitstop.errors import PitstopError, reason_of
 from pitstop.recorded._sigterm import read_sigterm_ends
 from pitstop.streams import Replies
 from pitstop.tui import logtail
+from pitstop.tui.control import RunControl
 from pitstop.tui.glance import quiet_text
 from pitstop.tui.inbox import Inbox
 from pitstop.tui.logtail import LogBuffer
 from pitstop.tui.messages import BatchesArrived, LogLinesArrived, ReplayLoaded
+from pitstop.tui.playback import Playback
 from pitstop.tui.replay import Timeline, timeline_of
 from pitstop.tui.tunelaunch import TuneRequest
 from pitstop.tui.screens import (
-    ConfirmScreen,
     DataScreen,
     FindingsScreen,
     HelpScreen,
@@ -71,15 +69,10 @@ if TYPE_CHECKING:
 # 4 refreshes a second: a figure is at most 0.25 s stale (the viewer's lag target is
 # 0.5 s at p95) and the viewer stays far from its 20%-of-a-core budget.
 REFRESH_S = 0.25
-# Data screen `s`: seconds of py-spy sampling (~500 samples a process at its 100 Hz).
-STACKS_S = 5.0
 # The elapsed clock and the throttled findings move even when no event arrives.
 TICK_S = 1.0
 # A SIGTERM to pitstop closes the viewer within this long (a flag read on a timer: a signal handler must not touch widgets).
 STOP_POLL_S = 0.25
-# A replay plays at real speed times this; + and - double and halve it.
-SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
-SEEK_FRACTION = 0.10
 
 MODES_ORDER = ("overview", "kernels", "data", "memory", "log", "ranks")
 # job_summary and the advice rules walk every retained step of every rank (up to 20,000):
@@ -100,8 +93,13 @@ def prefixed(prefix: str, message: str) -> str:
     return f"{prefix}: {message}"
 
 
-class PitstopApp(App[str]):
-    """The viewer: given an EventSource (socket, record, or a test's list)."""
+class PitstopApp(RunControl, Playback, App[str]):
+    """The viewer: given an EventSource (socket, record, or a test's list).
+
+    Its actions on the training run are RunControl's (pitstop.tui.control), a
+    replay's keys Playback's (pitstop.tui.playback); reading, refreshing and the
+    screens are here.
+    """
 
     # Absolute: Textual resolves a relative CSS_PATH against a subclass's own module.
     CSS_PATH = Path(__file__).with_name("pitstop.tcss")
@@ -511,106 +509,7 @@ class PitstopApp(App[str]):
                 self.notify(f"replay: {err}", title="pitstop", severity="error", timeout=12)
         self.refresh_views()
 
-    # -- actions: the training run ------------------------------------------
-    def action_profile(self) -> None:
-        if not self.live:
-            self.notify("replay: cannot profile a recorded run", severity="warning")
-            return
-        self.send_command("profile")
-
-    def action_sample_stacks(self) -> None:
-        """Data screen `s`: the training loader's workers (or the main process) sampled with py-spy."""
-        if not self.live:
-            self.notify("replay: there is no process to sample", severity="warning")
-            return
-        _, run = self.current_run()
-        hello = run.hello if run is not None else None
-        if run is None or hello is None:
-            self.notify("stacks: no training process seen yet", severity="warning")
-            return
-        if hello.host != socket.gethostname():
-            self.notify(f"stacks: the run is on {hello.host}: run `pitstop profile --data {hello.pid}` there",
-                        severity="warning", timeout=10)
-            return
-        loader = run.training_loader()
-        sample = run.samples[-1] if run.samples else None
-        workers = [p.pid for p in sample.procs if p.role == "worker"
-                   and (loader is None or p.loader in (None, loader.id))] if sample is not None else []
-        self.notify(f"stacks: sampling the loader of pid {hello.pid} for {STACKS_S:g} s (py-spy, never pausing it)",
-                    timeout=STACKS_S + 2)
-        self.run_worker(partial(self._sample_stacks, hello.pid, workers), name="stacks", group="stacks",
-                        thread=True, exclusive=True, exit_on_error=False)
-
-    def _sample_stacks(self, pid: int, workers: list[int]) -> None:
-        from pitstop.profiling import stacks
-
-        pids, role = stacks.loader_pids(pid, workers)
-        lines = stacks.format_profile(stacks.sample(pids, STACKS_S, role=role))
-        self.call_from_thread(self.push_screen, StacksScreen(f"Where the {role}'s time goes (py-spy)", lines))
-
-    def action_stop_training(self) -> None:
-        if not self.live:
-            self.notify("replay: there is no training to stop", severity="warning")
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.send_command("stop")
-            else:
-                self.notify("not stopped: training continues")
-
-        self.push_screen(ConfirmScreen("Stop training? The script gets a signal and ends."), answered)
-
-    def action_tune(self) -> None:
-        _, run = self.current_run()
-        hello = run.hello if run is not None else None
-        script = hello.script if hello is not None and hello.script else "SCRIPT"
-        if not self.live:
-            # Trials re-run the script: a record holds its events, not a script known to still match.
-            self.notify(f"replay: a recording cannot be tuned; run: {tune_line(hello)}",
-                        severity="warning", timeout=12)
-            return
-        if hello is None or not self.can_tune:
-            self.notify(f"run: {tune_line(hello)}", title="tune this script", timeout=12)
-            return
-        request = TuneRequest(script, tuple(hello.argv), hello.cwd, len(self.job.runs))
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.tune_request = request
-                self.exit_reason = "tune"
-                self.exit("tune")
-            else:
-                self.notify("not tuning")
-
-        self.push_screen(ConfirmScreen(
-            f"Tune {script}? Trials re-run it in fresh processes for a few steps each; while this run "
-            "trains they compete with it for the machine.", yes="Tune", no="Cancel", danger=False), answered)
-
-    def action_detach(self) -> None:
-        self.exit_reason = "detach"
-        self.exit("detach")
-
-    def action_quit_viewer(self) -> None:
-        self.exit_reason = "quit"
-        self.exit("quit")
-
-    def _stop_when_asked(self) -> None:
-        if self.stop is not None and self.stop.is_set():
-            self.exit_reason = "stopped"
-            self.exit("stopped")
-
-    def goodbye(self) -> str | None:
-        """What to print after the viewer closed: how to come back, or how the run ended."""
-        if not self.live or self.exit_reason == "stopped":
-            return None  # stopped by a signal: pitstop says what it passed on and waits for the end
-        _, run = self.current_run()
-        if run is not None and run.end is not None:
-            code = f" (exit code {run.end.exit_code})" if run.end.exit_code is not None else ""
-            return f"training ended: {end_reason_text(run.end.reason)}{code}"
-        return self.detach_hint
-
-    # -- actions: replay ----------------------------------------------------
+    # -- which actions the footer shows ------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self._REPLAY_ACTIONS:
             return not self.live  # hidden from the footer in a live run
@@ -619,65 +518,3 @@ class PitstopApp(App[str]):
         if action == "waits":
             return self._waits_shown
         return True
-
-    def _seek(self, cursor: float) -> None:
-        if self.timeline is None:
-            return
-        try:
-            self.job = self.timeline.seek(cursor)
-        except PitstopError as err:  # a seek reads the record file again (pitstop.tui.replay)
-            self.notify(f"replay: {err}", title="pitstop", severity="error", timeout=12)
-            if not self.paused:
-                self.action_toggle_play()  # one notice, not one a tick
-            return
-        self.refresh_views()
-
-    def action_seek(self, direction: int) -> None:
-        if self.timeline is None:
-            return
-        span = self.timeline.end - self.timeline.start
-        self._seek(self.timeline.cursor + direction * SEEK_FRACTION * span)
-
-    def action_seek_to(self, where: str) -> None:
-        if self.timeline is not None:
-            self._seek(self.timeline.start if where == "start" else self.timeline.end)
-
-    def action_toggle_play(self) -> None:
-        tl = self.timeline
-        if tl is None:
-            return
-        self.paused = not self.paused
-        if not self.paused:
-            if tl.cursor >= tl.end:
-                self._seek(tl.start)  # play from the start when at the end
-            self._play_last = time.monotonic()
-            self._play_timer = self.set_interval(REFRESH_S, self._play_tick)
-        elif self._play_timer is not None:
-            self._play_timer.stop()
-            self._play_timer = None
-        self.refresh_views()
-
-    def _play_tick(self) -> None:
-        tl = self.timeline
-        if tl is None or self.paused:
-            return
-        now = time.monotonic()
-        step, self._play_last = (now - self._play_last) * self.speed, now
-        self._seek(tl.cursor + step)
-        if tl.cursor >= tl.end:
-            self.action_toggle_play()  # pause at the end
-
-    def action_speed(self, direction: int) -> None:
-        i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.speed))
-        self.speed = SPEEDS[min(max(0, i + direction), len(SPEEDS) - 1)]
-        self.refresh_views()
-
-    def on_kernels_screen_seek_profile(self, message: KernelsScreen.SeekProfile) -> None:
-        tl = self.timeline
-        if tl is None:
-            return
-        target = tl.next_profile(tl.cursor) if message.newer else tl.previous_profile(tl.cursor)
-        if target is None:
-            self.notify("no newer profiler window" if message.newer else "no older profiler window")
-            return
-        self._seek(target)
