@@ -3,9 +3,9 @@
 One definition for every front (DESIGN rule 7): the TUI's overview line, the
 headless summary and `pitstop compare` all read `phase_split`. It covers the
 measured steps (`RunState.measured_steps`: warm-up and marked steps out, the
-same steps as the data-wait split) that carry phases (`Step.forward_s`, issue
-14 §5); steps without them (no backward: an inference loop, a record of an
-older pitstop) are left out, and with none there is no figure.
+same steps as the data-wait split) that carry phases (`Step.forward_s` ...);
+steps without them (no backward: an inference loop, a record of an older
+pitstop) are left out, and with none there is no figure.
 """
 
 from __future__ import annotations

@@ -307,8 +307,8 @@ class Agent:
     def flush_stamps(self, step_end: float | None = None) -> None:
         """The clock takes in the hook calls held in `stamps`, in order; then whether to go on holding them.
 
-        Why hold them: the issue's rule for the training thread is stamps and a queue
-        push; and each call into the clock right after the step's own work finds the
+        Why hold them: the training thread only stamps and pushes to a queue (DESIGN
+        rule 1); and each call into the clock right after the step's own work finds the
         interpreter's caches cold and costs several times its tight-loop time
         (docs/internals.md, "What the agent costs the training thread"). The writer
         thread takes them in at each pass (`_take_held`). The clock sees the same calls,
