@@ -70,7 +70,7 @@ def model_spans(run: RunState, warmup: int) -> list[ModelSpan]:
     steps = list(run.steps)
     last = steps[-1].step
     ends = [s - 1 for s in starts[1:]] + [last]
-    nonfinite = set(run.nonfinite_steps)
+    nonfinite = set(run.nonfinite_steps) | set(run.other_nonfinite_steps)  # either optimizer's (a GAN's G too)
     out = []
     for i, (lo, hi) in enumerate(zip(starts, ends), 1):
         mine = [s for s in steps if lo <= s.step <= hi and s.step >= warmup and s.mark is None]

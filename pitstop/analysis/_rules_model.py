@@ -165,26 +165,44 @@ def data_parallel(ctx: Context) -> Finding | None:
 
 
 def nonfinite_loss(ctx: Context) -> Finding | None:
-    """The loss went NaN or inf: the run is no longer learning from that step."""
+    """The loss went NaN or inf: the run is no longer learning from that step.
+
+    Either optimizer's loss: a GAN's G (optimizer 2, `Loss.optimizer`) can go NaN while D's is
+    still finite; read from D's alone, the finding came a step late, or never where D's stayed finite.
+    """
     run = ctx.run
-    if not run.nonfinite_steps:
+    if not run.nonfinite_steps and not run.other_nonfinite_steps:
         return None
-    first = min(run.nonfinite_steps)
-    total = run.nonfinite_total
-    # At fast steps the agent reads one step's loss every 10 ms: the count is of the steps read.
-    steps = run.total_steps
-    read = "" if run.losses_read >= steps else f" of {run.losses_read:,} losses read (one every 10 ms at most)"
-    evidence = [
-        f"loss was NaN or inf at step {first} "
-        f"({total} non-finite step{'s' if total != 1 else ''}{read or ' in all'})"
-    ]
+    mine = min(run.nonfinite_steps) if run.nonfinite_steps else None
+    other = min(run.other_nonfinite_steps) if run.other_nonfinite_steps else None
+    first = min(k for k in (mine, other) if k is not None)
+    two = other is not None or run.other_loss is not None  # a second optimizer's loss was read (a GAN's G)
+    evidence = []
+    if mine is not None:
+        total = run.nonfinite_total
+        # At fast steps the agent reads one step's loss every 10 ms: the count is of the steps read.
+        steps = run.total_steps
+        read = "" if run.losses_read >= steps else f" of {run.losses_read:,} losses read (one every 10 ms at most)"
+        whose = "optimizer 1's loss" if two else "loss"
+        evidence.append(f"{whose} was NaN or inf at step {mine} "
+                        f"({total} non-finite step{'s' if total != 1 else ''}{read or ' in all'})")
+    if other is not None:
+        count = run.other_nonfinite_total
+        evidence.append(f"optimizer 2's loss (a GAN's G: the second optimizer to step) was NaN or inf from step {other} "
+                        f"({count} non-finite step{'s' if count != 1 else ''} of those read)")
+    # Which optimizer's loss the title names: the one that went first (a GAN's G, then D from G's NaN output).
+    which = ("" if not two else " (optimizer 1's)" if other is None or (mine is not None and mine < other)
+             else " (optimizer 2's: a GAN's G)" if mine is None or other < mine else " (both optimizers')")
     # The model that went non-finite, where the run trained several in turn (a sweep's trials).
     model = next((m for m in model_spans(run, 0) if m.first_step <= first <= m.last_step), None)
     begin = model.first_step if model is not None else (run.head[0].step if run.head else 0)
     before = [(k, v) for k, v in run.losses.items() if begin <= k < first and v is not None]
     if before:
         k, v = max(before)
-        evidence.append(f"last finite loss before it: {v:.4g} at step {k}")
+        evidence.append(f"last finite loss{' of optimizer 1' if two else ''} before it: {v:.4g} at step {k}")
+    if other is not None and run.other_loss is not None and run.other_loss[0] < other:
+        evidence.append(f"optimizer 2's last finite loss before its own: {run.other_loss[1]:.4g} at step "
+                        f"{int(run.other_loss[0])}")
     if model is not None:
         evidence.append(f"in model {model.index} of {len(model_spans(run, 0))} trained one after another "
                         f"(steps {model.first_step}-{model.last_step})")
@@ -199,7 +217,7 @@ def nonfinite_loss(ctx: Context) -> Finding | None:
     if from_start:
         return Finding(
             rule="nonfinite-loss",
-            title=f"Non-finite loss from the first step (step {first})",
+            title=f"Non-finite loss from the first step (step {first}){which}",
             severity="high",
             evidence=evidence,
             cause=("the loss was never finite, so no update diverged it: the parameters or the inputs hold NaN "
@@ -220,7 +238,7 @@ def nonfinite_loss(ctx: Context) -> Finding | None:
         )
     return Finding(
         rule="nonfinite-loss",
-        title=f"Non-finite loss from step {first}",
+        title=f"Non-finite loss from step {first}{which}",
         severity="high",
         evidence=evidence,
         cause=(
@@ -245,6 +263,10 @@ def _nonfinite_gain(run: RunState, first: int, model: ModelSpan | None) -> str:
     the next model (a sweep's next trial, finite at once: "until the loss is finite again" read as more)."""
     last = run.last_step if run.last_step is not None else first
     after = [k for k, v in run.losses.items() if k > first and v is not None]
+    if run.other_nonfinite_steps:  # finite again means both optimizers' losses (a GAN's D and G)
+        other_last = max(run.other_nonfinite_steps)
+        other_again = run.other_loss is not None and run.other_loss[0] > other_last
+        after = [k for k in after if k > other_last] if other_again else []
     end = model.last_step if model is not None else last
     wasted = end - first + 1
     if model is not None and model.last_step < last:

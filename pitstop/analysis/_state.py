@@ -101,6 +101,10 @@ class RunState:
         self.nonfinite_steps: list[int] = []
         self.nonfinite_total = 0
         self._nonfinite_seen: set[int] = set()
+        # The same for the second optimizer's losses (a GAN's G): its NaN ends the training as surely as D's.
+        self.other_nonfinite_steps: list[int] = []
+        self.other_nonfinite_total = 0
+        self._other_nonfinite_seen: set[int] = set()
         self.profiles: deque[ProfileWindow] = deque(maxlen=MAX_PROFILES)
         self.dataloaders: dict[int, DataLoaderInfo] = {}
         self.notes: deque[Note] = deque(maxlen=MAX_NOTES)
@@ -308,18 +312,19 @@ class RunState:
             self.last_ooms = s.ooms
 
     def _add_loss(self, loss: Loss) -> None:
-        if loss.optimizer != 1:  # a second optimizer's (a GAN's G): its latest finite value, apart
+        other = loss.optimizer != 1
+        if other:  # a second optimizer's (a GAN's G): its latest finite value, apart
             for step, value in zip(loss.steps, loss.values):
                 if value is not None and math.isfinite(value) and (self.other_loss is None or step >= self.other_loss[0]):
                     self.other_loss = [step, float(value)]
-            return
-        self._keep_losses(loss)
-        self.losses_read += len(loss.steps)
+        else:
+            self._keep_losses(loss)
+            self.losses_read += len(loss.steps)
         for step, value in zip(loss.steps, loss.values):
             if value is None or not math.isfinite(value):
-                self._nonfinite(step)
+                self._nonfinite(step, other)
         for step in loss.nonfinite:
-            self._nonfinite(step)
+            self._nonfinite(step, other)
 
     def _keep_losses(self, loss: Loss) -> None:
         for step, value in zip(loss.steps, loss.values):
@@ -329,13 +334,18 @@ class RunState:
         while len(self.losses) > MAX_LOSSES:
             self.losses.popitem(last=False)
 
-    def _nonfinite(self, step: int) -> None:
-        if step in self._nonfinite_seen:
+    def _nonfinite(self, step: int, other: bool = False) -> None:
+        seen = self._other_nonfinite_seen if other else self._nonfinite_seen
+        if step in seen:
             return
-        self.nonfinite_total += 1
-        if len(self.nonfinite_steps) < MAX_NONFINITE_KEPT:
-            self.nonfinite_steps.append(step)
-            self._nonfinite_seen.add(step)
+        kept = self.other_nonfinite_steps if other else self.nonfinite_steps
+        if other:
+            self.other_nonfinite_total += 1
+        else:
+            self.nonfinite_total += 1
+        if len(kept) < MAX_NONFINITE_KEPT:
+            kept.append(step)
+            seen.add(step)
 
     # -- replay checkpoints -------------------------------------------------
     def without_series(self) -> RunState:
@@ -356,6 +366,8 @@ class RunState:
         copy.head = list(self.head)
         copy.nonfinite_steps = list(self.nonfinite_steps)
         copy._nonfinite_seen = set(self._nonfinite_seen)
+        copy.other_nonfinite_steps = list(self.other_nonfinite_steps)
+        copy._other_nonfinite_seen = set(self._other_nonfinite_seen)
         copy.dataloaders = dict(self.dataloaders)
         copy.marked = dict(self.marked)
         copy.model_starts = list(self.model_starts)
@@ -377,7 +389,7 @@ class RunState:
                 out[name] = [encode(s) for s in value]
             elif name == "dataloaders":
                 out[name] = [encode(d) for d in value.values()]
-            elif name == "_nonfinite_seen":
+            elif type(value) is set:  # the non-finite steps seen, of either optimizer
                 out[name] = sorted(value)
             elif value is None or type(value) in (int, float, str, bool) or _plain(value):
                 out[name] = value
@@ -409,7 +421,7 @@ class RunState:
                 value = [decoded(line) for line in value]
             elif name == "dataloaders":
                 value = {d.id: d for d in (decoded(line) for line in value)}
-            elif name == "_nonfinite_seen":
+            elif type(getattr(run, name)) is set:
                 value = set(value)
             elif name == "marked":
                 value = dict(value)
@@ -447,7 +459,7 @@ class RunState:
             self.steps.append(event)
         elif isinstance(event, Sample):
             self.samples.append(event)
-        elif isinstance(event, Loss):
+        elif isinstance(event, Loss) and event.optimizer == 1:  # (a second optimizer's kept only its latest)
             self._keep_losses(event)
         elif isinstance(event, ProfileWindow):
             self.profiles.append(event)

@@ -93,6 +93,9 @@ class Summary:
     # optimizer's steps, `RunState.other_loss`), shown beside the first's; None where none was read.
     other_loss: float | None = None
     other_loss_step: int | None = None
+    # The second optimizer's non-finite losses (a GAN's G: `RunState.other_nonfinite_total`), counted apart.
+    other_nonfinite_losses: int = 0
+    other_first_nonfinite_step: int | None = None
     evaluates_each_step: bool = False  # most steps evaluate: their training parts are measured (RunState)
     eval_s: float = 0.0  # time spent evaluating in them
     applied: tuple[str, ...] = ()  # what a tuned config applied: "amp=bf16 (process-wide)"
@@ -176,6 +179,8 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         loss_optimizers=run.model.optimizers if run.model is not None and run.model.optimizers else 1,
         other_loss=run.other_loss[1] if run.other_loss is not None else None,
         other_loss_step=int(run.other_loss[0]) if run.other_loss is not None else None,
+        other_nonfinite_losses=run.other_nonfinite_total,
+        other_first_nonfinite_step=min(run.other_nonfinite_steps) if run.other_nonfinite_steps else None,
         nonfinite_losses=run.nonfinite_total,
         first_nonfinite_step=min(run.nonfinite_steps) if run.nonfinite_steps else None,
         dropped=end.dropped if end is not None and end.reason != "signal" else None,  # (not counted: killed)
@@ -395,7 +400,7 @@ def format_summary(
         gpu = fmt.na(s.gpu_unavailable)
     lines.append(_row("gpu", gpu))
     lines.append(_row("cpu", cpu_text(s.cpu)))
-    if s.last_loss is not None or s.nonfinite_losses:
+    if s.last_loss is not None or s.nonfinite_losses or s.other_nonfinite_losses:
         loss = f"last {s.last_loss:.4g}" if s.last_loss is not None else "last n/a (non-finite)"
         if len(s.models) > 1:  # trained in turn: the loss is the last model's, not a GAN's first optimizer's
             loss += f" (model {len(s.models)}'s, the last of {len(s.models)} trained in turn)"
@@ -406,7 +411,12 @@ def format_summary(
             loss += (f" (the first optimizer to step, of {s.loss_optimizers}: its backward calls' losses summed,"
                      " as a GAN's D loss)")
         if s.nonfinite_losses:
-            loss += f", {s.nonfinite_losses} non-finite (first at step {s.first_nonfinite_step})"
+            whose = "optimizer 1's " if s.other_nonfinite_losses else ""
+            loss += f", {whose}{s.nonfinite_losses} non-finite (first at step {s.first_nonfinite_step})"
+        if s.other_nonfinite_losses:
+            loss += (f", optimizer 2's (a GAN's G) non-finite from step "
+                     f"{s.other_first_nonfinite_step} ({s.other_nonfinite_losses} step"
+                     f"{'s' if s.other_nonfinite_losses != 1 else ''})")
         lines.append(_row("loss", loss))
     if s.applied:
         lines.append(_row("config", "applied " + "; ".join(s.applied)))
@@ -539,8 +549,11 @@ def status_line(run: RunState, warmup: int = WARMUP) -> str:
     cpu = cpu_now(run)
     has_cpu = cpu.main is not None or cpu.machine_pct is not None or any(g.cores is not None for g in cpu.loaders)
     parts.append(f"cpu {cpu_text(cpu, short=True)}" if has_cpu else "cpu n/a")
-    if run.nonfinite_total:
-        parts.append(f"loss NaN/inf x{run.nonfinite_total}")
+    bad, other_bad = run.nonfinite_total, run.other_nonfinite_total
+    if bad:
+        parts.append(f"loss NaN/inf x{bad}" + (f", optimizer 2's x{other_bad}" if other_bad else ""))
+    elif other_bad:  # a GAN's G went first (D's follows from G's NaN output a step later)
+        parts.append(f"loss NaN/inf x{other_bad} (optimizer 2's)")
     else:
         loss = run.last_loss()
         if loss is not None:

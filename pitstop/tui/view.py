@@ -136,13 +136,18 @@ def header_items(frame: Frame) -> tuple[tuple[str, str], ...]:
 
 
 def loss_text(run: RunState) -> str | None:
-    """The latest loss; with a second optimizer's (a GAN's G), each: "D 1.618 · G 3.788" in the summary's order
-    (the first optimizer to step, then the second); None before any was read."""
+    """The latest loss; with a second optimizer's (a GAN's G), each: "1st 1.618 · 2nd 3.788" in the summary's
+    order (the first optimizer to step, then the second); "NaN/inf" where the latest read was not finite
+    (the latest finite value would be a stale figure); None before any was read."""
     last = run.last_loss()
+    latest = next(reversed(run.losses.items()), None)
+    first = "NaN/inf" if latest is not None and latest[1] is None else fmt.NA if last is None else f"{last:.4g}"
     other = run.other_loss
-    if other is not None:
-        return f"1st {fmt.NA if last is None else f'{last:.4g}'} · 2nd {other[1]:.4g}"
-    return None if last is None else f"{last:.4g}"
+    bad = run.other_nonfinite_steps
+    if other is not None or bad:
+        second = "NaN/inf" if bad and (other is None or max(bad) > other[0]) else f"{other[1]:.4g}" if other else fmt.NA
+        return f"1st {first} · 2nd {second}"
+    return None if last is None and latest is None else first
 
 
 def stuck_text(frame: Frame) -> str | None:
