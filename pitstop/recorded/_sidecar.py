@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop._version import __version__
-from pitstop.analysis import SERIES
+from pitstop.analysis import SERIES, RunState
 from pitstop.profiling._recordfile import file_offset, is_compressed
 from pitstop.recorded._index import Checkpoint, SavedState, StreamIndex
 
@@ -35,8 +35,8 @@ from pitstop.recorded._index import Checkpoint, SavedState, StreamIndex
 # over the samples the process's is (an index of 2 restored a different mean than a pass over the record);
 # 4: the training part of steps marked eval folded into the totals (`RunState.eval_train_wall`);
 # 5: the steps whose loss was read (`RunState.losses_read`); 6: where each new optimizer's model
-# starts (`RunState.model_starts`).
-FORMAT = 6
+# starts (`RunState.model_starts`); 7: the second optimizer's non-finite steps (`RunState.other_nonfinite_steps`).
+FORMAT = 7
 SUFFIX = ".index"
 _PROBE = 4096  # bytes of the record checked at each end of what an index covers
 
@@ -162,6 +162,10 @@ def load(index: StreamIndex, record: Path) -> bool:
         return False
     if not checkpoints or checkpoints[-1].pos != stop or len(offsets) != len(SERIES):
         return False
+    if set(checkpoints[0].state.to_checkpoint()) != _state_fields():
+        # Saved by a RunState with other fields (a FORMAT not bumped, a build between versions): restoring
+        # its checkpoint raised ValueError out of `view --summary` once RunState gained a field.
+        return False
     if _probes(record, [ck.pos for ck in checkpoints]) != doc.get("probes"):
         return False
     index.strides = tuple(int(s) for s in doc["strides"])
@@ -169,6 +173,11 @@ def load(index: StreamIndex, record: Path) -> bool:
     index.offsets, index.profile_times = offsets, profile_times
     index.checkpoints.extend(checkpoints)
     return True
+
+
+def _state_fields() -> set[str]:
+    """The fields a checkpoint of this pitstop's RunState saves (the first checkpoint saves every one)."""
+    return set(RunState().__dict__)
 
 
 def _pack(values: array) -> str:  # type: ignore[type-arg]

@@ -165,3 +165,21 @@ def test_a_reader_builds_only_the_checkpoints_it_restores(tmp_path: Path, monkey
     monkeypatch.setattr(_state.RunState, "from_checkpoint", staticmethod(counting))
     assert _summary(path) == first
     assert built[0] == 1, built[0]  # the last one, restored; not the ~30 others saved
+
+
+@pytest.mark.usefixtures("small_windows")
+def test_an_index_saved_by_a_runstate_with_other_fields_is_set_aside(tmp_path: Path) -> None:
+    # An index whose checkpoints lack a field RunState has now (one saved before the field came, under the same
+    # FORMAT): `view --summary` raised "ValueError: an index of another pitstop version" instead of reading the record.
+    import gzip
+    import json
+
+    path = tmp_path / "rank0.jsonl"
+    _write(path, _events(900, rank=0))
+    first = _summary(path)
+    index = _sidecar.index_path(path)
+    doc = json.loads(gzip.decompress(index.read_bytes()))
+    for checkpoint in doc["checkpoints"]:
+        checkpoint["state"].pop("other_nonfinite_total", None)
+    index.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert _summary(path) == first
