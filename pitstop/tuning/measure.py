@@ -67,9 +67,12 @@ def measure(events: Iterable[Event], warmup: int, windows: int = WINDOWS) -> Mea
         elif isinstance(event, Step):
             steps.append(event)
         elif isinstance(event, Loss):
-            for step, value in zip(event.steps, event.values):
-                if value is not None:
-                    m.losses.append((step, float(value)))
+            # The step's loss only (a GAN's D): G's (optimizer 2) came in between, and a trial's loss curve, held
+            # against the script's own settings' for AMP, read both as one. A NaN of either ends the trial.
+            if event.optimizer == 1:
+                for step, value in zip(event.steps, event.values):
+                    if value is not None:
+                        m.losses.append((step, float(value)))
             m.nonfinite.extend(event.nonfinite)
         elif isinstance(event, Sample):
             samples.append(event)

@@ -210,3 +210,12 @@ def test_tune_help_lists_every_knob() -> None:
     listed = text.split("only these knobs, comma-separated: ", 1)[1].split(" --")[0].split(", ")
     assert {ALIASES[k] for k in listed} == set(KNOBS)
     assert "threads" in listed  # cpu-contended findings print --knobs threads
+
+
+def test_a_gans_trial_compares_the_steps_losses_and_stops_at_either_optimizers_nan() -> None:
+    # dcgan's D and G losses come as two Loss events a batch: a trial's curve mixed G's 11.7 into D's 0.2.
+    d = Loss(t=1, steps=[5, 6, 7], values=[0.21, 0.2, 0.19])
+    g = Loss(t=1, steps=[5, 6, 7], values=[11.7, None, 11.5], nonfinite=[6], optimizer=2)
+    m = measure([hello(), *steps([0.1] * 20), d, g], warmup=0)
+    assert m.losses == [(5, 0.21), (6, 0.2), (7, 0.19)]
+    assert m.nonfinite == [6]
