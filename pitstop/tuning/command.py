@@ -46,6 +46,11 @@ PROGRESS_RECORD_EVERY_S = 1.0
 PROGRESS_RECORD_QUIET_S = 10.0
 
 
+# How --help names a knob where its name alone would mislead: findings print `--knobs num_workers`, and
+# batch_size is tried only with --batch-size (it changes training dynamics).
+_KNOB_HELP = {"num_workers": "workers (num_workers)", "batch_size": "batch_size (with --batch-size)"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `pitstop tune` (the target itself is parsed by the CLI)."""
     parser.add_argument("--budget", default=DEFAULT_BUDGET, metavar="LIMIT",
@@ -71,8 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="journal of finished trials; default .pitstop-tune/<script>-<key>.journal.jsonl "
                              "next to --out (the key tells scripts of the same name apart)")
     parser.add_argument("--knobs", metavar="LIST",
-                        help="only these knobs, comma-separated: " + ", ".join("workers" if k == "num_workers" else k
-                                                                              for k in KNOBS))
+                        help="only these knobs, comma-separated: " + ", ".join(_KNOB_HELP.get(k, k) for k in KNOBS))
     parser.add_argument("--trial-timeout", type=float, metavar="SECONDS",
                         help="kill a trial after this long (a hang); default 30 s + 6x the baseline's "
                              f"pace per step; the baseline itself, which pays the imports and data set-up, "
