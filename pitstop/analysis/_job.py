@@ -204,6 +204,7 @@ class _Evidence:
     wall: float  # p50 over the rolling window
     data: float
     outside: float | None  # median over shared windows of window wall - collective, seconds
+    window_wall: float | None  # median over the same windows of their wall per step
     windows: int
     phases: dict[str, float]  # rank_phases of its recent measured steps
     since: float  # when its first recent step began (the CPU readings taken from then on)
@@ -263,6 +264,7 @@ def _evidence(alive: list[tuple[str, RunState, list[Step]]],
     out = []
     for (label, run, recent), windows in zip(alive, usable):
         outside = percentile((windows[s][0] for s in starts), 50) if starts else None
+        window_wall = percentile((windows[s][1] for s in starts), 50) if starts else None
         out.append(
             _Evidence(
                 label=label,
@@ -271,6 +273,7 @@ def _evidence(alive: list[tuple[str, RunState, list[Step]]],
                 wall=percentile((s.wall for s in recent), 50),
                 data=percentile((s.data_wait for s in recent), 50),
                 outside=outside,
+                window_wall=window_wall,
                 windows=len(starts) if outside is not None else 0,
                 phases=rank_phases([s for s in recent if s.mark is None]),
                 since=recent[0].t - recent[0].wall,
@@ -342,6 +345,12 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
         return []
     windowed = all(e.outside is not None for e in ev)
     job_step = percentile((e.wall for e in ev), 50)
+    # What a rank's excess in the profiler windows is a share of: the job's step in those same windows.
+    # Their steps are not the last steps': Lightning's BoringModel under DDP on 2 CPU ranks, rank 1's data
+    # slow, had a job step of 46.2 ms in its profiler window and 28.8 ms over the last 50 steps, and rank 1's
+    # 33.4 ms excess in the window read "up to 116% shorter job steps" (72% of the window's step; giving
+    # rank 1 the fix's workers measured 38.6 -> 20.0 ms, 48% shorter).
+    window_step = percentile((e.window_wall or 0.0 for e in ev), 50) if windowed else job_step
     floor = TIMESLICE_S if _waited_for_cores(ev) else MIN_EXCESS_S
     excesses = phase_excesses([e.phases for e in ev])
     anatomy = all("forward" in e.phases for e in ev)
@@ -362,7 +371,8 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
                 continue
             data_part = min(max(extra_data, 0.0), extra)
             found[i] = Straggler(
-                label=e.label, rank=e.run.rank, basis=basis, time_s=time_s, reference_s=ref, job_step_s=job_step,
+                label=e.label, rank=e.run.rank, basis=basis, time_s=time_s, reference_s=ref,
+                job_step_s=window_step if basis == "outside-collective" else job_step,
                 extra_data_s=data_part, extra_compute_s=extra - data_part, steps=e.steps, windows=e.windows,
                 phase=main_phase(excesses[i], job_step, MIN_EXCESS_S), anatomy=anatomy,
             )

@@ -466,3 +466,22 @@ def test_one_profiler_window_alone_names_no_straggler_where_the_steps_show_nothi
         streams[r] = [*steps_, *wins, end()]
     (s,) = stragglers(job_of(streams))
     assert s.label == "rank 0" and s.where == "optimizer"
+
+
+def test_a_windowed_straggler_s_share_is_of_the_job_s_step_in_the_same_windows() -> None:
+    # Steps of 20 ms, but 40 ms inside the profiler windows (profiled, or the run slower then): rank 1's
+    # 30 ms excess there was taken of the 20 ms step, "up to 150% shorter job steps".
+    streams: dict[int, list[Event]] = {}
+    for r in range(3):
+        walls = [0.040 if any(s <= i < s + 5 for s in (10, 30, 50)) else 0.020 for i in range(60)]
+        t, out = 1001.0, []
+        for i, wall in enumerate(walls):
+            t += wall
+            out.append(Step(t=t, step=i, wall=wall, data_wait=0.001, samples=32))
+        outside = 0.034 if r == 1 else 0.004
+        streams[r] = [*out, *(window(s, 0.040, 0.040 - outside) for s in (10, 30, 50)), end()]
+    (s,) = stragglers(job_of(streams))
+    assert s.basis == "outside-collective" and s.extra_s == pytest.approx(0.030)
+    assert s.job_step_s == pytest.approx(0.040) and s.share == pytest.approx(0.75)
+    (f,) = job_findings(job_of(streams))
+    assert f.gain == "up to 75% shorter job steps if rank 1 kept pace"
