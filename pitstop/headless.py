@@ -221,6 +221,11 @@ def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None, vi
             lines.extend(f"     {line}" for line in f.evidence[1:2])
             if f.gain:
                 lines.append(f"     gain: {f.gain}")
+            # The fix as the rank findings give theirs: a straggler's names what built its loader (HF, Lightning).
+            fix = f.fix.splitlines()
+            if fix:
+                lines.append(f"     fix:  {fix[0]}")
+                lines.extend(f"           {line}" for line in fix[1:])
     if advice.failures:
         lines.append("")
         lines.extend(f"  {failure.text}" for failure in advice.failures)

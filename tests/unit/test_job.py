@@ -200,6 +200,10 @@ def test_a_data_wait_straggler_s_fix_names_the_setting_of_what_built_its_loader(
     (f,) = [f for f in job_findings(job) if f.rule == "straggler"]
     assert f.title == "rank 1 is a straggler (data wait)"
     assert says in f.fix
+    # and the headless job block prints it, as the rank findings print theirs
+    job_block = summary_text([run for _, run in job.ranks()]).split("pitstop summary: train.py rank 0", 1)[0]
+    assert "     fix:  # give that rank's DataLoader more workers or faster storage, e.g." in job_block
+    assert says in job_block
     # a framework's loader is never given a bare DataLoader(...) line: the script builds none to edit
     bare = [line for line in f.fix.splitlines() if line.startswith("DataLoader(") and "#" not in line]
     assert bare == ([] if framework else [says])
