@@ -277,4 +277,5 @@ def _nonfinite_gain(run: RunState, first: int, model: ModelSpan | None) -> str:
                     f"steps {first}-{model.last_step} ({wasted}) of model {model.index} were wasted")
     if after:
         return f"the steps from {first} until the loss was finite again at step {after[0]} were wasted"
-    return f"every step from step {first} to the last ({last}: {last - first + 1} steps) was wasted"
+    n = last - first + 1
+    return f"every step from step {first} to the last ({last}: {n} step{'s' if n != 1 else ''}) was wasted"

@@ -392,6 +392,11 @@ class StepClock(StepCut):
     def finish(self, now: float) -> float | None:
         """The process is ending: held boundaries become steps (`flush`); returns the seconds of the
         evaluation in the partial step after the last one (HF Trainer's, Keras's last pass), else None."""
+        if self.mode == "optimizer" and self._primary_from:
+            # Another optimizer stepped after the clock's last step (a GAN's G of the last iteration): no step
+            # of the clock's takes its loss in now, so it is `other_loss` for the agent to read as it ends.
+            # dcgan that died right after a NaN in G's loss showed G's loss of the iteration before, finite.
+            self.other_loss = self._combine([part[7] for part in self._pending[:self._primary_from]])
         self.flush()
         if self._seg_t0 is not None:  # it ended with its last forward, not at the process's exit
             end = self._fwd_end if self._fwd_end is not None and self._fwd_end >= self._seg_t0 else now

@@ -612,3 +612,20 @@ def test_the_fast_cut_takes_the_plain_steps_of_a_training_loop() -> None:
     assert general == ["optimizer"] and len(r.steps) == 10  # the first step decides the clock, in `_cut`
     assert r.steps[5]["wall"] == pytest.approx(0.082) and r.steps[5]["wait"] == pytest.approx(0.01)
     assert r.steps[5]["samples"] == 16 and r.steps[5]["phases"][2] == pytest.approx(0.02)
+
+
+def test_a_gans_last_iteration_leaves_its_second_optimizers_loss_to_be_read_as_the_run_ends() -> None:
+    # dcgan that died right after a NaN in errG: G's loss of the last iteration is taken in by no later D step.
+    r = Recorder()
+    c = r.clock
+    for i in range(4):
+        r.fetch(TRAIN, 0.01, 64)
+        c.on_backward(r.tick(0.01), 0.125)  # errD_real
+        c.on_backward(r.tick(0.01), 0.0625)  # errD_fake
+        c.on_optimizer_step("D", r.tick(0.01))
+        c.on_backward(r.tick(0.01), float(10 + i))  # errG
+        c.on_optimizer_step("G", r.tick(0.01))
+    assert c.other_loss == 12.0  # iteration 2's G, read as step 3 is emitted
+    c.other_loss = None  # (the agent takes it then)
+    c.finish(r.tick(0.01))
+    assert len(r.steps) == 4 and c.other_loss == 13.0  # iteration 3's, for the agent to file under step 3
