@@ -48,7 +48,15 @@ class Tail:
 def read_tail(agent: Any) -> None:
     """As the run ends: the loss of the last step with a backward, where its losses were not read
     (`LOSS_EVERY_S`), so that the run's last loss is its last step's. A step of several backward
-    calls (micro-steps, a closure's) keeps its last read loss: one part is not the step's."""
+    calls (micro-steps, a closure's) keeps its last read loss: one part is not the step's.
+
+    And the last iteration's loss of a second optimizer (a GAN's G), which no later step took in
+    (`StepClock.finish` leaves it in `other_loss`): under the last step, the iteration it belongs to.
+    """
+    other = agent.clock.other_loss
+    if other is not None and agent.step_index:
+        agent.clock.other_loss = None
+        agent._pending_other[agent.step_index - 1] = other
     hooks = agent.hooks
     tail = hooks.loss_tail if hooks is not None else None
     if tail is None:

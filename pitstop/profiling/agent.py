@@ -524,10 +524,6 @@ class Agent:
         eval_after = None
         try:
             eval_after = self.clock.finish(_perf())  # held steps out; an evaluation after the last step
-            other = self.clock.other_loss  # the last iteration's G (a GAN's): filed under its step, the last
-            if other is not None and self.step_index:
-                self.clock.other_loss = None
-                self._pending_other[self.step_index - 1] = other
         except Exception:
             pass
         if self.torch is not None:
