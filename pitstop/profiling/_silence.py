@@ -10,8 +10,12 @@ sends one a second) for longer than the stall threshold (`--stall-after`, else
 max(60 s, 20x the p95 step), as in the agent), while the process lives on this
 host and its agent has no stall of its own open. The front then dumps that
 process with `py-spy dump --native` and adds a `Stall` event (`by` "front") to
-its stream, as the agent would have: every front shows it, and `pitstop run`
-appends it to the process's record once the process is gone. Fresh stacks
+its stream, as the agent would have: every front shows it, and it is appended
+to the process's record when it is taken (the agent's writer and this append
+take turns on the file's lock: `record.append_events`), so a front killed
+while the job hangs (SIGKILL, a lost SSH session) leaves it recorded; one the
+agent's writer kept from the file then waits for the next, or for the
+process's end (`runflow.record_front`). Fresh stacks
 every UPDATE_S while it lasts; it ends at the stream's next step ("end"), or
 when the stream closes while stuck ("exit").
 
@@ -26,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pitstop.events import Event, Hello, Stall, Step, ThreadStack
 from pitstop.profiling._stallwatch import UPDATE_S, StallDetector
@@ -44,6 +49,7 @@ class _Stream:
     detector: StallDetector
     pid: int | None = None
     host: str | None = None
+    record: str | None = None  # the process's record file (its Hello's)
     last_step: int | None = None
     before: int | None = None  # the last step that ended before the front's stall was found (queued ones too)
     agent_open: bool = False  # the agent's own stall is open: it speaks for itself
@@ -95,7 +101,7 @@ class SilenceDetector:
                 # exit: measured on a 2-rank job, 12 steps of rank 1 sent after its Ctrl-C read as "resumed".
                 stepped = stepped or (s.found_wall is not None and e.t > s.found_wall)
             elif isinstance(e, Hello):
-                s.pid, s.host = e.pid, e.host
+                s.pid, s.host, s.record = e.pid, e.host, e.record
             elif isinstance(e, Stall) and e.by != "front":
                 s.agent_open = e.phase in ("start", "update")
             elif getattr(e, "kind", None) == "end":
@@ -179,15 +185,17 @@ def _dump_native(pid: int, role: str) -> list[ThreadStack]:
 @dataclass
 class SilenceWatch:
     """The detector inside a live source: fed its batches, it reads silent processes on threads and hands
-    their Stall events back as batches of their streams; keeps every event it made, per process, for the record."""
+    their Stall events back as batches of their streams; appends each to its process's record when made,
+    and keeps those it could not append yet, per process, for the end of the run."""
 
     after_s: float | None = None
     host: str = field(default_factory=socket.gethostname)
     dump: Callable[[int, str], list[ThreadStack]] | None = None
     clock: Callable[[], float] = time.monotonic
     detector: SilenceDetector = field(init=False)
-    made: dict[int, list[Stall]] = field(default_factory=dict)  # pid -> the front's events, in order
+    made: dict[int, list[Stall]] = field(default_factory=dict)  # pid -> the front's events not yet recorded
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _writing: threading.Lock = field(default_factory=threading.Lock)  # one append at a time (reader, threads)
 
     def __post_init__(self) -> None:
         self.detector = SilenceDetector(self.after_s)
@@ -198,7 +206,10 @@ class SilenceWatch:
             made = self.detector.heard(batch.stream, batch.events, self.clock(), time.time())
             if batch.closed:
                 made = self.detector.closed(batch.stream, time.time()) or made
-            return self._keep(batch.stream, made)
+            out = self._keep(batch.stream, made)
+        if out is not None:
+            self._record(batch.stream)
+        return out
 
     def check(self, emit: Callable[[StreamBatch], None]) -> None:
         """At each turn of the source's loop: every stream due is read on its own thread, which `emit`s."""
@@ -226,6 +237,7 @@ class SilenceWatch:
                 return
             batch = self._keep(due.stream, stall)
         if batch is not None:
+            self._record(due.stream)
             emit(batch)
 
     def _keep(self, stream: str, stall: Stall | None) -> StreamBatch | None:
@@ -236,11 +248,33 @@ class SilenceWatch:
             self.made.setdefault(pid, []).append(stall)
         return StreamBatch(stream, [stall])
 
+    def _record(self, stream: str) -> None:
+        """Append the stream's events not yet recorded to its process's record now; those the file refused
+        (the agent's writer holds its lock, a cut write) wait for the next event or the run's end."""
+        from pitstop.profiling.record import append_events
+
+        with self._writing:
+            with self._lock:
+                s = self.detector.streams.get(stream)
+                if s is None or s.pid is None or not s.record:
+                    return
+                pid, record, pending = s.pid, s.record, list(self.made.get(s.pid, []))
+            if not pending:
+                return
+            try:
+                written = append_events(Path(record), pending)
+            except OSError:  # BlockingIOError (the writer's lock), or a record gone: the run's end says it
+                return
+            if written:
+                with self._lock:
+                    left = self.made.get(pid, [])
+                    self.made[pid] = left[len(pending):]
+
     def events_of(self, pid: int) -> list[Stall]:
-        """The front's events about process `pid`, in the order made; a stall still open is closed ("exit"):
-        the process is gone, and the source may have stopped before its stream's close reached it."""
+        """The front's events about process `pid` not yet in its record, in the order made; a stall still open
+        is closed ("exit"): the process is gone, and the source may have stopped before its stream's close reached it."""
         with self._lock:
             for name, s in self.detector.streams.items():
-                if s.pid == pid and s.since is not None and pid in self.made:
+                if s.pid == pid and s.since is not None and pid in self.made:  # its "start" was made
                     self._keep(name, self.detector.closed(name, time.time()))
             return list(self.made.get(pid, []))

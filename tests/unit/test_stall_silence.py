@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from pitstop.analysis._stall import describe
 from pitstop.events import End, Frame, Hello, Stall, Step, ThreadStack
 from pitstop.profiling._silence import Due, SilenceDetector, SilenceWatch, read_silent
 from pitstop.profiling._stallwatch import UPDATE_S, StallDetector
-from pitstop.profiling.record import RecordWriter, append_end, append_events, iter_record
+from pitstop.profiling.record import ReadResult, RecordWriter, append_end, append_events, iter_record
 from pitstop.profiling.waits import parse_dump
 from pitstop.streams import StreamBatch
 
@@ -195,6 +196,60 @@ def test_the_fronts_stalls_are_appended_to_a_record_and_the_end_after_them(tmp_p
     end = End(t=31.0, steps=5, dropped=0, reason="signal", exit_code=130)
     assert append_end(path, end)
     assert list(iter_record(path))[-3:] == [*made, end]
+
+
+@pytest.mark.parametrize("name", ["rank0.jsonl.gz", "train.jsonl"])
+def test_the_fronts_stall_appended_between_two_writes_of_a_live_agent_leaves_its_record_whole(
+        tmp_path: Path, name: str) -> None:
+    # The front appends while the process lives (its agent silent); then the GIL is let go and its writer
+    # goes on: its lines come after the front's, and nothing of the record is cut.
+    path = tmp_path / name
+    writer = RecordWriter(path)
+    writer.write_events([_hello(), *_steps(0, 5)])  # type: ignore[list-item]
+    made = Stall(t=20.0, phase="start", step=4, since_s=4.0, threshold_s=3.0, by="front",
+                 stacks=parse_dump(NATIVE_DUMP, 4242, "main", state="S"))
+    assert append_events(path, [made])
+    writer.write_events(_steps(5, 3))  # type: ignore[arg-type]
+    writer.close()
+    read = ReadResult()
+    events = list(iter_record(path, read))
+    assert not read.torn
+    assert [e.step for e in events if isinstance(e, Step)] == list(range(8))
+    assert events.index(made) == 6  # after the steps written before it, before those after
+
+
+def test_the_front_appends_nothing_while_the_agents_writer_holds_the_record(tmp_path: Path) -> None:
+    import fcntl
+
+    path = tmp_path / "rank0.jsonl.gz"
+    writer = RecordWriter(path)
+    writer.write_events([_hello(), *_steps(0, 5)])  # type: ignore[list-item]
+    before = path.read_bytes()
+    with open(path, "rb") as held:  # the writer's lock, taken by a write the GIL's hold cut in two
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(BlockingIOError):
+            append_events(path, [Stall(t=20.0, phase="start", step=4, since_s=4.0, threshold_s=3.0, by="front")])
+    assert path.read_bytes() == before
+
+
+def test_the_watch_records_a_silent_processs_stall_when_it_reads_it(tmp_path: Path) -> None:
+    # Written when taken, not when the run ends: a front killed while the job hangs leaves it recorded.
+    path = tmp_path / "rank0.jsonl.gz"
+    writer = RecordWriter(path)
+    me = os.getpid()
+    hello = replace(_hello(me), record=str(path))
+    writer.write_events([hello, *_steps(0, 3)])  # type: ignore[list-item]
+    now = [0.0]
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid), clock=lambda: now[0])
+    watch.heard(StreamBatch("s", [hello, *_steps(0, 3)]))
+    now[0] = 3.5
+    done = threading.Event()
+    watch.check(lambda batch: done.set())
+    assert done.wait(10.0)
+    recorded = [e for e in iter_record(path) if isinstance(e, Stall)]
+    assert [(s.phase, s.by) for s in recorded] == [("start", "front")] and recorded[0].stacks[0].native
+    # Only what the record does not hold yet is left for the run's end: the stall's close.
+    assert [s.phase for s in watch.events_of(me)] == ["exit"]
 
 
 def test_starved_ticks_do_not_call_a_stall_for_a_time_the_agent_did_not_see() -> None:
