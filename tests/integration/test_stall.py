@@ -7,6 +7,7 @@ first step and a long evaluation), with `--stall-after 3` so the tests are fast.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -205,6 +206,40 @@ def test_a_thread_holding_the_gil_is_read_from_outside_and_ctrl_c_keeps_it(tmp_p
     assert front[0].stacks[0].native
     assert "holds the GIL in native code" in recorded.stdout, recorded.stdout + recorded.stderr
     assert "stall_native_gil.py:27 main   libc.sleep(3600)" in recorded.stdout
+
+
+def test_the_fronts_stall_is_in_the_record_while_it_hangs_and_stays_when_pitstop_is_killed(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    # The default compressed record, which the agent's writer holds open: the front appends its stall
+    # while the process hangs; then pitstop itself dies (SIGKILL, as a lost SSH session's shell kills it).
+    records = tmp_path / "rec"
+    spy = Path(sys.executable).with_name("py-spy").exists()
+    env["STUCK_AT"] = "3"
+    run = Stderr(["run", "--headless", "--stall-after", "2", "--record", str(records),
+                  str(SCRIPTS / "stall_native_gil.py")], env)
+    record = records / "rank0.jsonl.gz"
+    trainer: int | None = None
+    try:
+        wait_for(lambda: run.find("pitstop | STUCK:") is not None, 120, "the stall", run.text)
+        wait_for(lambda: any(s.by == "front" for s in _stalls(record)), 30, "the front's stall in the record",
+                 run.text)
+        trainer = next(e.pid for e in events_of(record) if e.kind == "hello")  # type: ignore[attr-defined]
+        live = pitstop(["stacks", str(records)], env, timeout=60)  # the record of a process that still hangs
+        said = "holds the GIL in native code" if spy else "py-spy is not installed"
+        assert said in live.stdout and "stuck when its record stops" in live.stdout, live.stdout + live.stderr
+        os.kill(run.proc.pid, signal.SIGKILL)  # pitstop alone: nothing it still held in memory gets written
+        run.proc.wait(timeout=30)
+    finally:
+        if trainer is not None:
+            try:
+                os.kill(trainer, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        kill_group(run.proc)
+    front = [s for s in _stalls(record) if s.by == "front"]
+    assert [s.phase for s in front][:1] == ["start"] and front[0].stacks, front
+    replay = pitstop(["view", "--summary", str(records)], env, timeout=60)
+    assert "[high] stuck for" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
 
 
 def test_steps_that_get_3x_slower_capture_a_profiler_window_of_the_slow_stretch(tmp_path: Path,
