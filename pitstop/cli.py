@@ -417,7 +417,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="also serve viewers over TCP on PORT (+LOCAL_RANK), token required")
     run.add_argument("--token-file", metavar="FILE", help="the TCP token (created 0600 if missing)")
     run.add_argument("--stall-after", metavar="SECONDS",
-                     help="no progress for this long is a stall (default: max(60 s, 20x the p95 step))")
+                     help="no progress for this long is a stall (default: max(60 s, 20x the p95 step)); "
+                          "before the first step, a wait is said after max(this, 5 min)")
     _plot_flags(run)
 
     attach = sub.add_parser("attach", help="open the viewer on a live run")

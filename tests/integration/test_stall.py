@@ -242,6 +242,28 @@ def test_the_fronts_stall_is_in_the_record_while_it_hangs_and_stays_when_pitstop
     assert "[high] stuck for" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
 
 
+def test_a_run_that_never_takes_its_first_step_says_where_it_waits_live_and_in_the_summary(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    # 5 s for the first-step wait (5 minutes by default; `--stall-after 2` alone would not make it shorter):
+    # from torch hooked to the hang, the script builds only its dataset.
+    record = tmp_path / "first.jsonl"
+    env["PITSTOP_FIRST_STEP_S"] = "5"
+    run = Stderr(["run", "--headless", "--stall-after", "2", "--record", str(record),
+                  str(SCRIPTS / "first_step_hang.py")], env)
+    where = "the training thread is in read_index (first_step_hang.py:10: time.sleep(3600))"
+    try:
+        wait_for(lambda: run.find("WAITING: no first step after") is not None, 120, "the wait", run.text)
+        line = run.find("WAITING: no first step after") or ""
+        assert where in line and "STUCK" not in run.text(), run.text()
+    finally:
+        text = run.stop()
+    summary = text.split("pitstop summary", 1)[1]
+    assert re.search(r"\[medium\] no first step after \d+s; " + re.escape(where), summary), summary
+    assert "first_step_hang.py:16 Mounted.__init__" in summary and "[high]" not in summary, summary
+    (start, *_) = [s for s in _stalls(record) if s.first]
+    assert start.phase == "start" and start.step == 0 and start.threshold_s == 5.0
+
+
 def test_steps_that_get_3x_slower_capture_a_profiler_window_of_the_slow_stretch(tmp_path: Path,
                                                                                env: dict[str, str]) -> None:
     record = tmp_path / "slow.jsonl"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pitstop.analysis import JobState, RunState, advise, job_cause, stall_block
 from pitstop.analysis._stall import describe, span
 from pitstop.events import Frame, Hello, Stall, Step, ThreadStack, decode, encode
-from pitstop.profiling._stallwatch import STALL_MIN_S, StallDetector
+from pitstop.profiling._stallwatch import STALL_MIN_S, FirstStepWait, StallDetector
 from pitstop.profiling.waits import death_text, parse_dump
 
 LIB = "/usr/lib/python3.11/site-packages/torch"
@@ -241,3 +241,60 @@ def test_a_flight_recorder_dump_says_which_collective_each_rank_is_in() -> None:
     assert cause.endswith("; flight recorder: rank 0 in nccl:all_reduce (seq 42, started, group 0 (default_pg), "
                           "input sizes [[1024]])"), cause
     assert "flight recorder: last completed nccl:all_reduce (seq 41" in "\n".join(stall_block(r0))
+
+
+def test_no_progress_before_the_first_step_is_a_wait_after_five_minutes_or_the_stall_threshold() -> None:
+    assert FirstStepWait(0.0).threshold() == 300.0 and FirstStepWait(0.0, after_s=600.0).threshold() == 600.0
+    assert FirstStepWait(0.0, after_s=2.0).threshold() == 300.0  # --stall-after 2 does not make a model build stuck
+    w = FirstStepWait(0.0, after_s=None, first_s=3.0)
+    assert w.check((0, 0), False, 1.0) is None  # the first read is the baseline, not progress
+    assert w.check((1, 0), False, 2.5) is None  # a batch came: the clock starts again
+    assert w.check((1, 0), False, 5.4) is None
+    assert w.check((1, 0), False, 5.6) == "start"
+    assert w.check((1, 0), False, 6.0) is None
+    assert w.check((1, 0), False, 5.6 + 180.0) == "update"
+    assert w.check((1, 0), True, 200.0) == "end"  # the first step
+    assert w.check((1, 0), False, 900.0) is None  # and never again: after it, stalls are StallDetector's
+    quiet = FirstStepWait(0.0, first_s=3.0)
+    assert quiet.check((0,), False, 2.0) is None and quiet.check((0,), True, 2.5) is None  # a first step in time
+
+
+def _first(frames: list[Frame], phase: str = "start", state: str = "S") -> RunState:
+    run = RunState()
+    run.add(Hello(schema=2, pitstop_version="x", session="s", pid=7, ppid=1, host="h", argv=[], cwd="/",
+                  started=0.0, python="3.11"))
+    run.add(Stall(t=310.0, phase=phase, step=0, since_s=305.0, threshold_s=300.0, first=True,
+                  stacks=[ThreadStack(pid=7, role="main", how="in-process", state=state, frames=frames)]))
+    return run
+
+
+def test_a_process_with_no_first_step_says_where_it_waits_as_a_wait_unless_it_is_blocked() -> None:
+    from pitstop.analysis import stall_title, stall_word
+
+    hang = [_f("<module>", "/job/train.py", 40), _f("Mounted.__init__", "/job/train.py", 12),
+            _f("read_index", "/job/train.py", 8, "time.sleep(3600)")]
+    run = _first(hang)
+    title = stall_title(run)
+    assert title == "no first step after 5m05s; the training thread is in read_index (train.py:8: time.sleep(3600))"
+    assert stall_word([run]) == "WAITING"
+    (finding,) = [f for f in advise(run).findings if f.rule == "stall"]
+    assert finding.severity == "medium" and "stuck" not in finding.title
+    assert stall_block(run)[0] == f"stall: {title}"
+    # Blocked: a read in uninterruptible sleep, a lock: stuck, [high].
+    disk = _first(hang, state="D")
+    assert stall_word([disk]) == "STUCK"
+    assert [f.severity for f in advise(disk).findings if f.rule == "stall"] == ["high"]
+    lock = _first([_f("<module>", "/job/train.py", 40), _f("setup", "/job/train.py", 9, "with lock:"),
+                   _f("acquire", "/usr/lib/python3.11/threading.py", 1)])
+    assert stall_word([lock]) == "STUCK"
+    # It moved: a wait that ended, not a stall after step 0.
+    moved = _first(hang, phase="end")
+    moved.add(Stall(t=320.0, phase="end", step=0, since_s=315.0, threshold_s=300.0, lasted_s=315.0, first=True))
+    assert stall_title(moved) == "no progress for 5m15s before its first step, then it moved"
+    assert [f.severity for f in advise(moved).findings if f.rule == "stall"] == ["low"]
+
+
+def test_a_wait_for_the_first_step_round_trips_and_an_old_stall_is_not_one() -> None:
+    event = Stall(t=1.0, phase="start", step=0, since_s=301.0, threshold_s=300.0, first=True)
+    assert decode(encode(event)) == event
+    assert decode('{"kind":"stall","t":1.0,"phase":"start","step":0,"since_s":70.0,"threshold_s":60.0}').first is False
