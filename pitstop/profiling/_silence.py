@@ -50,6 +50,8 @@ class _Stream:
     pid: int | None = None
     host: str | None = None
     record: str | None = None  # the process's record file (its Hello's)
+    hello: Hello | None = None
+    last_step_t: float | None = None  # when its latest step ended (wall clock)
     last_step: int | None = None
     before: int | None = None  # the last step that ended before the front's stall was found (queued ones too)
     agent_open: bool = False  # the agent's own stall is open: it speaks for itself
@@ -59,6 +61,16 @@ class _Stream:
     found_wall: float | None = None  # when the front found it (wall clock): a step ended after it is progress
     next_update: float = 0.0
     reading: bool = False  # a dump is under way
+
+
+@dataclass(frozen=True)
+class Row:
+    """One live process as the front's metrics show it (`_frontmetrics.py`)."""
+
+    hello: Hello
+    heard_at: float  # monotonic
+    last_step_t: float | None
+    stalled: bool
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,7 @@ class SilenceDetector:
         stepped = False
         for e in events:
             if isinstance(e, Step):
-                s.last_step = e.step
+                s.last_step, s.last_step_t = e.step, e.t
                 s.detector.step(e.step, e.wall, e.mark is None)
                 if s.found_wall is None or e.t <= s.found_wall:
                     s.before = e.step
@@ -101,7 +113,7 @@ class SilenceDetector:
                 # exit: measured on a 2-rank job, 12 steps of rank 1 sent after its Ctrl-C read as "resumed".
                 stepped = stepped or (s.found_wall is not None and e.t > s.found_wall)
             elif isinstance(e, Hello):
-                s.pid, s.host, s.record = e.pid, e.host, e.record
+                s.pid, s.host, s.record, s.hello = e.pid, e.host, e.record, e
             elif isinstance(e, Stall) and e.by != "front":
                 s.agent_open = e.phase in ("start", "update")
             elif getattr(e, "kind", None) == "end":
@@ -269,6 +281,12 @@ class SilenceWatch:
                 with self._lock:
                     left = self.made.get(pid, [])
                     self.made[pid] = left[len(pending):]
+
+    def rows(self) -> list[Row]:
+        """Every stream heard whose process has not ended, for the front's metrics."""
+        with self._lock:
+            return [Row(s.hello, s.heard_at, s.last_step_t, s.agent_open or s.since is not None)
+                    for s in self.detector.streams.values() if s.hello is not None and not s.ended]
 
     def events_of(self, pid: int) -> list[Stall]:
         """The front's events about process `pid` not yet in its record, in the order made; a stall still open

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -170,10 +172,19 @@ def test_a_thread_holding_the_gil_is_read_from_outside_and_ctrl_c_keeps_it(tmp_p
     record = tmp_path / "gil.jsonl"
     spy = Path(sys.executable).with_name("py-spy").exists()  # the test extra has it
     env["STUCK_AT"] = "5"
+    with socket.socket() as probe:  # a free port for pitstop run's own metrics
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     run = Stderr(["run", "--headless", "--stall-after", "2", "--record", str(record),
-                  str(SCRIPTS / "stall_native_gil.py")], env)
+                  "--prometheus-front", str(port), str(SCRIPTS / "stall_native_gil.py")], env)
     try:
         wait_for(lambda: run.find("pitstop | STUCK:") is not None, 120, "the stall", run.text)
+        # The front's endpoint answers while the training thread holds the GIL (the rank's own cannot).
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+            metrics = reply.read().decode()
+        assert re.search(r'^pitstop_front_stalled\{.*script="stall_native_gil.py".*\} 1\.0$', metrics, re.M), metrics
+        heard = re.search(r"^pitstop_front_seconds_since_heard\{[^}]*\} (\S+)$", metrics, re.M)
+        assert heard is not None and float(heard.group(1)) >= 3.0, metrics  # silent past the front's 3 s floor
         cause = run.find("pitstop | STUCK:") or ""
         if spy:
             assert "holds the GIL in native code: main (stall_native_gil.py:27: libc.sleep(3600))" in cause, cause

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -326,3 +327,38 @@ def test_c_frames_are_told_from_a_script_without_a_py_suffix() -> None:
     assert is_native(Frame("clock_nanosleep", "libc.so.6")) and is_native(Frame("at::mm", "libtorch_cpu.so"))
     assert is_native(Frame("_ctypes_callproc", "callproc.c", 1262))
     assert not is_native(Frame("main", "/job/train", 3)) and not is_native(Frame("main", "/job/train.py", 3))
+
+
+def test_the_fronts_metrics_answer_for_a_silent_process_from_the_fronts_own_state() -> None:
+    # pitstop run's own endpoint: the seconds since it heard from each process grow while the process is
+    # silent, and a stall the front read from outside shows as stuck; an ended process has no series.
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from pitstop.profiling._frontmetrics import FrontCollector
+
+    now = [100.0]
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid), clock=lambda: now[0])
+    me = os.getpid()
+    hello = replace(_hello(me, rank=1), local_rank=1)
+    steps = [Step(t=time.time() - 2.0, step=i, wall=0.2, data_wait=0.0, samples=8) for i in range(3)]
+    watch.heard(StreamBatch("r1", [hello, *steps]))
+    watch.heard(StreamBatch("r0", [replace(_hello(me + 1, rank=0), local_rank=0)]))
+    watch.heard(StreamBatch("r0", [], closed=True))  # rank 0 ended
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FrontCollector(watch))  # type: ignore[arg-type]
+
+    def scraped() -> dict[str, list[tuple[dict[str, str], float]]]:
+        text = generate_latest(registry).decode()
+        return {f.name: [(s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)}
+
+    now[0] = 103.5  # silent past the 3 s floor: the front reads it
+    done = threading.Event()
+    watch.check(lambda batch: done.set())
+    assert done.wait(10.0)
+    m = scraped()
+    ((labels, stalled),) = m["pitstop_front_stalled"]
+    assert stalled == 1.0 and labels["rank"] == "1" and labels["local_rank"] == "1" and labels["host"] == HOST
+    ((_, since_step),) = m["pitstop_front_seconds_since_last_step"]
+    assert 2.0 <= since_step < 60.0
+    assert m["pitstop_front_seconds_since_heard"] == [(labels, 3.5)]
