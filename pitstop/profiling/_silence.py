@@ -5,10 +5,12 @@ A training thread that holds the GIL in native code (a C extension's loop, a
 agent's 1 Hz sampler, its stall watch and its socket at once) lets no other
 thread of its process run, so the agent cannot say it is stuck. The front that
 reads the agent's stream (`pitstop run`'s status lines or TUI) sees the
-silence instead: after the first step, no event at all (the sampler alone
-sends one a second) for longer than the stall threshold (`--stall-after`, else
-max(60 s, 20x the p95 step), as in the agent), while the process lives on this
-host and its agent has no stall of its own open. The front then dumps that
+silence instead: no event at all (the sampler alone sends one a second) for
+longer than the stall threshold (`--stall-after`, else max(60 s, 20x the p95
+step), as in the agent; before the first step the agent's first-step wait,
+max(5 minutes, `--stall-after`): a dataset's set-up in a C extension that
+keeps the GIL), while the process lives on this host and its agent has no
+stall of its own open. The front then dumps that
 process with `py-spy dump --native` and adds a `Stall` event (`by` "front") to
 its stream, as the agent would have: every front shows it, and it is appended
 to the process's record when it is taken (the agent's writer and this append
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pitstop.events import Event, Hello, Stall, Step, ThreadStack
-from pitstop.profiling._stallwatch import UPDATE_S, StallDetector
+from pitstop.profiling._stallwatch import UPDATE_S, FirstStepWait, StallDetector
 from pitstop.streams import StreamBatch
 
 # Never less than 3 sampler periods of silence, whatever --stall-after says: a front on a loaded machine
@@ -59,6 +61,7 @@ class _Stream:
     since: float | None = None  # the front's stall: when the stream was last heard from, while it lasts
     began_wall: float | None = None  # the same, as wall-clock time (for the events' since_s / lasted_s)
     found_wall: float | None = None  # when the front found it (wall clock): a step ended after it is progress
+    first: bool = False  # the front's stall began before the process's first step (a wait for it)
     next_update: float = 0.0
     reading: bool = False  # a dump is under way
 
@@ -83,6 +86,7 @@ class Due:
     step: int
     silent_s: float
     threshold_s: float
+    first: bool = False  # before the process's first step (`Stall.first`)
 
 
 class SilenceDetector:
@@ -135,22 +139,30 @@ class SilenceDetector:
         lasted = max(0.0, wall - began)
         s.since = s.began_wall = s.found_wall = None
         step = s.before if s.before is not None else s.last_step
-        return Stall(t=wall, phase=phase, step=step or 0, since_s=lasted, threshold_s=s.detector.threshold(),
-                     lasted_s=lasted, by="front")
+        first, s.first = s.first, False
+        return Stall(t=wall, phase=phase, step=step or 0, since_s=lasted, threshold_s=self._threshold(s, first),
+                     lasted_s=lasted, by="front", first=first)
+
+    def _threshold(self, s: _Stream, first: bool) -> float:
+        """The agent's: its stall threshold after the first step; before it, the first-step wait's."""
+        return FirstStepWait(0.0, self.after_s).threshold() if first else s.detector.threshold()
 
     def due(self, now: float, wall: float, host: str) -> list[Due]:
-        """The streams to read now: silent for longer than their threshold after their first step, their
-        process on this host (`host`), not ended, no stall of the agent's own open, no read under way."""
+        """The streams to read now: silent for longer than their threshold (before their first step, the
+        first-step wait's: 5 minutes or --stall-after), their process on this host (`host`), not ended, no
+        stall of the agent's own open, no read under way."""
         out = []
         for name, s in self.streams.items():
-            if s.ended or s.pid is None or s.last_step is None or s.agent_open or s.reading or s.host != host:
+            if s.ended or s.pid is None or s.agent_open or s.reading or s.host != host:
                 continue
             silent = now - s.heard_at
-            threshold = max(SILENT_MIN_S, s.detector.threshold())
+            first = s.first if s.since is not None else s.last_step is None
+            threshold = max(SILENT_MIN_S, self._threshold(s, first))
             if s.since is None:
                 if silent <= threshold:
                     continue
                 s.since, s.began_wall, s.found_wall = s.heard_at, wall - silent, wall
+                s.first = first
                 s.next_update = now + UPDATE_S
                 phase = "start"
             elif now >= s.next_update:
@@ -158,7 +170,7 @@ class SilenceDetector:
                 phase = "update"
             else:
                 continue
-            out.append(Due(name, phase, s.pid, s.last_step, silent, threshold))
+            out.append(Due(name, phase, s.pid, s.last_step or 0, silent, threshold, first))
         return out
 
     def cancel(self, stream: str) -> None:
@@ -185,7 +197,7 @@ def read_silent(due: Due, dump: Callable[[int, str], list[ThreadStack]] | None =
         missing = [s.note for s in stacks if s.how == "none" and s.note]
         notes = [f"the agent went silent; its stacks were not read from outside: {missing[0]}"] if missing else []
     return Stall(t=time.time(), phase=due.phase, step=due.step, since_s=due.silent_s, threshold_s=due.threshold_s,
-                 stacks=stacks, notes=notes, by="front")
+                 stacks=stacks, notes=notes, by="front", first=due.first)
 
 
 def _dump_native(pid: int, role: str) -> list[ThreadStack]:
@@ -238,7 +250,8 @@ class SilenceWatch:
         except Exception as err:  # noqa: BLE001 - said in the event: the front never dies of it
             stall = Stall(t=time.time(), phase=due.phase, step=due.step, since_s=due.silent_s,
                           threshold_s=due.threshold_s, notes=[f"stacks not read: {type(err).__name__}: {err}"],
-                          stacks=[ThreadStack(pid=due.pid, role="main", how="none", note=str(err))], by="front")
+                          stacks=[ThreadStack(pid=due.pid, role="main", how="none", note=str(err))], by="front",
+                          first=due.first)
         with self._lock:
             s = self.detector.streams[due.stream]
             s.reading = False

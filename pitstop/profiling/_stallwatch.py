@@ -270,10 +270,12 @@ class StallWatch:
                          stacks=stacks, notes=notes, flight=self._flight()))
 
     def first_key(self) -> Any:
-        """What moves before the first step (`key` without the step index)."""
+        """What moves before the first step (`key` without the step index), and the modules imported: a
+        script's set-up imports for long (building an SGD imported torch._dynamo's 64 frames deep of imports
+        for more than 5 s on a loaded 2-core machine), and an import under way is not a wait."""
         clock = self.agent.clock
         return (clock.batches, clock.backwards, clock.grads, clock.closures, getattr(clock, "_seg_n", 0),
-                len(self.agent.stamps))
+                len(self.agent.stamps), len(sys.modules))
 
     def _first_tick(self, now: float) -> None:
         """Before the first step: a process that has not moved for long says where it waits (`FirstStepWait`);

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from pitstop.analysis import JobState, RunState, advise, job_cause, stall_block
-from pitstop.analysis._stall import describe
+from pitstop.analysis._stall import describe, headline
 from pitstop.events import End, Frame, Hello, Stall, Step, ThreadStack
 from pitstop.profiling._silence import Due, SilenceDetector, SilenceWatch, read_silent
 from pitstop.profiling._stallwatch import UPDATE_S, StallDetector
@@ -362,3 +362,21 @@ def test_the_fronts_metrics_answer_for_a_silent_process_from_the_fronts_own_stat
     ((_, since_step),) = m["pitstop_front_seconds_since_last_step"]
     assert 2.0 <= since_step < 60.0
     assert m["pitstop_front_seconds_since_heard"] == [(labels, 3.5)]
+
+
+def test_a_process_silent_before_its_first_step_is_read_after_the_first_step_wait_and_said_as_one() -> None:
+    # A dataset's set-up in a C extension that keeps the GIL: no event at all, and no step yet.
+    d = SilenceDetector(after_s=3.0)
+    d.heard("s", [_hello(os.getpid())], 0.0, 1000.0)  # a live process: read_silent looks in /proc
+    assert d.due(100.0, 1100.0, HOST) == []  # --stall-after 3 does not make a set-up stuck
+    (due,) = d.due(301.0, 1301.0, HOST)  # the first-step wait's 5 minutes
+    assert due.first and due.phase == "start" and due.step == 0 and due.threshold_s == 300.0
+    stall = read_silent(due, dump=lambda pid, role: _native(pid))
+    assert stall is not None and stall.first and stall.by == "front"
+    run = RunState()
+    run.add(_hello())
+    run.add(stall)
+    assert headline(run) == "no first step after 5m01s"  # a wait, not "stuck ... after step 0"
+    first_step = Step(t=1400.0, step=0, wall=90.0, data_wait=0.0, samples=8)  # after the front found it
+    ended = d.heard("s", [first_step], 310.0, 1400.0)
+    assert ended is not None and ended.phase == "end" and ended.first
