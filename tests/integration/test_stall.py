@@ -104,21 +104,30 @@ def test_a_rank_stuck_in_its_dataset_is_named_and_the_other_waits_for_it(tmp_pat
 
 def test_a_deadlock_on_the_scripts_own_lock_is_named(tmp_path: Path, env: dict[str, str]) -> None:
     record = tmp_path / "lock.jsonl"
-    run = Stderr(["run", "--headless", "--stall-after", AFTER, "--record", str(record),
-                  str(SCRIPTS / "stall_lock.py")], env)
+    token = tmp_path / "token"
+    with socket.socket() as probe:  # a free port for the TCP viewers (`--listen`)
+        probe.bind(("127.0.0.1", 0))
+        listen = f"127.0.0.1:{probe.getsockname()[1]}"
+    run = Stderr(["run", "--headless", "--stall-after", AFTER, "--record", str(record), "--listen", listen,
+                  "--token-file", str(token), str(SCRIPTS / "stall_lock.py")], env)
     try:
         wait_for(lambda: run.find("pitstop | STUCK:") is not None, 120, "the stall", run.text)
         cause = run.find("pitstop | STUCK:") or ""
         assert "waits on a lock at log_metrics (stall_lock.py:11: with lock:)" in cause, cause
         assert run.find("STUCK for") is not None and "after step 20" in (run.find("STUCK for") or "")
-        # On demand, live: the stacks of the process, through its agent's socket.
+        # On demand, live: the stacks of the process, through its agent's socket, and over TCP.
         pid = cause.split("STUCK: pid ", 1)[1].split()[0]
-        live = pitstop(["stacks", pid], env, timeout=60)
-        assert live.returncode == 0, live.stderr
-        assert f"== pid {pid} (stuck now): stuck for" in live.stdout, live.stdout
-        assert "stall_lock.py:11 log_metrics   with lock:" in live.stdout
+        for target in ([pid], [listen, "--token-file", str(token)]):
+            live = pitstop(["stacks", *target], env, timeout=60)
+            assert live.returncode == 0, live.stderr
+            assert f"== pid {pid} (stuck now): stuck for" in live.stdout, (target, live.stdout)
+            assert "stall_lock.py:11 log_metrics   with lock:" in live.stdout
     finally:
         text = run.stop()
+    # Stopped by SIGTERM (to pitstop, passed on): the summary names that signal, and claims no steps lost
+    # (no step ended while it was stuck).
+    end = next(line for line in text.split("pitstop summary", 1)[1].splitlines() if line.strip().startswith("end "))
+    assert "(SIGTERM)" in end and "not written" not in end, end
     recorded = pitstop(["stacks", str(record)], env, timeout=60)
     assert recorded.returncode == 0 and "stall_lock.py:27 main   log_metrics(step)" in recorded.stdout, \
         recorded.stdout + recorded.stderr

@@ -380,3 +380,30 @@ def test_a_process_silent_before_its_first_step_is_read_after_the_first_step_wai
     first_step = Step(t=1400.0, step=0, wall=90.0, data_wait=0.0, samples=8)  # after the front found it
     ended = d.heard("s", [first_step], 310.0, 1400.0)
     assert ended is not None and ended.phase == "end" and ended.first
+
+
+def test_pitstop_stacks_reads_a_stuck_process_until_its_history_ends_not_its_sampler() -> None:
+    # A stuck process sends a sampler reading a second and nothing else: those are not news, so the read
+    # ends QUIET_S after the history, not at READ_MAX_S (a read of a stuck process took 18 s).
+    from pitstop.events import Sample
+    from pitstop.stackscmd import read_live
+
+    stop = threading.Event()
+    stall = Stall(t=20.0, phase="start", step=4, since_s=4.0, threshold_s=3.0,
+                  stacks=parse_dump(NATIVE_DUMP, 4242, "main", state="S"))
+
+    class Source:
+        def batches(self):  # type: ignore[no-untyped-def]
+            yield StreamBatch("s", [_hello(), *_steps(0, 5), stall])
+            t = 30.0
+            while not stop.wait(0.05):  # the sampler, faster than QUIET_S apart
+                t += 1.0
+                yield StreamBatch("s", [Sample(t=t, gpus=[], procs=[])])
+
+        def close(self) -> None:
+            stop.set()
+
+    started = time.monotonic()
+    job = read_live(Source(), quiet_s=0.5, max_s=20.0)
+    assert stop.is_set() and job.runs["s"].stall == stall
+    assert time.monotonic() - started < 10.0  # ended by the quiet after the history (0.5 s), not by max_s
