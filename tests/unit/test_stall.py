@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 from pitstop.analysis import JobState, RunState, advise, job_cause, stall_block
 from pitstop.analysis._stall import describe, span
 from pitstop.events import Frame, Hello, Stall, Step, ThreadStack, decode, encode
@@ -298,3 +301,42 @@ def test_a_wait_for_the_first_step_round_trips_and_an_old_stall_is_not_one() -> 
     event = Stall(t=1.0, phase="start", step=0, since_s=301.0, threshold_s=300.0, first=True)
     assert decode(encode(event)) == event
     assert decode('{"kind":"stall","t":1.0,"phase":"start","step":0,"since_s":70.0,"threshold_s":60.0}').first is False
+
+
+def test_the_agents_first_step_wait_starts_once_torch_is_hooked_and_not_for_a_parent_whose_children_train(
+        tmp_path: Path) -> None:
+    import pitstop.profiling._blind  # noqa: F401 - imported as the running agent has them: an import in a
+    import pitstop.profiling.sampler  # noqa: F401 - tick would count as the script's progress (sys.modules)
+    from pitstop.profiling._stallwatch import StallWatch
+    from pitstop.profiling.record import RecordWriter
+
+    clock = SimpleNamespace(index=0, batches=0, backwards=0, grads=0, closures=0)
+    emitted: list[Stall] = []
+    agent = SimpleNamespace(clock=clock, stamps=[], dormant=False, hooks=None, pid=4242, emit=emitted.append,
+                            record_path=tmp_path / "rank0.jsonl.gz", worker_pids=[])
+    watch = StallWatch(agent)
+    watch._stacks = lambda: ([ThreadStack(pid=4242, role="main")], [])  # type: ignore[method-assign]
+    watch.first = FirstStepWait(0.0, first_s=3.0)
+    watch._first_tick(100.0)  # `import torch` still running: the clock has not started
+    assert emitted == []
+    agent.hooks = object()  # hooked: the clock runs from the last tick before (100.0)
+    watch._first_tick(101.0)
+    watch._first_tick(102.9)
+    assert emitted == []
+    watch._first_tick(103.5)
+    assert [(s.phase, s.first, s.step) for s in emitted] == [("start", True, 0)]
+    clock.index = 1  # the first step
+    watch._first_tick(105.0)
+    assert [(s.phase, s.first) for s in emitted][-1] == ("end", True)
+    # A hogwild parent: its children record steps of their own, so its wait in join() is not said.
+    child = RecordWriter(tmp_path / "rank0-4343.jsonl.gz")
+    child.write(Hello(schema=2, pitstop_version="x", session="s", pid=4343, ppid=4242, host="h", argv=[], cwd="/",
+                      started=0.0, python="3.11", parent_pid=4242))
+    child.close()
+    emitted.clear()
+    clock.index = 0
+    parent = StallWatch(agent)
+    parent.first = FirstStepWait(0.0, first_s=3.0)
+    for t in (101.0, 104.5, 300.0):
+        parent._first_tick(t)
+    assert emitted == []
