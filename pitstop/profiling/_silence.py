@@ -16,8 +16,8 @@ its stream, as the agent would have: every front shows it, and it is appended
 to the process's record when it is taken (the agent's writer and this append
 take turns on the file's lock: `record.append_events`), so a front killed
 while the job hangs (SIGKILL, a lost SSH session) leaves it recorded; one the
-agent's writer kept from the file then waits for the next, or for the
-process's end (`runflow.record_front`). Fresh stacks
+agent's writer kept from the file is tried again at each `check`, and what is
+left is appended at the process's end (`runflow.record_front`). Fresh stacks
 every UPDATE_S while it lasts; it ends at the stream's next step ("end"), or
 when the stream closes while stuck ("exit").
 
@@ -241,8 +241,12 @@ class SilenceWatch:
             due = self.detector.due(self.clock(), time.time(), self.host)
             for d in due:
                 self.detector.streams[d.stream].reading = True
+            # Events the record refused (its writer held the lock at that moment): tried again each turn.
+            pending = [name for name, s in self.detector.streams.items() if s.pid is not None and self.made.get(s.pid)]
         for d in due:
             threading.Thread(target=self._read, args=(d, emit), name="pitstop-silence", daemon=True).start()
+        for name in pending:
+            self._record(name)
 
     def _read(self, due: Due, emit: Callable[[StreamBatch], None]) -> None:
         try:

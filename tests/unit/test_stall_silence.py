@@ -407,3 +407,26 @@ def test_pitstop_stacks_reads_a_stuck_process_until_its_history_ends_not_its_sam
     job = read_live(Source(), quiet_s=0.5, max_s=20.0)
     assert stop.is_set() and job.runs["s"].stall == stall
     assert time.monotonic() - started < 10.0  # ended by the quiet after the history (0.5 s), not by max_s
+
+
+def test_a_stall_the_record_refused_is_appended_at_the_next_turn_once_the_writer_let_go(tmp_path: Path) -> None:
+    import fcntl
+
+    path = tmp_path / "rank0.jsonl.gz"
+    writer = RecordWriter(path)
+    me = os.getpid()
+    hello = replace(_hello(me), record=str(path))
+    writer.write_events([hello, *_steps(0, 3)])  # type: ignore[list-item]
+    now = [0.0]
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid), clock=lambda: now[0])
+    watch.heard(StreamBatch("s", [hello, *_steps(0, 3)]))
+    now[0] = 3.5
+    done = threading.Event()
+    with open(path, "rb") as held:  # the agent's writer in the middle of a write
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        watch.check(lambda batch: done.set())
+        assert done.wait(10.0)
+        assert [e for e in iter_record(path) if isinstance(e, Stall)] == []
+    watch.check(lambda batch: None)  # the next turn of the source's loop, the lock let go
+    assert [(s.phase, s.by) for s in iter_record(path) if isinstance(s, Stall)] == [("start", "front")]
+    assert [s.phase for s in watch.events_of(me)] == ["exit"]  # only the close is left for the end
