@@ -31,7 +31,7 @@ EXIT_BROKEN_PIPE = 141
 # without argparse reading the script's own options as ours.
 VALUE_OPTIONS = {
     "run": {"--config", "--record", "--profile", "--trace-dir", "--prometheus", "--listen", "--token-file",
-            "--stall-after"},
+            "--stall-after", "--prometheus-front"},
     "tune": TUNE_VALUE_OPTIONS,
 }
 
@@ -65,6 +65,7 @@ def _run_request(args: argparse.Namespace, target: Target) -> RunRequest:
         profile=_profile_setting(getattr(args, "profile", None)),
         trace_dir=getattr(args, "trace_dir", None),
         prometheus=parse_prometheus(getattr(args, "prometheus", None)),
+        prometheus_front=parse_prometheus(getattr(args, "prometheus_front", None), "--prometheus-front"),
         listen=getattr(args, "listen", None),
         token_file=getattr(args, "token_file", None),
         plot=getattr(args, "plot", False),
@@ -413,11 +414,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace-dir", metavar="DIR", help="also write each window's Chrome trace here")
     run.add_argument("--prometheus", metavar="[HOST:]PORT",
                      help="serve Prometheus metrics on PORT (+LOCAL_RANK for each rank), on 127.0.0.1 unless HOST is given")
+    run.add_argument("--prometheus-front", metavar="[HOST:]PORT",
+                     help="pitstop run itself serves, per process, seconds since it heard from it and since its last "
+                          "step, and whether it is stuck: they answer while a training thread holds the GIL")
     run.add_argument("--listen", metavar="HOST:PORT",
                      help="also serve viewers over TCP on PORT (+LOCAL_RANK), token required")
     run.add_argument("--token-file", metavar="FILE", help="the TCP token (created 0600 if missing)")
     run.add_argument("--stall-after", metavar="SECONDS",
-                     help="no progress for this long is a stall (default: max(60 s, 20x the p95 step))")
+                     help="no progress for this long is a stall (default: max(60 s, 20x the p95 step)); "
+                          "before the first step, a wait is said after max(this, 5 min)")
     _plot_flags(run)
 
     attach = sub.add_parser("attach", help="open the viewer on a live run")

@@ -397,6 +397,9 @@ class Stall:
     # "agent": the process's own stall watch; "front": `pitstop run`, which read it from outside (py-spy)
     # because the agent went silent (its training thread held the GIL, so no thread of it ran).
     by: str = "agent"
+    # No step yet: the process has not moved since its agent started (`step` is 0); said as a wait for the
+    # first step, not as stuck (a first step may compile or download for minutes).
+    first: bool = False
 
 
 @dataclass(frozen=True)

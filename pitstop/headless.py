@@ -41,6 +41,8 @@ from pitstop.analysis import (
     status_line,
     stall_block,
     stall_open,
+    stall_title,
+    stall_word,
     stream_label,
     summarize,
 )
@@ -319,7 +321,7 @@ class StatusPrinter:
             self._print(f"pitstop | {line} | unchanged for {now - self._changed_at:.0f} s")
         cause = job_cause(ranks) if any(stall_open(run) for _, run in ranks) else None
         if cause is not None and cause != self._cause:
-            self._print(f"pitstop | STUCK: {cause}")
+            self._print(f"pitstop | {stall_word([run for _, run in ranks])}: {cause}")
         self._cause = cause
 
 
@@ -344,6 +346,8 @@ def _status(run: RunState) -> str:
     line = first_step_status(run) or status_line(run)
     if not stall_open(run):
         return line
+    if run.stall is not None and run.stall.first:  # "WAITING: no first step after 5m00s; the training thread ..."
+        return f"{stall_word([run])}: {stall_title(run)} | {line}"
     return f"STUCK{(headline(run) or 'stuck')[len('stuck'):]} | {line}"
 
 

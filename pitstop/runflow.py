@@ -65,6 +65,7 @@ class RunRequest:
     profile: dict[str, int | None] | None = field(default_factory=lambda: dict(DEFAULT_PROFILE))
     trace_dir: str | None = None
     prometheus: tuple[str, int] | None = None  # (host, port): 127.0.0.1 unless asked wider
+    prometheus_front: tuple[str, int] | None = None  # --prometheus-front: pitstop run's own endpoint
     listen: str | None = None  # "HOST:PORT" for TCP viewers
     token_file: str | None = None
     mode: str = "run"
@@ -316,6 +317,7 @@ class Run:
         self._stopped = threading.Event()  # a stopping signal came: the viewer closes
         # Reads a process from outside when its agent goes silent (a thread holds the GIL): made in execute().
         self.silence: SilenceWatch | None = None
+        self._front_metrics: Any = None  # --prometheus-front's server (a daemon thread of this process)
 
     def prepare(self) -> SessionSettings:
         """The session's settings; the tuned config is announced here, before anything starts."""
@@ -388,6 +390,11 @@ class Run:
             from pitstop.profiling._silence import SilenceWatch
 
             self.silence = SilenceWatch(settings.stall_after)
+            if self.request.prometheus_front is not None:
+                from pitstop.profiling._frontmetrics import say_front_metrics
+
+                self._front_metrics = say_front_metrics(self.silence, self.request.prometheus_front,
+                                                        lambda text: print(text, file=sys.stderr, flush=True))
             return self._live(settings) if self.uses_tui() else self._headless(settings)
 
     def output_log(self) -> Path:

@@ -16,8 +16,11 @@ from pathlib import Path
 
 from pitstop.analysis import JobState, stacks_text, thread_lines
 from pitstop.errors import TransportError, UsageError
+from pitstop.events import Sample
 
 # A live job's history comes on connect: read until nothing new came for QUIET_S (at most READ_MAX_S).
+# The sampler's reading a second is not news: counted as such, every read of a stuck process ran the
+# whole READ_MAX_S (18 s a `pitstop stacks PID` at load 9 on 2 cores).
 QUIET_S = 1.5
 READ_MAX_S = 15.0
 
@@ -34,7 +37,8 @@ def read_live(source: object, quiet_s: float = QUIET_S, max_s: float = READ_MAX_
             for batch in source.batches():  # type: ignore[attr-defined]
                 with lock:
                     job.add(batch)
-                    last[0] = time.monotonic()
+                    if batch.closed or any(not isinstance(e, Sample) for e in batch.events):
+                        last[0] = time.monotonic()
         except Exception as err:  # noqa: BLE001 - said by the caller
             failure.append(err)
 

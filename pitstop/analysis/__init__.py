@@ -49,7 +49,8 @@ from pitstop.analysis._rates import RECENT_STEPS, Rates, is_measured, last_measu
 from pitstop.analysis._rules import RULE_IDS, advise, findings
 from pitstop.analysis._state import SERIES, RunState, StreamBatch
 from pitstop.analysis._stall import (Wait, dead_worker_finding, describe, headline, job_cause, job_stall_finding,
-                                     stack_text, stacks_text, stall_block, stall_finding, stall_open, stalled_for,
+                                     stack_text, stacks_text, stall_block, stall_finding, stall_open, stall_title,
+                                     stall_word, stalled_for,
                                      thread_lines)
 from pitstop.analysis._scale import SCALE_PCT, above, scale_top
 from pitstop.analysis._straggler import Straggler
@@ -156,6 +157,8 @@ __all__ = [
     "stacks_text",
     "stall_finding",
     "stall_open",
+    "stall_title",
+    "stall_word",
     "stalled_for",
     "thread_lines",
     "step_split",

@@ -203,12 +203,24 @@ def run_wait(run: RunState) -> Wait | None:
     return None if st is None else describe(st.stacks, _distributed(run), silent=st.by == "front")
 
 
+# Where a process that has not stepped yet waits reads as stuck only on evidence that it is blocked: a read
+# in uninterruptible sleep, a lock, a stopped process. Anything else (a model being built, a download, a
+# compile) may still end: said as a wait.
+_BLOCKED = frozenset({"disk", "lock", "stopped"})
+
+
 def headline(run: RunState) -> str | None:
-    """"stuck for 1m20s after step 19" (or "was stuck for 45s after step 19, then resumed"); None: no stall."""
+    """"stuck for 1m20s after step 19" (or "was stuck for 45s after step 19, then resumed"); before the first
+    step "no first step after 5m00s" (or "no progress for 5m10s before its first step, then it moved");
+    None: no stall."""
     st = run.stall
     lasted = stalled_for(run)
     if st is None or lasted is None:
         return None
+    if st.first:
+        if st.phase == "end":
+            return f"no progress for {span(lasted)} before its first step, then it moved"
+        return f"no first step after {span(lasted)}"
     if st.phase == "end":
         return f"was stuck for {span(lasted)} after step {st.step}, then resumed"
     return f"stuck for {span(lasted)} after step {st.step}"
@@ -232,13 +244,50 @@ _FIXES = {
 }
 
 
-def stall_finding(run: RunState) -> Finding | None:
-    """The [high] finding "stuck for 1m20s after step 19", with where the process waits; None: no stall."""
+def blocked(run: RunState) -> bool:
+    """The run's stall reads as stuck: after its first step always; before it, only where its stacks show it
+    blocked (`_BLOCKED`)."""
+    st = run.stall
+    if st is None or not st.first:
+        return st is not None
+    wait = run_wait(run)
+    return wait is not None and wait.kind in _BLOCKED
+
+
+def stall_word(runs: Sequence[RunState]) -> str:
+    """"STUCK" where a run of `runs` is stuck now, else "WAITING" (only waits for a first step are open)."""
+    return "STUCK" if any(stall_open(run) and blocked(run) for run in runs) else "WAITING"
+
+
+def stall_title(run: RunState) -> str | None:
+    """The headline with where the training thread waits, for a wait before the first step:
+    "no first step after 5m00s; the training thread is in D.__init__ (ds.py:9: time.sleep(3600))"."""
     title = headline(run)
+    st = run.stall
+    if title is None or st is None or not st.first or st.phase == "end":
+        return title  # (a wait that ended: where it waited is in the finding's evidence)
+    wait = run_wait(run)
+    return f"{title}; the training thread {wait.text}" if wait is not None else title
+
+
+def stall_finding(run: RunState) -> Finding | None:
+    """The [high] finding "stuck for 1m20s after step 19", with where the process waits; None: no stall.
+    Before the first step: "no first step after 5m00s; the training thread is in ...", medium unless blocked."""
+    title = stall_title(run)
     st = run.stall
     if title is None or st is None:
         return None
     wait = run_wait(run)
+    if st.first:
+        evidence = [f"no step, batch or backward for {span(stalled_for(run) or 0.0)} since pitstop's agent "
+                    f"started (the threshold: {span(st.threshold_s)}; a first step that compiles or downloads "
+                    "moves no counter either)"]
+        if wait is not None:
+            evidence.insert(0, f"the training thread {wait.text}")
+        severity = "high" if st.phase != "end" and blocked(run) else "medium" if st.phase != "end" else "low"
+        return Finding(rule="stall", title=title, severity=severity, evidence=evidence,
+                       cause=wait.text if wait is not None else "",
+                       fix=_FIXES.get(wait.kind, "") if wait is not None else "")
     evidence = [f"no step, batch or backward for {span(stalled_for(run) or 0.0)} after step {st.step} "
                 f"(the threshold: {span(st.threshold_s)})"]
     if wait is not None:
@@ -350,12 +399,13 @@ def job_stall_finding(ranks: Sequence[tuple[str, RunState]]) -> Finding | None:
     evidence = [f"{who}: {title}"]
     if cause:
         evidence.append(cause)
-    return Finding(rule="stall", title=f"job {title}", severity="high", evidence=evidence, cause=cause or "")
+    severity = "high" if any(blocked(run) for _, run in stuck) else "medium"
+    return Finding(rule="stall", title=f"job {title}", severity=severity, evidence=evidence, cause=cause or "")
 
 
 def stall_block(run: RunState) -> list[str]:
     """The summary's lines on a stall: its headline and the stacks last taken (empty: no stall)."""
-    title = headline(run)
+    title = stall_title(run)
     if title is None:
         return []
     out = [f"stall: {title}"]
@@ -363,7 +413,7 @@ def stall_block(run: RunState) -> list[str]:
     if st is None:
         out.append("  no stacks were taken")
         return out
-    out.append(f"where it waits (stacks taken {span(st.since_s)} into the stall):")
+    out.append(f"where it waits (stacks taken {span(st.since_s)} into the {'wait' if st.first else 'stall'}):")
     out.extend(f"  {line}" for line in stack_text(st))
     return out
 
@@ -396,14 +446,15 @@ def stacks_text(job: JobState, live: bool = True, read_now: Callable[[int, list[
         elif not live:
             state = "stuck when its record stops" if stall_open(run) else "its record stops without an end"
         else:
-            state = "stuck now" if stall_open(run) else "running"
+            state = ("stuck now" if blocked(run) else "waiting for its first step") if stall_open(run) else "running"
         who = f"{label} (" if label == f"pid {run.pid}" else f"{label} (pid {run.pid}, "
         out.append(f"== {who}{state}){': ' + title if title else ''} ==")
         st = run.stall_stacks
         live_here = (read_now is not None and live and run.end is None and run.hello is not None
                      and run.hello.host == host and run.pid is not None)
         if st is not None and not now:
-            out.append(f"stacks taken at {fmt.clock_time(st.t)}, {span(st.since_s)} into the stall:")
+            out.append(f"stacks taken at {fmt.clock_time(st.t)}, {span(st.since_s)} into the "
+                       f"{'wait' if st.first else 'stall'}:")
             out.extend(f"  {line}" for line in stack_text(st))
         elif live_here and run.pid is not None:
             out.append("stacks read now (py-spy dump):")

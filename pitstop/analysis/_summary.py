@@ -82,6 +82,7 @@ class Summary:
     exit_code: int | None
     device_type: str | None
     stopped: bool = False  # a viewer asked the agent to stop the script (`k`)
+    stuck: bool = False  # its stall was open when it ended (or closed by the end): no step was in flight
     marked: tuple[tuple[str, int], ...] = ()  # (Step.mark, steps) kept out of the training figures
     eval_passes: int = 0  # evaluation passes, in steps and after the last step (`RunState.eval_passes`)
     rollouts: int = 0  # a policy's rollouts, counted apart from evaluation (`RunState.rollouts`)
@@ -188,6 +189,7 @@ def summarize(run: RunState, warmup: int = WARMUP) -> Summary:
         exit_code=end.exit_code if end is not None else None,
         device_type=run.device_type,
         stopped=any(n.source == STOP_NOTE_SOURCE for n in run.notes),
+        stuck=run.stall is not None and run.stall.phase != "end",
         applied=_applied(run),
         skipped=_skipped(run),
         notes=_notes(run),
@@ -502,6 +504,10 @@ def end_text(s: Summary, exit_code: int | None = None) -> str:
     # The agent writes every ~0.5 s: what it held when the kill came is not in the record (a Trainer
     # killed by SIGUSR1 had logged 565 steps, its record 559).
     lost = "; its last ~0.5 s of steps were not written"
+    if s.stuck or not s.steps:
+        # No step ended in its last stretch: a run stuck for 43 s read "its last ~0.5 s of steps were not
+        # written", as did one with no step at all.
+        lost = ""
     if s.end_reason is None:
         if exit_code is None:
             return "still running (or the stream was cut)"

@@ -97,6 +97,10 @@ class GzipBlocks:
             out.append(self._zip.flush(zlib.Z_SYNC_FLUSH))
         return b"".join(out)
 
+    def abandon(self) -> None:
+        """Forget the open member: another writer closed it (`closing_tail`) and appended after it."""
+        self._zip = None
+
     def finish(self) -> bytes:
         """The end of the open member (its CRC and length): a record closed by its run ends whole."""
         if self._zip is None:

@@ -5,7 +5,11 @@ step) (or `pitstop run --stall-after SECONDS`) is a stall. Progress is a step,
 and also a batch fetched, a backward, a gradient or an evaluation forward: an
 evaluation pass between steps fetches batches and runs forwards, so it is not
 called stuck while it moves; while one is in progress the threshold is 20x. Before the first step nothing is a stall (a slow
-first step is the blind watch's and the first-step progress line's). The
+first step is the blind watch's and the first-step progress line's), but a
+process with no step and no progress at all for max(FIRST_STEP_S, the
+threshold) since torch was imported (a dataset's `__init__` on a dead mount)
+says where it waits: a `Stall` with `first` set, worded as a wait, not as
+stuck (`FirstStepWait`). The
 watch runs on its own named daemon thread, never the training thread, ticks
 once a second by deadline and stops on an Event; on a stall it reads the
 stacks (`waits.py`) and sends a `Stall` event: "start" with the stacks,
@@ -22,6 +26,7 @@ the process was stuck, and the front already read those.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
@@ -47,6 +52,12 @@ P95_STEPS = 200
 # took 7 s on a loaded 2-core machine (3.5x its 2 s training step): with `--stall-after 3` every eval
 # batch read as a stall that began and ended. A hung evaluation is still one, after 20 min by default.
 EVAL_TIMES = 20.0
+# Before the first step, no progress at all for 5 minutes (or the stall threshold where it is longer):
+# a first step compiles, downloads or builds a model for long (HF Trainer's compiled first step: 89 s,
+# time_sequence_prediction's: over 2 minutes on a loaded 2-core machine), and moves no counter meanwhile;
+# 5 minutes leaves those room and still comes long before a person gives up on a silent job.
+# PITSTOP_FIRST_STEP_S changes it (the tests give 3 s).
+FIRST_STEP_S = float(os.environ.get("PITSTOP_FIRST_STEP_S", "300"))
 # A tick this late (5x TICK_S) means this thread could not run: a thread held the GIL (the front reads
 # that from outside), or the process was stopped. A thread that may run gets the GIL back within the
 # interpreter's switch interval (5 ms); a ctypes.PyDLL call kept it from this one for as long as it ran.
@@ -126,6 +137,55 @@ class StallDetector:
         return None
 
 
+class FirstStepWait:
+    """Before the first step: no progress at all (no batch, backward, gradient) for max(FIRST_STEP_S,
+    --stall-after) since the agent started is a wait worth saying; "start", "update", "end" (the first step
+    or progress came) or None, as `StallDetector.check`; once a step ended it never speaks again."""
+
+    def __init__(self, started: float, after_s: float | None = None, first_s: float | None = None) -> None:
+        self.after_s = max(FIRST_STEP_S if first_s is None else first_s, after_s or 0.0)
+        self.progress_at = started
+        self._key: Any = None
+        self.waiting = False
+        self.done = False
+        self.next_update = 0.0
+
+    def threshold(self) -> float:
+        return self.after_s
+
+    def starved(self, now: float) -> None:
+        """As `StallDetector.starved`: no wait is called for a time this thread did not see."""
+        if not self.waiting:
+            self.progress_at = now
+
+    def check(self, key: Any, stepped: bool, now: float) -> str | None:
+        """At a tick, before or at the first step: `key` the progress counters, `stepped` a step ended."""
+        if self.done:
+            return None
+        if stepped:
+            self.done = True
+            return "end" if self.waiting else None
+        if key != self._key:
+            first = self._key is None
+            self._key = key
+            if not first:  # a batch, a backward: it moves (the first read is the baseline, not progress)
+                self.progress_at = now
+                if self.waiting:
+                    self.waiting = False
+                    return "end"
+                return None
+        if not self.waiting:
+            if now - self.progress_at > self.after_s:
+                self.waiting = True
+                self.next_update = now + UPDATE_S
+                return "start"
+            return None
+        if now >= self.next_update:
+            self.next_update = now + UPDATE_S
+            return "update"
+        return None
+
+
 class StallWatch:
     """The detector on its thread, fed by the agent (see module doc)."""
 
@@ -135,6 +195,7 @@ class StallWatch:
         from pitstop.profiling._slowwatch import SlowdownDetector
 
         self.slowdown = SlowdownDetector()
+        self.first = FirstStepWait(time.monotonic(), after_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._excepthook: Any = sys.excepthook
@@ -183,6 +244,7 @@ class StallWatch:
             return
         if self._ticked is not None and now - self._ticked > STARVED_S:
             self.detector.starved(now)
+            self.first.starved(now)
         self._ticked = now
         if agent.worker_pids:
             note_dead_workers(agent)
@@ -190,6 +252,8 @@ class StallWatch:
             from pitstop.profiling._slowwatch import capture
 
             capture(agent, self.slowdown, self.detector.last_step)
+        if not self.first.done:
+            self._first_tick(now)
         what = self.detector.check(self.key(), now, getattr(agent.clock, "_seg_t0", None) is not None)
         if what is None:
             return
@@ -204,6 +268,46 @@ class StallWatch:
         stacks, notes = self._stacks()
         agent.emit(Stall(t=time.time(), phase=what, step=step, since_s=since, threshold_s=d.threshold(),
                          stacks=stacks, notes=notes, flight=self._flight()))
+
+    def first_key(self) -> Any:
+        """What moves before the first step (`key` without the step index), and the modules imported: a
+        script's set-up imports for long (building an SGD imported torch._dynamo's 64 frames deep of imports
+        for more than 5 s on a loaded 2-core machine), and an import under way is not a wait."""
+        clock = self.agent.clock
+        return (clock.batches, clock.backwards, clock.grads, clock.closures, getattr(clock, "_seg_n", 0),
+                len(self.agent.stamps), len(sys.modules))
+
+    def _first_tick(self, now: float) -> None:
+        """Before the first step: a process that has not moved for long says where it waits (`FirstStepWait`);
+        a dormant agent (a child that may never train) and a parent whose children train say nothing."""
+        agent = self.agent
+        if agent.dormant:
+            return
+        f = self.first
+        if agent.hooks is None:
+            # The agent starts inside `import torch`, which took more than 3 s on a loaded 2-core machine:
+            # the clock starts once torch is imported and hooked (the script's own set-up from there).
+            f.progress_at = now
+            return
+        if not f.waiting and now - f.progress_at > f.threshold():
+            from pitstop.profiling.sampler import compiling
+
+            if compiling():  # torch.compile's first step: it works, and moves no counter until it ends
+                f.progress_at = now
+        what = f.check(self.first_key(), agent.clock.index >= 1, now)
+        if what is None:
+            return
+        since = now - f.progress_at
+        if what == "end":
+            agent.emit(Stall(t=time.time(), phase="end", step=0, since_s=since, threshold_s=f.threshold(),
+                             lasted_s=since, first=True))
+            return
+        if what == "start" and _children_train(agent):
+            f.done = True  # its children's records are where its training is (a hogwild parent waits in join)
+            return
+        stacks, notes = self._stacks()
+        agent.emit(Stall(t=time.time(), phase=what, step=0, since_s=since, threshold_s=f.threshold(),
+                         stacks=stacks, notes=notes, first=True))
 
     def _stacks(self) -> tuple[list[ThreadStack], list[str]]:
         from pitstop.profiling import waits
@@ -249,6 +353,19 @@ class StallWatch:
             self.agent.emit(Stall(t=time.time(), phase="exit", step=step, since_s=lasted,
                                   threshold_s=d.threshold(), lasted_s=lasted))
             d.stalled = False
+        f = self.first
+        if f.waiting and not f.done:
+            lasted = time.monotonic() - f.progress_at
+            self.agent.emit(Stall(t=time.time(), phase="exit", step=0, since_s=lasted, threshold_s=f.threshold(),
+                                  lasted_s=lasted, first=True))
+            f.waiting = False
+
+
+def _children_train(agent: Any) -> bool:
+    """Children of this process record steps of their own (hogwild's workers, a spawned DDP job's ranks)."""
+    from pitstop.profiling._blind import _recorded_pids
+
+    return any(parent == agent.pid for parent in _recorded_pids(agent.record_path).values())
 
 
 def note_dead_workers(agent: Any) -> None:

@@ -236,20 +236,22 @@ def launch(
 
 
 # -- preparing a session's settings (pitstop run / demo) ------------------------
-def parse_prometheus(text: str | None) -> tuple[str, int] | None:
-    """--prometheus [HOST:]PORT -> (host, base port), loopback when no host is given; one-line errors."""
+def parse_prometheus(text: str | None, flag: str = "--prometheus") -> tuple[str, int] | None:
+    """--prometheus [HOST:]PORT -> (host, base port), loopback when no host is given; one-line errors.
+    `flag`: the option read (--prometheus-front: one port, pitstop run's own)."""
     if text is None:
         return None
     host, sep, port = text.rpartition(":")
     if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise UsageError(f"--prometheus {text!r}: give a TCP port from 1 to 65535 (rank r serves PORT + LOCAL_RANK)")
+        each = "rank r serves PORT + LOCAL_RANK" if flag == "--prometheus" else "pitstop run serves it"
+        raise UsageError(f"{flag} {text!r}: give a TCP port from 1 to 65535 ({each})")
     if not sep:
         return "127.0.0.1", int(port)  # loopback: the endpoint has no authentication
     host = host.strip("[]")
     try:
         socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (OSError, UnicodeError) as err:
-        raise UsageError(f"--prometheus {text!r}: unknown host {host!r} (give HOST:PORT, e.g. 0.0.0.0:{port})") from err
+        raise UsageError(f"{flag} {text!r}: unknown host {host!r} (give HOST:PORT, e.g. 0.0.0.0:{port})") from err
     return host, int(port)
 
 

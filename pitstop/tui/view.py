@@ -24,6 +24,7 @@ from pitstop.analysis import (
     headline,
     job_cause,
     stall_open,
+    stall_word,
     stalled_for,
     first_step_progress,
     first_step_text,
@@ -151,21 +152,22 @@ def loss_text(run: RunState) -> str | None:
 
 
 def stuck_text(frame: Frame) -> str | None:
-    """"stuck for 1m20s after step 19: rank 1 is blocked in ..." while a rank of the job is stuck; else None."""
+    """"STUCK stuck for 1m20s after step 19: rank 1 is blocked in ..." while a rank of the job is stuck
+    ("WAITING no first step after 5m00s: ..." before its first step); else None."""
     ranks = frame.job.ranks()
     stuck = [run for _, run in ranks if stall_open(run)]
     if not stuck:
         return None
     longest = max(stuck, key=lambda run: stalled_for(run) or 0.0)
     cause = job_cause(ranks)
-    return f"{headline(longest)}" + (f": {cause}" if cause else "") + " (w: where each rank waits)"
+    return f"{stall_word(stuck)} {headline(longest)}" + (f": {cause}" if cause else "") + " (w: where each rank waits)"
 
 
 def mode_text(frame: Frame) -> str:
     if frame.failed:
         return "FAILED"
     if frame.live and not frame.ended and frame.replay is None and stuck_text(frame) is not None:
-        return "STUCK"
+        return stall_word([run for _, run in frame.job.ranks() if stall_open(run)])
     if frame.replay is not None:
         return "PAUSED" if frame.replay.paused else "REPLAY"
     if frame.ended or (frame.run is not None and frame.run.end is not None):

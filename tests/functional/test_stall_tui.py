@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import FIXED, FakeSource, job_batches, rank_stream, run, screen_text, wait_for
+from conftest import FIXED, FakeSource, hello, job_batches, rank_stream, run, runtime, sample, screen_text, wait_for
 
 from pitstop.events import Frame, Hello, Stall, ThreadStack
 from pitstop.streams import StreamBatch
@@ -77,5 +77,31 @@ def test_a_rank_read_from_outside_while_it_held_the_gil_is_named_in_the_banner()
             await pilot.press("w")
             await wait_for(pilot, lambda: isinstance(app.screen, StacksScreen)
                            and "read by py-spy, state S, holding the GIL (native code)" in screen_text(app))
+
+    run(scenario())
+
+
+def test_a_process_with_no_first_step_is_said_as_a_wait_on_every_screen() -> None:
+    # Its dataset's __init__ waits: no step ever came, so it is a wait for the first step, not "stuck".
+    frames = [Frame("main", "/work/hang.py", 28, code="data = DataLoader(Mounted())"),
+              Frame("Mounted.__init__", "/work/hang.py", 16, code="self.index = read_index()"),
+              Frame("read_index", "/work/hang.py", 10, code="time.sleep(3600)")]
+    wait = Stall(t=FIXED + 310.0, phase="start", step=0, since_s=305.0, threshold_s=300.0, first=True,
+                 stacks=[ThreadStack(pid=4242, role="main", frames=frames, state="S")])
+    events = [hello(), runtime(cuda=False), sample(FIXED + 300.0, cuda=False, workers=0), wait]
+    app = PitstopApp(FakeSource(batches=[StreamBatch("run", events)]),  # type: ignore[arg-type]
+                     clock=lambda: FIXED + 320)
+    said = "WAITING no first step after 5m"
+
+    async def scenario() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: said in screen_text(app))
+            assert "is in read_index (hang.py:10: time.sleep(3600))" in screen_text(app)
+            assert "STUCK" not in screen_text(app)
+            await pilot.press("3")
+            await wait_for(pilot, lambda: isinstance(app.screen, DataScreen) and said in screen_text(app))
+            await pilot.press("w")
+            await wait_for(pilot, lambda: isinstance(app.screen, StacksScreen)
+                           and "hang.py:10 read_index   time.sleep(3600)" in screen_text(app))
 
     run(scenario())

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 from pitstop.analysis import JobState, RunState, advise, job_cause, stall_block
 from pitstop.analysis._stall import describe, span
 from pitstop.events import Frame, Hello, Stall, Step, ThreadStack, decode, encode
-from pitstop.profiling._stallwatch import STALL_MIN_S, StallDetector
+from pitstop.profiling._stallwatch import STALL_MIN_S, FirstStepWait, StallDetector
 from pitstop.profiling.waits import death_text, parse_dump
 
 LIB = "/usr/lib/python3.11/site-packages/torch"
@@ -241,3 +244,99 @@ def test_a_flight_recorder_dump_says_which_collective_each_rank_is_in() -> None:
     assert cause.endswith("; flight recorder: rank 0 in nccl:all_reduce (seq 42, started, group 0 (default_pg), "
                           "input sizes [[1024]])"), cause
     assert "flight recorder: last completed nccl:all_reduce (seq 41" in "\n".join(stall_block(r0))
+
+
+def test_no_progress_before_the_first_step_is_a_wait_after_five_minutes_or_the_stall_threshold() -> None:
+    assert FirstStepWait(0.0).threshold() == 300.0 and FirstStepWait(0.0, after_s=600.0).threshold() == 600.0
+    assert FirstStepWait(0.0, after_s=2.0).threshold() == 300.0  # --stall-after 2 does not make a model build stuck
+    w = FirstStepWait(0.0, after_s=None, first_s=3.0)
+    assert w.check((0, 0), False, 1.0) is None  # the first read is the baseline, not progress
+    assert w.check((1, 0), False, 2.5) is None  # a batch came: the clock starts again
+    assert w.check((1, 0), False, 5.4) is None
+    assert w.check((1, 0), False, 5.6) == "start"
+    assert w.check((1, 0), False, 6.0) is None
+    assert w.check((1, 0), False, 5.6 + 180.0) == "update"
+    assert w.check((1, 0), True, 200.0) == "end"  # the first step
+    assert w.check((1, 0), False, 900.0) is None  # and never again: after it, stalls are StallDetector's
+    quiet = FirstStepWait(0.0, first_s=3.0)
+    assert quiet.check((0,), False, 2.0) is None and quiet.check((0,), True, 2.5) is None  # a first step in time
+
+
+def _first(frames: list[Frame], phase: str = "start", state: str = "S") -> RunState:
+    run = RunState()
+    run.add(Hello(schema=2, pitstop_version="x", session="s", pid=7, ppid=1, host="h", argv=[], cwd="/",
+                  started=0.0, python="3.11"))
+    run.add(Stall(t=310.0, phase=phase, step=0, since_s=305.0, threshold_s=300.0, first=True,
+                  stacks=[ThreadStack(pid=7, role="main", how="in-process", state=state, frames=frames)]))
+    return run
+
+
+def test_a_process_with_no_first_step_says_where_it_waits_as_a_wait_unless_it_is_blocked() -> None:
+    from pitstop.analysis import stall_title, stall_word
+
+    hang = [_f("<module>", "/job/train.py", 40), _f("Mounted.__init__", "/job/train.py", 12),
+            _f("read_index", "/job/train.py", 8, "time.sleep(3600)")]
+    run = _first(hang)
+    title = stall_title(run)
+    assert title == "no first step after 5m05s; the training thread is in read_index (train.py:8: time.sleep(3600))"
+    assert stall_word([run]) == "WAITING"
+    (finding,) = [f for f in advise(run).findings if f.rule == "stall"]
+    assert finding.severity == "medium" and "stuck" not in finding.title
+    assert stall_block(run)[0] == f"stall: {title}"
+    # Blocked: a read in uninterruptible sleep, a lock: stuck, [high].
+    disk = _first(hang, state="D")
+    assert stall_word([disk]) == "STUCK"
+    assert [f.severity for f in advise(disk).findings if f.rule == "stall"] == ["high"]
+    lock = _first([_f("<module>", "/job/train.py", 40), _f("setup", "/job/train.py", 9, "with lock:"),
+                   _f("acquire", "/usr/lib/python3.11/threading.py", 1)])
+    assert stall_word([lock]) == "STUCK"
+    # It moved: a wait that ended, not a stall after step 0.
+    moved = _first(hang, phase="end")
+    moved.add(Stall(t=320.0, phase="end", step=0, since_s=315.0, threshold_s=300.0, lasted_s=315.0, first=True))
+    assert stall_title(moved) == "no progress for 5m15s before its first step, then it moved"
+    assert [f.severity for f in advise(moved).findings if f.rule == "stall"] == ["low"]
+
+
+def test_a_wait_for_the_first_step_round_trips_and_an_old_stall_is_not_one() -> None:
+    event = Stall(t=1.0, phase="start", step=0, since_s=301.0, threshold_s=300.0, first=True)
+    assert decode(encode(event)) == event
+    assert decode('{"kind":"stall","t":1.0,"phase":"start","step":0,"since_s":70.0,"threshold_s":60.0}').first is False
+
+
+def test_the_agents_first_step_wait_starts_once_torch_is_hooked_and_not_for_a_parent_whose_children_train(
+        tmp_path: Path) -> None:
+    import pitstop.profiling._blind  # noqa: F401 - imported as the running agent has them: an import in a
+    import pitstop.profiling.sampler  # noqa: F401 - tick would count as the script's progress (sys.modules)
+    from pitstop.profiling._stallwatch import StallWatch
+    from pitstop.profiling.record import RecordWriter
+
+    clock = SimpleNamespace(index=0, batches=0, backwards=0, grads=0, closures=0)
+    emitted: list[Stall] = []
+    agent = SimpleNamespace(clock=clock, stamps=[], dormant=False, hooks=None, pid=4242, emit=emitted.append,
+                            record_path=tmp_path / "rank0.jsonl.gz", worker_pids=[])
+    watch = StallWatch(agent)
+    watch._stacks = lambda: ([ThreadStack(pid=4242, role="main")], [])  # type: ignore[method-assign]
+    watch.first = FirstStepWait(0.0, first_s=3.0)
+    watch._first_tick(100.0)  # `import torch` still running: the clock has not started
+    assert emitted == []
+    agent.hooks = object()  # hooked: the clock runs from the last tick before (100.0)
+    watch._first_tick(101.0)
+    watch._first_tick(102.9)
+    assert emitted == []
+    watch._first_tick(103.5)
+    assert [(s.phase, s.first, s.step) for s in emitted] == [("start", True, 0)]
+    clock.index = 1  # the first step
+    watch._first_tick(105.0)
+    assert [(s.phase, s.first) for s in emitted][-1] == ("end", True)
+    # A hogwild parent: its children record steps of their own, so its wait in join() is not said.
+    child = RecordWriter(tmp_path / "rank0-4343.jsonl.gz")
+    child.write(Hello(schema=2, pitstop_version="x", session="s", pid=4343, ppid=4242, host="h", argv=[], cwd="/",
+                      started=0.0, python="3.11", parent_pid=4242))
+    child.close()
+    emitted.clear()
+    clock.index = 0
+    parent = StallWatch(agent)
+    parent.first = FirstStepWait(0.0, first_s=3.0)
+    for t in (101.0, 104.5, 300.0):
+        parent._first_tick(t)
+    assert emitted == []

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from pitstop.analysis import JobState, RunState, advise, job_cause, stall_block
-from pitstop.analysis._stall import describe
+from pitstop.analysis._stall import describe, headline
 from pitstop.events import End, Frame, Hello, Stall, Step, ThreadStack
 from pitstop.profiling._silence import Due, SilenceDetector, SilenceWatch, read_silent
 from pitstop.profiling._stallwatch import UPDATE_S, StallDetector
-from pitstop.profiling.record import RecordWriter, append_end, append_events, iter_record
+from pitstop.profiling.record import ReadResult, RecordWriter, append_end, append_events, iter_record
 from pitstop.profiling.waits import parse_dump
 from pitstop.streams import StreamBatch
 
@@ -197,6 +199,60 @@ def test_the_fronts_stalls_are_appended_to_a_record_and_the_end_after_them(tmp_p
     assert list(iter_record(path))[-3:] == [*made, end]
 
 
+@pytest.mark.parametrize("name", ["rank0.jsonl.gz", "train.jsonl"])
+def test_the_fronts_stall_appended_between_two_writes_of_a_live_agent_leaves_its_record_whole(
+        tmp_path: Path, name: str) -> None:
+    # The front appends while the process lives (its agent silent); then the GIL is let go and its writer
+    # goes on: its lines come after the front's, and nothing of the record is cut.
+    path = tmp_path / name
+    writer = RecordWriter(path)
+    writer.write_events([_hello(), *_steps(0, 5)])  # type: ignore[list-item]
+    made = Stall(t=20.0, phase="start", step=4, since_s=4.0, threshold_s=3.0, by="front",
+                 stacks=parse_dump(NATIVE_DUMP, 4242, "main", state="S"))
+    assert append_events(path, [made])
+    writer.write_events(_steps(5, 3))  # type: ignore[arg-type]
+    writer.close()
+    read = ReadResult()
+    events = list(iter_record(path, read))
+    assert not read.torn
+    assert [e.step for e in events if isinstance(e, Step)] == list(range(8))
+    assert events.index(made) == 6  # after the steps written before it, before those after
+
+
+def test_the_front_appends_nothing_while_the_agents_writer_holds_the_record(tmp_path: Path) -> None:
+    import fcntl
+
+    path = tmp_path / "rank0.jsonl.gz"
+    writer = RecordWriter(path)
+    writer.write_events([_hello(), *_steps(0, 5)])  # type: ignore[list-item]
+    before = path.read_bytes()
+    with open(path, "rb") as held:  # the writer's lock, taken by a write the GIL's hold cut in two
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(BlockingIOError):
+            append_events(path, [Stall(t=20.0, phase="start", step=4, since_s=4.0, threshold_s=3.0, by="front")])
+    assert path.read_bytes() == before
+
+
+def test_the_watch_records_a_silent_processs_stall_when_it_reads_it(tmp_path: Path) -> None:
+    # Written when taken, not when the run ends: a front killed while the job hangs leaves it recorded.
+    path = tmp_path / "rank0.jsonl.gz"
+    writer = RecordWriter(path)
+    me = os.getpid()
+    hello = replace(_hello(me), record=str(path))
+    writer.write_events([hello, *_steps(0, 3)])  # type: ignore[list-item]
+    now = [0.0]
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid), clock=lambda: now[0])
+    watch.heard(StreamBatch("s", [hello, *_steps(0, 3)]))
+    now[0] = 3.5
+    done = threading.Event()
+    watch.check(lambda batch: done.set())
+    assert done.wait(10.0)
+    recorded = [e for e in iter_record(path) if isinstance(e, Stall)]
+    assert [(s.phase, s.by) for s in recorded] == [("start", "front")] and recorded[0].stacks[0].native
+    # Only what the record does not hold yet is left for the run's end: the stall's close.
+    assert [s.phase for s in watch.events_of(me)] == ["exit"]
+
+
 def test_starved_ticks_do_not_call_a_stall_for_a_time_the_agent_did_not_see() -> None:
     d = StallDetector(after_s=3.0)
     d.step(0, 0.1, True)
@@ -271,3 +327,106 @@ def test_c_frames_are_told_from_a_script_without_a_py_suffix() -> None:
     assert is_native(Frame("clock_nanosleep", "libc.so.6")) and is_native(Frame("at::mm", "libtorch_cpu.so"))
     assert is_native(Frame("_ctypes_callproc", "callproc.c", 1262))
     assert not is_native(Frame("main", "/job/train", 3)) and not is_native(Frame("main", "/job/train.py", 3))
+
+
+def test_the_fronts_metrics_answer_for_a_silent_process_from_the_fronts_own_state() -> None:
+    # pitstop run's own endpoint: the seconds since it heard from each process grow while the process is
+    # silent, and a stall the front read from outside shows as stuck; an ended process has no series.
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from pitstop.profiling._frontmetrics import FrontCollector
+
+    now = [100.0]
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid), clock=lambda: now[0])
+    me = os.getpid()
+    hello = replace(_hello(me, rank=1), local_rank=1)
+    steps = [Step(t=time.time() - 2.0, step=i, wall=0.2, data_wait=0.0, samples=8) for i in range(3)]
+    watch.heard(StreamBatch("r1", [hello, *steps]))
+    watch.heard(StreamBatch("r0", [replace(_hello(me + 1, rank=0), local_rank=0)]))
+    watch.heard(StreamBatch("r0", [], closed=True))  # rank 0 ended
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FrontCollector(watch))  # type: ignore[arg-type]
+
+    def scraped() -> dict[str, list[tuple[dict[str, str], float]]]:
+        text = generate_latest(registry).decode()
+        return {f.name: [(s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)}
+
+    now[0] = 103.5  # silent past the 3 s floor: the front reads it
+    done = threading.Event()
+    watch.check(lambda batch: done.set())
+    assert done.wait(10.0)
+    m = scraped()
+    ((labels, stalled),) = m["pitstop_front_stalled"]
+    assert stalled == 1.0 and labels["rank"] == "1" and labels["local_rank"] == "1" and labels["host"] == HOST
+    ((_, since_step),) = m["pitstop_front_seconds_since_last_step"]
+    assert 2.0 <= since_step < 60.0
+    assert m["pitstop_front_seconds_since_heard"] == [(labels, 3.5)]
+
+
+def test_a_process_silent_before_its_first_step_is_read_after_the_first_step_wait_and_said_as_one() -> None:
+    # A dataset's set-up in a C extension that keeps the GIL: no event at all, and no step yet.
+    d = SilenceDetector(after_s=3.0)
+    d.heard("s", [_hello(os.getpid())], 0.0, 1000.0)  # a live process: read_silent looks in /proc
+    assert d.due(100.0, 1100.0, HOST) == []  # --stall-after 3 does not make a set-up stuck
+    (due,) = d.due(301.0, 1301.0, HOST)  # the first-step wait's 5 minutes
+    assert due.first and due.phase == "start" and due.step == 0 and due.threshold_s == 300.0
+    stall = read_silent(due, dump=lambda pid, role: _native(pid))
+    assert stall is not None and stall.first and stall.by == "front"
+    run = RunState()
+    run.add(_hello())
+    run.add(stall)
+    assert headline(run) == "no first step after 5m01s"  # a wait, not "stuck ... after step 0"
+    first_step = Step(t=1400.0, step=0, wall=90.0, data_wait=0.0, samples=8)  # after the front found it
+    ended = d.heard("s", [first_step], 310.0, 1400.0)
+    assert ended is not None and ended.phase == "end" and ended.first
+
+
+def test_pitstop_stacks_reads_a_stuck_process_until_its_history_ends_not_its_sampler() -> None:
+    # A stuck process sends a sampler reading a second and nothing else: those are not news, so the read
+    # ends QUIET_S after the history, not at READ_MAX_S (a read of a stuck process took 18 s).
+    from pitstop.events import Sample
+    from pitstop.stackscmd import read_live
+
+    stop = threading.Event()
+    stall = Stall(t=20.0, phase="start", step=4, since_s=4.0, threshold_s=3.0,
+                  stacks=parse_dump(NATIVE_DUMP, 4242, "main", state="S"))
+
+    class Source:
+        def batches(self):  # type: ignore[no-untyped-def]
+            yield StreamBatch("s", [_hello(), *_steps(0, 5), stall])
+            t = 30.0
+            while not stop.wait(0.05):  # the sampler, faster than QUIET_S apart
+                t += 1.0
+                yield StreamBatch("s", [Sample(t=t, gpus=[], procs=[])])
+
+        def close(self) -> None:
+            stop.set()
+
+    started = time.monotonic()
+    job = read_live(Source(), quiet_s=0.5, max_s=20.0)
+    assert stop.is_set() and job.runs["s"].stall == stall
+    assert time.monotonic() - started < 10.0  # ended by the quiet after the history (0.5 s), not by max_s
+
+
+def test_a_stall_the_record_refused_is_appended_at_the_next_turn_once_the_writer_let_go(tmp_path: Path) -> None:
+    import fcntl
+
+    path = tmp_path / "rank0.jsonl.gz"
+    writer = RecordWriter(path)
+    me = os.getpid()
+    hello = replace(_hello(me), record=str(path))
+    writer.write_events([hello, *_steps(0, 3)])  # type: ignore[list-item]
+    now = [0.0]
+    watch = SilenceWatch(after_s=0.0, host=HOST, dump=lambda pid, role: _native(pid), clock=lambda: now[0])
+    watch.heard(StreamBatch("s", [hello, *_steps(0, 3)]))
+    now[0] = 3.5
+    done = threading.Event()
+    with open(path, "rb") as held:  # the agent's writer in the middle of a write
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        watch.check(lambda batch: done.set())
+        assert done.wait(10.0)
+        assert [e for e in iter_record(path) if isinstance(e, Stall)] == []
+    watch.check(lambda batch: None)  # the next turn of the source's loop, the lock let go
+    assert [(s.phase, s.by) for s in iter_record(path) if isinstance(s, Stall)] == [("start", "front")]
+    assert [s.phase for s in watch.events_of(me)] == ["exit"]  # only the close is left for the end

@@ -66,7 +66,7 @@ class PitstopScreen(Screen[None]):
         banner = self.query_one("#stall-banner", Static)
         banner.set_class(stuck is None, "hidden")
         if stuck is not None:
-            banner.update(f"STUCK {stuck}")
+            banner.update(stuck)
         self.show_body(frame)
 
     def show_body(self, frame: Frame) -> None:
