@@ -80,7 +80,7 @@ def encode_columns(columns: dict[str, list[Any]]) -> str:
     passes the columns it built from its queue (`_stepevents.py`): no `Step` a step.
     """
     n = len(columns["step"])
-    np = _numpy() if n >= _VECTOR_MIN else None
+    np = imported_numpy() if n >= VECTOR_MIN else None
     if np is not None:
         t_us, deltas, micros, others = _timing_vector(columns, n, np)
     else:
@@ -116,10 +116,10 @@ def encode_columns(columns: dict[str, list[Any]]) -> str:
 # column is one array operation (the same IEEE products and ties-to-even rounding: the same
 # integers). numpy is never imported here: a script that sets OMP_NUM_THREADS before its own
 # import of numpy must find it unloaded.
-_VECTOR_MIN = 16  # steps in a line below which the arrays cost more than the loop
+VECTOR_MIN = 16  # steps in a line below which the arrays cost more than the loop
 
 
-def _numpy() -> Any:
+def imported_numpy() -> Any:
     """numpy where the process has imported it (and finished importing it), else None."""
     np = sys.modules.get("numpy")
     if np is None or getattr(getattr(np, "__spec__", None), "_initializing", False) or not hasattr(np, "rint"):
@@ -156,12 +156,18 @@ def _timing_vector(columns: dict[str, list[Any]], n: int, np: Any) -> _Timing:
     micros: dict[str, list[Any]] = {}
     for name in SECONDS:
         values = columns[name]
-        if None in values or values.count(0.0) == n:
+        array = _scaled(values, np)
+        if array is None:
             micros[name] = _micros(values, n)
+        elif not array.any():  # (0.0 a step: each rounds to 0)
+            micros[name] = [0] * n
         else:
-            arrays[name] = array = _rounded(values, np)
+            arrays[name] = array = np.rint(array).astype(np.int64)
             micros[name] = array.tolist()
-    t_array = _rounded(columns["t"], np)
+    t_array = _scaled(columns["t"], np)
+    if t_array is None:
+        raise ValueError("a step's time is not finite")
+    t_array = np.rint(t_array).astype(np.int64)
     t_us = t_array.tolist()
     wall = arrays.get("wall")
     if wall is None:
@@ -170,24 +176,25 @@ def _timing_vector(columns: dict[str, list[Any]], n: int, np: Any) -> _Timing:
     else:
         deltas = (t_array[1:] - t_array[:-1] - wall[1:]).tolist()
     values = columns["other_s"]
-    if None in values or any(None in micros[name] for name in _DERIVED_FROM):
+    others = _scaled(values, np)
+    if others is None or any(name not in arrays and None in micros[name] for name in _DERIVED_FROM):
         return t_us, deltas, micros, _others(_micros(values, n), micros, n)
     w, d, f, b, o = (arrays[name] if name in arrays else np.array(micros[name], dtype=np.int64)
                      for name in _DERIVED_FROM)
     derived = np.maximum(w - d - f - b - o, 0)  # as `_derived_other`
-    return t_us, deltas, micros, ("other_s_rest_us", (_rounded(values, np) - derived).tolist())
+    return t_us, deltas, micros, ("other_s_rest_us", (np.rint(others).astype(np.int64) - derived).tolist())
+
+
+def _scaled(values: list[Any], np: Any) -> Any:
+    """Seconds times a million, a float64 array (the products `round(v * _US)` rounds); None where a
+    value is None or not finite (numpy reads None as NaN): the loop then takes the column, and
+    raises on a value that is not finite as it always did (the writer then writes the run
+    event by event and drops that step)."""
+    array = np.array(values, dtype=np.float64) * _US
+    return array if np.isfinite(array).all() else None
 
 
 _DERIVED_FROM = ("wall", "data_wait", *_PHASES)
-
-
-def _rounded(values: list[Any], np: Any) -> Any:
-    """Seconds as integer microseconds, an int64 array: `round(v * _US)` each. A value that is not
-    finite raises as `round` does (the writer then writes the run event by event and drops that one)."""
-    array = np.array(values, dtype=np.float64) * _US
-    if not np.isfinite(array).all():
-        raise ValueError("a step's time is not finite")
-    return np.rint(array).astype(np.int64)
 
 
 def _micros(values: list[float | None], n: int) -> list[int | None]:

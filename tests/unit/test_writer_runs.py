@@ -15,7 +15,7 @@ import pytest
 
 from pitstop import stepcolumns
 from pitstop.events import Loss, Step
-from pitstop.profiling import _plainsteps, _writepass
+from pitstop.profiling import _plainsteps, _stepevents, _writepass
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
 from pitstop.stepcolumns import decode_steps, encode_columns
@@ -116,7 +116,7 @@ def test_the_timing_columns_rounded_with_numpy_write_the_line_the_loop_writes(
     rng = random.Random(seed)
     columns = _columns(rng, rng.choice([16, 40, 512]))
     with_numpy = encode_columns(columns)
-    monkeypatch.setattr(stepcolumns, "_numpy", lambda: None)
+    monkeypatch.setattr(stepcolumns, "imported_numpy", lambda: None)
     assert with_numpy == encode_columns(columns)  # byte for byte
     steps = decode_steps(json.loads(with_numpy) | {"kind": None})
     assert [s.step for s in steps] == columns["step"]
@@ -142,7 +142,7 @@ def test_a_time_that_is_not_finite_fails_the_line_with_numpy_as_without(bad: flo
     columns["wall"][5] = bad  # the writer then writes the run step by step and drops that one
     with pytest.raises((ValueError, OverflowError)):
         encode_columns(columns)
-    monkeypatch.setattr(stepcolumns, "_numpy", lambda: None)
+    monkeypatch.setattr(stepcolumns, "imported_numpy", lambda: None)
     with pytest.raises((ValueError, OverflowError)):
         encode_columns(columns)
 
@@ -174,3 +174,15 @@ def test_a_queued_run_taken_at_once_keeps_each_loss_after_its_step(tmp_path: Pat
     at = seen.index(losses[0])
     assert seen[at - 1].step == losses[0].steps[-1]  # right after the step whose loss completed it
     assert runs and runs[0] == 401  # the 400 steps taken as one run, the note after them
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_columns_summed_with_numpy_are_the_loop_s_floats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             seed: int) -> None:
+    rows, _ = _held(tmp_path, _stream(seed, 600, 0.05), 5_000)
+    made = Agent(SessionSettings(session="unit", record=str(tmp_path / "r"), script="train.py", profile=None))._steps
+    steps = [row for row in rows if type(row) is tuple]
+    with_numpy = made.columns(steps, 1.78e9)
+    monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
+    assert with_numpy == made.columns(steps, 1.78e9)  # every time and other, the same float
+    assert len(with_numpy["step"]) > 500 and min(with_numpy["other_s"]) >= 0.0
