@@ -164,6 +164,10 @@ def drain(agent: Any, final: bool = False) -> None:
                 agent.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
 
 
+_LOOK = 8  # queued items looked at first for a run of steps, four times as many while all are steps
+_LOOK_MOST = 8 * MAX_STEPS  # (a run's steps go to lines of MAX_STEPS: a longer run is taken in parts)
+
+
 def _take_run(queue: deque[Any], rows: list[tuple[Any, ...]], losses: list[tuple[int, Loss]], add_loss: Any) -> bool:
     """The run of step tuples at the head of `queue` moved to `rows` at once, their CPU losses gathered;
     False (nothing taken) where one of them waits for the GPU to pass its CUDA spans, or it is one step.
@@ -171,9 +175,16 @@ def _take_run(queue: deque[Any], rows: list[tuple[Any, ...]], losses: list[tuple
     Popped one by one (a type test, the phases' and the loss's, a pop and an append a step) they cost
     the writer ~0.9 us a step of ~1 ms steps (`benchmarks/writer_pass.py`, 2-core VM); here each test
     is one pass over a column."""
-    items = list(islice(queue, 0, len(queue)))  # (the training thread appends meanwhile: these stay at the head)
-    kinds = list(map(is_, map(type, items), repeat(tuple)))
-    n = kinds.index(False) if False in kinds else len(kinds)
+    # Looked at 8, 32, ... items at a time (the training thread appends meanwhile: these stay at the
+    # head): a queue of steps and events in turn costs a few items' look a step, not the queue's length.
+    size, most = _LOOK, min(len(queue), _LOOK_MOST)
+    while True:
+        items = list(islice(queue, 0, min(size, most)))
+        kinds = list(map(is_, map(type, items), repeat(tuple)))
+        n = kinds.index(False) if False in kinds else len(kinds)
+        if n < len(items) or len(items) >= most:
+            break
+        size *= 4
     if n < 2:
         return False
     if n < len(items):

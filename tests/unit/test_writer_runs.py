@@ -186,3 +186,23 @@ def test_the_columns_summed_with_numpy_are_the_loop_s_floats(tmp_path: Path, mon
     monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
     assert with_numpy == made.columns(steps, 1.78e9)  # every time and other, the same float
     assert len(with_numpy["step"]) > 500 and min(with_numpy["other_s"]) >= 0.0
+
+
+def test_a_queue_of_steps_and_events_in_turn_is_looked_at_a_few_items_a_step(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run is looked for from the queue's head: were the whole queue copied at each, a queue of 20,000
+    steps, an event after each two, would cost the writer 200 million items looked at, not ~100,000."""
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
+    agent._writer = type("W", (), {"write_lines": staticmethod(lambda lines: None)})()  # type: ignore[assignment]
+    phases = (1e-4, 2e-4, 3e-4, None)
+    for i in range(10_000):  # two steps, then an event
+        for j in (2 * i, 2 * i + 1):
+            agent._queue.append((j, 100.0 + j / 1e3, 1e-3, 0.0, 16, "optimizer", None, None, None, 0.0, TRAIN,
+                                 phases, None, 0))
+        agent._queue.append(Loss(t=0.0, steps=[2 * i], values=[1.0]))
+    looked: list[int] = []
+    islice = _writepass.islice
+    monkeypatch.setattr(_writepass, "islice", lambda it, start, stop: looked.append(stop) or islice(it, start, stop))
+    agent._drain()
+    assert not agent._queue
+    assert len(looked) >= 10_000 and sum(looked) < 20 * 10_000  # a few items a run
