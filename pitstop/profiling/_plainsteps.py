@@ -13,20 +13,11 @@ they leave it. Anything else (another loader, an evaluation's forward, a second
 backward, another optimizer, a phase token, a profiler window's step) stops it:
 the caller takes that call in through its method, as before.
 `tests/unit/test_plainsteps.py` runs random held streams both ways.
-
-Where the writer queues the steps itself (`agent`), a run of plain steps is cut
-a run at a time (`_run`): their calls read as columns with `zip`, checked and
-subtracted with `map` over `operator` functions, and queued with one `extend`
-of zipped tuples. The per-step loop below cost the writer ~3.3 us a step of
-its ~10.8 (`benchmarks/writer_pass.py`, 2-core VM): a Python iteration, five
-pops and a dozen tests a step.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from itertools import islice, repeat
-from operator import add, is_, itemgetter, sub
 from typing import Any
 
 from pitstop.profiling._stepcut import TRAINED_STEPS
@@ -58,48 +49,8 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
     samples_of = 0
     taken = dropped = 0
     batches = backwards = 0
-    run = _RUN_FIRST
-    through = 0  # steps the per-step loop takes before a run is tried again
     try:
         while taken + 5 <= limit:
-            if queue is not None and through <= 0 and clock._batches_seen >= TRAINED_STEPS:
-                k = min(run, (limit - taken) // 5, len(stamps) // 5)
-                got = _run(stamps, k, (on_fetch, on_forward, on_backward, on_start, on_step), train, primary, start) \
-                    if k >= 2 else None
-                if got is not None:
-                    ends, walls, waits, shape, phases, losses, last = got
-                    if shape is not None and type(shape) is not int:  # as the per-step loop reads it
-                        if type(shape) is not tuple and not isinstance(shape, tuple):
-                            shape = None
-                        elif shape == shape_seen:
-                            shape = samples_of
-                        else:
-                            shape_seen = shape
-                            shape = samples_of = clock.batch_of(train, shape)
-                    over = len(queue) + k - full  # (a full deque drops its oldest at each append)
-                    if over > 0:
-                        dropped += min(over, k)
-                    queue.extend(zip(range(index, index + k), ends, walls, waits, repeat(shape, k),
-                                     repeat("optimizer"), repeat(None), repeat(rss), repeat(None), repeat(0.0),
-                                     repeat(train), phases, losses, repeat(0)))
-                    for _ in repeat(None, 5 * k):
-                        pop()
-                    taken += 5 * k
-                    batches += k
-                    backwards += k
-                    index += k
-                    start = end = ends[-1]
-                    o_start, b_end, waited = last
-                    fetched = shape
-                    clock.index = index
-                    clock.t_last = end
-                    run = min(2 * run, _RUN_MOST)
-                    continue
-                if k > _RUN_FIRST:  # not all plain: a quarter as many tried (the odd step may be further on)
-                    run = k // 4
-                    continue
-                through, run = max(k, 1), _RUN_FIRST  # these few one at a time, up to the odd one
-            through -= 1
             # (indexing a deque near its head is O(1); the calls stay held until the step is cut)
             fetch, forward, backward, opt, cut = stamps[0], stamps[1], stamps[2], stamps[3], stamps[4]
             if fetch[0] is not on_fetch:  # (the hooks hold one bound method each: `is` once it was seen)
@@ -179,48 +130,3 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             clock._others = 0
     return taken
 
-
-
-_RUN_FIRST = 4  # steps in the first run tried, doubled after each run that was all plain
-_RUN_MOST = 512  # (a run whose check fails is tried a quarter as long: its tests cost at most 4/3 of one pass)
-
-
-def _run(stamps: deque[tuple[Any, ...]], k: int, methods: tuple[Any, ...], train: Any, primary: Any,
-         start: float) -> tuple[Any, ...] | None:
-    """The next `k` steps' columns where their calls are all plain steps' (the per-step loop's tests,
-    each over a column) of one batch shape and a CPU loss or none; else None. Nothing is taken from
-    `stamps`; `start` is the clock's `t_last`, where the first step began.
-
-    Returns (ends, walls, waits, the batch shape as held, phases, losses, the last step's (optimizer
-    start, backward end, wait)); the phases and losses are iterators, for the queue's `extend`."""
-    calls = list(islice(stamps, 0, 5 * k))
-    slots = [calls[i::5] for i in range(5)]
-    if list(map(len, slots[1])).count(4) != k:  # (an evaluation's forward is held with 6 items)
-        return None
-    try:  # (each method is held with its own arity: another call in its place fails its test below)
-        f_fn, loaders, started, waits, shapes = zip(*slots[0])
-        w_fn, trains, samples, _ = zip(*slots[1])
-        b_fn, b_ends, losses, b_starts, b_tokens = zip(*slots[2])
-        o_fn, o_keys, o_starts, o_tokens = zip(*slots[3])
-        c_fn, c_keys, ends = zip(*slots[4])
-    except ValueError:
-        return None
-    on_fetch, on_forward, on_backward, on_start, on_step = methods
-    nones = repeat(None)
-    if f_fn.count(on_fetch) != k or w_fn.count(on_forward) != k or b_fn.count(on_backward) != k \
-            or o_fn.count(on_start) != k or c_fn.count(on_step) != k or loaders.count(train) != k \
-            or o_keys.count(primary) != k or c_keys.count(primary) != k \
-            or not all(map(is_, trains, repeat(True))) or not all(map(is_, samples, nones)) \
-            or not all(map(is_, b_tokens, nones)) or not all(map(is_, o_tokens, nones)) \
-            or any(map(is_, b_starts, nones)) or not _LOSS_TYPES.issuperset(map(type, losses)) \
-            or shapes.count(shapes[0]) != k or len(set(map(type, shapes))) != 1:
-        return None
-    walls = list(map(sub, ends, (start, *ends[:-1])))
-    # forward: from the batch in hand to the backward's start, 0.0 where it started before (as `max`
-    # keeps its first argument on a tie, a difference of 0.0 stays that 0.0)
-    forwards = map(max, map(sub, b_starts, map(add, started, waits)), repeat(0.0))
-    phases = zip(forwards, map(sub, b_ends, b_starts), map(sub, ends, o_starts), nones)
-    return ends, walls, waits, shapes[0], phases, losses, (o_starts[-1], b_ends[-1], waits[-1])
-
-
-_LOSS_TYPES = frozenset({float, type(None)})  # (a tensor's loss goes to the clock's sink: `Agent._on_step`)

@@ -90,9 +90,8 @@ class StepEvents:
             loaders = list(loader)
         else:
             loaders = [v if isinstance(v, int) else None for v in loader]
-        return {"step": list(index),
-                "t": (np.array(now, dtype=np.float64) + offset).tolist() if np is not None else [offset + t for t in now],
-                "wall": list(wall), "data_wait": list(wait),
+        times = (np.array(now, dtype=np.float64) + offset).tolist() if np is not None else [offset + t for t in now]
+        return {"step": list(index), "t": times, "wall": list(wall), "data_wait": list(wait),
                 "samples": list(samples), "source": list(source), "mem_allocated": list(alloc),
                 "mem_reserved": list(reserved), "mem_peak": list(peak), "host_rss": list(rss), "mark": list(mark),
                 "eval_s": list(eval_s), "loader": loaders, "forward_s": forward, "backward_s": backward,

@@ -15,9 +15,6 @@ import dataclasses
 import os
 import sys
 import time
-from collections import deque
-from itertools import compress, islice, repeat
-from operator import is_, itemgetter
 from typing import Any
 
 from pitstop.events import Event, Loss, Step
@@ -109,8 +106,6 @@ def drain(agent: Any, final: bool = False) -> None:
             try:
                 head = queue[0]
                 if type(head) is tuple:
-                    if _take_run(queue, rows, losses, add_loss):
-                        continue
                     phases = head[11]  # (a step with CUDA spans may wait for the GPU to pass them)
                     if not final and phases is not None and phases[3] and agent.phases.pending(phases, perf - head[1]):
                         break
@@ -162,46 +157,6 @@ def drain(agent: Any, final: bool = False) -> None:
             except Exception as err:
                 agent.taps.remove(tap)
                 agent.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
-
-
-_LOOK = 8  # queued items looked at first for a run of steps, four times as many while all are steps
-_LOOK_MOST = 8 * MAX_STEPS  # (a run's steps go to lines of MAX_STEPS: a longer run is taken in parts)
-
-
-def _take_run(queue: deque[Any], rows: list[tuple[Any, ...]], losses: list[tuple[int, Loss]], add_loss: Any) -> bool:
-    """The run of step tuples at the head of `queue` moved to `rows` at once, their CPU losses gathered;
-    False (nothing taken) where one of them waits for the GPU to pass its CUDA spans, or it is one step.
-
-    Popped one by one (a type test, the phases' and the loss's, a pop and an append a step) they cost
-    the writer ~0.9 us a step of ~1 ms steps (`benchmarks/writer_pass.py`, 2-core VM); here each test
-    is one pass over a column."""
-    # Looked at 8, 32, ... items at a time (the training thread appends meanwhile: these stay at the
-    # head): a queue of steps and events in turn costs a few items' look a step, not the queue's length.
-    size, most = _LOOK, min(len(queue), _LOOK_MOST)
-    while True:
-        items = list(islice(queue, 0, min(size, most)))
-        kinds = list(map(is_, map(type, items), repeat(tuple)))
-        n = kinds.index(False) if False in kinds else len(kinds)
-        if n < len(items) or len(items) >= most:
-            break
-        size *= 4
-    if n < 2:
-        return False
-    if n < len(items):
-        del items[n:]
-    if any(map(itemgetter(3), filter(None, map(itemgetter(11), items)))):  # CUDA spans: step by step
-        return False
-    for _ in repeat(None, n):
-        queue.popleft()
-    at = len(rows)
-    rows.extend(items)
-    values = list(map(itemgetter(12), items))
-    for i in compress(range(n), map(is_, map(type, values), repeat(float))):  # a CPU loss: gathered (`LOSS_BATCH`)
-        row = items[i]
-        loss = add_loss(row[0], row[12], row[1])
-        if loss is not None:
-            losses.append((at + i + 1, loss))
-    return True
 
 
 def steps_lines(columns: dict[str, list[Any]]) -> list[str]:

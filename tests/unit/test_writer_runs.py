@@ -1,5 +1,5 @@
-"""The writer's work a run of steps at a time: held plain steps cut as columns, queued runs taken at once, and
-the timing columns rounded with numpy, each against the step-by-step way it replaced."""
+"""The writer's columns with numpy where the process imported it: the steps' times and other seconds summed,
+the timing columns rounded to microseconds, each against the loop it replaced (which runs without numpy)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import numpy  # noqa: F401  (imported, as torch imports it: the vector path is t
 import pytest
 
 from pitstop import stepcolumns
-from pitstop.events import Loss, Step
-from pitstop.profiling import _plainsteps, _stepevents, _writepass
+from pitstop.events import Step
+from pitstop.profiling import _stepevents
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
 from pitstop.stepcolumns import decode_steps, encode_columns
@@ -57,33 +57,13 @@ def _stream(seed: int, steps: int, odd: float) -> list[tuple[Any, ...]]:
     return calls
 
 
-def _held(tmp_path: Path, calls: list[tuple[Any, ...]], chunk: int) -> tuple[list[Any], dict[str, Any]]:
-    """The agent's queue and clock after the writer took the calls in, `chunk` calls a pass."""
+def _held(tmp_path: Path, calls: list[tuple[Any, ...]]) -> list[Any]:
+    """The agent's queue once its writer took the held calls in."""
     agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
     agent.rss_now = 123 << 20
-    clock = agent.clock
-    for at in range(0, len(calls), chunk):
-        agent.stamps.extend((getattr(clock, name), *args) for name, *args in calls[at:at + chunk])
-        agent._take_held()
-    state = {k: v for k, v in vars(clock).items() if k not in ("on_step", "on_eval", "on_new_optimizer", "alive")}
-    return list(agent._queue), state
-
-
-@pytest.mark.parametrize(("seed", "odd", "chunk"), [(1, 0.0, 5_000), (2, 0.01, 2_501), (3, 0.05, 997), (4, 0.3, 333)])
-def test_plain_steps_cut_a_run_at_a_time_queue_what_the_clock_queues_call_by_call(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, odd: float, chunk: int) -> None:
-    calls = _stream(seed, 1_500, odd)
-    runs: list[int] = []
-    run = _plainsteps._run
-    monkeypatch.setattr(_plainsteps, "_run", lambda stamps, k, *rest: (
-        runs.append(k) if (got := run(stamps, k, *rest)) is not None else None) or got)
-    fused, fused_state = _held(tmp_path / "a", calls, chunk)
-    assert sum(runs) > 1_500 * (1 - 12 * odd) - 20  # most steps went a run at a time
-    monkeypatch.setattr(_plainsteps, "take", lambda *args: 0)  # every call through its clock method
-    plain, plain_state = _held(tmp_path / "b", calls, chunk)
-    assert len(fused) == len(plain) > 1_400
-    assert fused == plain  # every step, every figure, the same floats
-    assert fused_state == plain_state  # and the clock left as the calls leave it
+    agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in calls)
+    agent._take_held()
+    return list(agent._queue)
 
 
 def _columns(rng: random.Random, n: int) -> dict[str, list[Any]]:
@@ -147,62 +127,13 @@ def test_a_time_that_is_not_finite_fails_the_line_with_numpy_as_without(bad: flo
         encode_columns(columns)
 
 
-def test_a_queued_run_taken_at_once_keeps_each_loss_after_its_step(tmp_path: Path) -> None:
-    """The writer takes a run of queued steps at once; a `Loss` event still follows the step that completed it,
-    and an event in the queue still ends the run."""
-    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
-    lines: list[str] = []
-    agent._writer = type("W", (), {"write_lines": staticmethod(lines.extend)})()  # type: ignore[assignment]
-    seen: list[Any] = []
-    agent.taps.append(seen.extend)
-    calls = _stream(5, 400, 0.0)
-    clock = agent.clock
-    agent.stamps.extend((getattr(clock, name), *args) for name, *args in calls)
-    agent._take_held()
-    agent.note("info", "unit", "between two runs")
-    runs: list[int] = []
-    take_run = _writepass._take_run
-    _writepass._take_run = lambda queue, *rest: (runs.append(len(queue)) or take_run(queue, *rest))  # type: ignore
-    try:
-        agent._drain()
-    finally:
-        _writepass._take_run = take_run
-    kinds = [type(e).__name__ for e in seen]
-    assert kinds.count("Step") == 400 and kinds.count("Note") == 1
-    losses = [e for e in seen if isinstance(e, Loss)]
-    assert [len(loss.steps) for loss in losses] == [32]  # 40 losses, one in ten steps: 32 gathered so far
-    at = seen.index(losses[0])
-    assert seen[at - 1].step == losses[0].steps[-1]  # right after the step whose loss completed it
-    assert runs and runs[0] == 401  # the 400 steps taken as one run, the note after them
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_the_columns_summed_with_numpy_are_the_loop_s_floats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              seed: int) -> None:
-    rows, _ = _held(tmp_path, _stream(seed, 600, 0.05), 5_000)
+    rows = _held(tmp_path, _stream(seed, 600, 0.05))
     made = Agent(SessionSettings(session="unit", record=str(tmp_path / "r"), script="train.py", profile=None))._steps
     steps = [row for row in rows if type(row) is tuple]
     with_numpy = made.columns(steps, 1.78e9)
     monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
     assert with_numpy == made.columns(steps, 1.78e9)  # every time and other, the same float
     assert len(with_numpy["step"]) > 500 and min(with_numpy["other_s"]) >= 0.0
-
-
-def test_a_queue_of_steps_and_events_in_turn_is_looked_at_a_few_items_a_step(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each run is looked for from the queue's head: were the whole queue copied at each, a queue of 20,000
-    steps, an event after each two, would cost the writer 200 million items looked at, not ~100,000."""
-    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
-    agent._writer = type("W", (), {"write_lines": staticmethod(lambda lines: None)})()  # type: ignore[assignment]
-    phases = (1e-4, 2e-4, 3e-4, None)
-    for i in range(10_000):  # two steps, then an event
-        for j in (2 * i, 2 * i + 1):
-            agent._queue.append((j, 100.0 + j / 1e3, 1e-3, 0.0, 16, "optimizer", None, None, None, 0.0, TRAIN,
-                                 phases, None, 0))
-        agent._queue.append(Loss(t=0.0, steps=[2 * i], values=[1.0]))
-    looked: list[int] = []
-    islice = _writepass.islice
-    monkeypatch.setattr(_writepass, "islice", lambda it, start, stop: looked.append(stop) or islice(it, start, stop))
-    agent._drain()
-    assert not agent._queue
-    assert len(looked) >= 10_000 and sum(looked) < 20 * 10_000  # a few items a run
