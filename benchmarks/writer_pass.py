@@ -9,9 +9,9 @@ the hooks hold for `--per-pass` plain steps of a ~1 ms loop (a batch of the trai
 loader, a training forward, a backward with a CPU loss one step in ten, the
 optimizer's two hooks: the tuples `_hooks.py`, `_loaderhook.py` and `_root.py`
 append), then takes them in (`Agent._take_held`) and drains its queue into a
-compressed record (`Agent._drain`), with the stall watch's tap as in every run, and numpy imported as torch imports it
-(the writer rounds its columns with numpy where the process has it: `stepcolumns.py`;
-`--no-numpy` leaves it out).
+compressed record (`Agent._drain`), with the stall watch's tap as in every run,
+and numpy imported as torch imports it (the writer rounds its columns with numpy
+where the process has it: `stepcolumns.py`; `--no-numpy` leaves it out).
 It prints the thread's own CPU time a step (`time.thread_time`), split into the
 take and the rest. Under callgrind the passes alone are part 2 (the script calls
 `os.getsid(0)` before and after them): its instructions over the steps are the
