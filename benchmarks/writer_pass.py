@@ -1,14 +1,17 @@
 """Prints the agent's writer thread's CPU a step: held plain steps taken in, the queue drained to a record.
 
-    python benchmarks/writer_pass.py [--steps 20000] [--per-pass 500] [--no-stall-tap]
-    valgrind --tool=callgrind --dump-before=getsid python -S benchmarks/writer_pass.py --steps 5000
+    python benchmarks/writer_pass.py [--steps 20000] [--per-pass 500] [--no-stall-tap] [--no-numpy]
+    PYTHONPATH=.:.venv/lib/python3.11/site-packages \
+      valgrind --tool=callgrind --dump-before=getsid python -S benchmarks/writer_pass.py --steps 5000
 
 No torch and no training: an `Agent` (never started) is given, pass after pass, what
 the hooks hold for `--per-pass` plain steps of a ~1 ms loop (a batch of the training
 loader, a training forward, a backward with a CPU loss one step in ten, the
 optimizer's two hooks: the tuples `_hooks.py`, `_loaderhook.py` and `_root.py`
 append), then takes them in (`Agent._take_held`) and drains its queue into a
-compressed record (`Agent._drain`), with the stall watch's tap as in every run.
+compressed record (`Agent._drain`), with the stall watch's tap as in every run,
+and numpy imported as torch imports it (the writer rounds its columns with numpy
+where the process has it: `stepcolumns.py`; `--no-numpy` leaves it out).
 It prints the thread's own CPU time a step (`time.thread_time`), split into the
 take and the rest. Under callgrind the passes alone are part 2 (the script calls
 `os.getsid(0)` before and after them): its instructions over the steps are the
@@ -71,7 +74,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--per-pass", type=int, default=500, help="steps a writer pass finds (0.5 s of 1 ms steps)")
     parser.add_argument("--no-stall-tap", action="store_true", help="without the stall watch's tap")
+    parser.add_argument("--no-numpy", action="store_true", help="without numpy imported (a process without torch)")
     args = parser.parse_args()
+    if not args.no_numpy:
+        import numpy  # noqa: F401  (as `import torch` does: the writer uses it where it is imported)
     with tempfile.TemporaryDirectory() as tmp:
         agent = Agent(SessionSettings(session="bench", record=str(Path(tmp) / "records"), script="train.py",
                                       profile=None))

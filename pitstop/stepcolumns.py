@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -79,12 +80,14 @@ def encode_columns(columns: dict[str, list[Any]]) -> str:
     passes the columns it built from its queue (`_stepevents.py`): no `Step` a step.
     """
     n = len(columns["step"])
-    t_us = [round(t * _US) for t in columns["t"]]
-    micros = {name: _micros(columns[name], n) for name in SECONDS}
+    np = imported_numpy() if n >= VECTOR_MIN else None
+    if np is not None:
+        t_us, deltas, micros, others = _timing_vector(columns, n, np)
+    else:
+        t_us, deltas, micros, others = _timing(columns, n)
     out: dict[str, Any] = {"kind": KIND, "n": n, "t": t_us[0] / _US}
     if n > 1:
-        walls = micros["wall"]
-        out["t_us"] = _column([b - a - wall for a, b, wall in zip(t_us, t_us[1:], walls[1:])])
+        out["t_us"] = _column(deltas)
     indexes = columns["step"]
     first = indexes[0]
     out["step"] = first if indexes == list(range(first, first + n)) else indexes
@@ -94,22 +97,104 @@ def encode_columns(columns: dict[str, list[Any]]) -> str:
         if name in _DEFAULTS and values.count(default) == n:
             continue
         out[f"{name}_us"] = _column(values)
-    others = _micros(columns["other_s"], n)
-    if others.count(None) != n:
-        derived = _derived_other(micros)
-        rest = [None if v is None or d is None else v - d for v, d in zip(others, derived)]
-        if any(v is not None and r is None for v, r in zip(others, rest)):
-            out["other_s_us"] = _column(others)  # an other without its phases: written whole
-        else:
-            out["other_s_rest_us"] = _column(rest)
+    if others is not None:
+        out[others[0]] = _column(others[1])
     for name in _PLAIN:
         values = columns[name]
         default = _DEFAULTS[name]
         kind = type(default)
-        if values.count(default) == n and (default is None or all(type(v) is kind for v in values)):
+        if values.count(default) == n and (default is None or set(map(type, values)) == {kind}):
             continue
         out[name] = _column(values)
     return json.dumps(out, separators=(",", ":"), allow_nan=False)
+
+
+# The timing columns: each step's time, its distance from the one before, the durations in
+# microseconds and its other's rest. Rounded a value at a time in Python they were ~4.8 us of the
+# writer thread's ~10.8 us a step (`benchmarks/writer_pass.py`, 2-core VM): seven `round` calls
+# and three sums a step. With numpy, which torch has imported by the time steps are written, a
+# column is one array operation (the same IEEE products and ties-to-even rounding: the same
+# integers). numpy is never imported here: a script that sets OMP_NUM_THREADS before its own
+# import of numpy must find it unloaded.
+VECTOR_MIN = 16  # steps in a line below which the arrays cost more than the loop
+
+
+def imported_numpy() -> Any:
+    """numpy where the process has imported it (and finished importing it), else None."""
+    np = sys.modules.get("numpy")
+    if np is None or getattr(getattr(np, "__spec__", None), "_initializing", False) or not hasattr(np, "rint"):
+        return None
+    return np
+
+
+_Timing = tuple[list[int], list[int], dict[str, list[Any]], "tuple[str, list[Any]] | None"]
+
+
+def _timing(columns: dict[str, list[Any]], n: int) -> _Timing:
+    """Times, distances, durations in microseconds and the other's entry, a value at a time."""
+    t_us = [round(t * _US) for t in columns["t"]]
+    micros = {name: _micros(columns[name], n) for name in SECONDS}
+    walls = micros["wall"]
+    deltas = [b - a - wall for a, b, wall in zip(t_us, t_us[1:], walls[1:])]
+    return t_us, deltas, micros, _others(_micros(columns["other_s"], n), micros, n)
+
+
+def _others(others: list[int | None], micros: dict[str, list[Any]], n: int) -> tuple[str, list[Any]] | None:
+    """The other's entry: its rest over what the phases leave, or the values whole where a phase is missing."""
+    if others.count(None) == n:
+        return None
+    derived = _derived_other(micros)
+    rest = [None if v is None or d is None else v - d for v, d in zip(others, derived)]
+    if any(v is not None and r is None for v, r in zip(others, rest)):
+        return "other_s_us", others  # an other without its phases: written whole
+    return "other_s_rest_us", rest
+
+
+def _timing_vector(columns: dict[str, list[Any]], n: int, np: Any) -> _Timing:
+    """As `_timing`, a column at a time with numpy; a column holding None goes a value at a time."""
+    arrays: dict[str, Any] = {}
+    micros: dict[str, list[Any]] = {}
+    for name in SECONDS:
+        values = columns[name]
+        array = _scaled(values, np)
+        if array is None:
+            micros[name] = _micros(values, n)
+        elif not array.any():  # (0.0 a step: each rounds to 0)
+            micros[name] = [0] * n
+        else:
+            arrays[name] = array = np.rint(array).astype(np.int64)
+            micros[name] = array.tolist()
+    t_array = _scaled(columns["t"], np)
+    if t_array is None:
+        raise ValueError("a step's time is not finite")
+    t_array = np.rint(t_array).astype(np.int64)
+    t_us = t_array.tolist()
+    wall = arrays.get("wall")
+    if wall is None:
+        walls = micros["wall"]
+        deltas = [b - a - w for a, b, w in zip(t_us, t_us[1:], walls[1:])]
+    else:
+        deltas = (t_array[1:] - t_array[:-1] - wall[1:]).tolist()
+    values = columns["other_s"]
+    others = _scaled(values, np)
+    if others is None or any(name not in arrays and None in micros[name] for name in _DERIVED_FROM):
+        return t_us, deltas, micros, _others(_micros(values, n), micros, n)
+    w, d, f, b, o = (arrays[name] if name in arrays else np.array(micros[name], dtype=np.int64)
+                     for name in _DERIVED_FROM)
+    derived = np.maximum(w - d - f - b - o, 0)  # as `_derived_other`
+    return t_us, deltas, micros, ("other_s_rest_us", (np.rint(others).astype(np.int64) - derived).tolist())
+
+
+def _scaled(values: list[Any], np: Any) -> Any:
+    """Seconds times a million, a float64 array (the products `round(v * _US)` rounds); None where a
+    value is None or not finite (numpy reads None as NaN): the loop then takes the column, and
+    raises on a value that is not finite as it always did (the writer then writes the run
+    event by event and drops that step)."""
+    array = np.array(values, dtype=np.float64) * _US
+    return array if np.isfinite(array).all() else None
+
+
+_DERIVED_FROM = ("wall", "data_wait", *_PHASES)
 
 
 def _micros(values: list[float | None], n: int) -> list[int | None]:

@@ -1,0 +1,139 @@
+"""The writer's columns with numpy where the process imported it: the steps' times and other seconds summed,
+the timing columns rounded to microseconds, each against the loop it replaced (which runs without numpy)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy  # noqa: F401  (imported, as torch imports it: the vector path is taken)
+import pytest
+
+from pitstop import stepcolumns
+from pitstop.events import Step
+from pitstop.profiling import _stepevents
+from pitstop.profiling.agent import Agent
+from pitstop.profiling.launch import SessionSettings
+from pitstop.stepcolumns import decode_steps, encode_columns
+
+TRAIN, VAL = 1, 2
+
+
+def _stream(seed: int, steps: int, odd: float) -> list[tuple[Any, ...]]:
+    """Held hook calls (clock method name, arguments): plain steps of a ~1 ms loop, a CPU loss one step
+    in ten, and an odd step now and then (an evaluation, a second backward, another loader, another
+    optimizer, a short batch, a GPU loss: a tensor's stand-in)."""
+    rng = random.Random(seed)
+    now = 100.0
+    calls: list[tuple[Any, ...]] = []
+
+    def tick(dt: float) -> float:
+        nonlocal now
+        now += dt * (0.5 + rng.random())
+        return now
+
+    for i in range(steps):
+        kind = rng.choice(["val", "eval", "twice", "other", "short", "tensor"]) if rng.random() < odd else ""
+        if kind == "val":
+            calls.append(("on_fetch", VAL, tick(1e-4), 2e-4, (32, 8)))
+        if kind == "eval":
+            calls.append(("on_forward", False, None, tick(1e-4), True, True))
+            calls.append(("on_forward_end", tick(2e-4)))
+        calls.append(("on_fetch", TRAIN, tick(1e-4), rng.random() / 1e4, (5, 8) if kind == "short" else (16, 8)))
+        calls.append(("on_forward", True, None, tick(1e-4)))
+        started = tick(2e-4)
+        loss: Any = 2.0 - i / 1e3 if i % 10 == 0 else None
+        calls.append(("on_backward", tick(3e-4), object() if kind == "tensor" else loss, started, None))
+        if kind == "twice":
+            started = tick(1e-4)
+            calls.append(("on_backward", tick(3e-4), None, started, None))
+        key = "B" if kind == "other" else "A"
+        calls.append(("on_optimizer_start", key, tick(1e-4), None))
+        calls.append(("on_optimizer_step", key, tick(2e-4)))
+    return calls
+
+
+def _held(tmp_path: Path, calls: list[tuple[Any, ...]]) -> list[Any]:
+    """The agent's queue once its writer took the held calls in."""
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
+    agent.rss_now = 123 << 20
+    agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in calls)
+    agent._take_held()
+    return list(agent._queue)
+
+
+def _columns(rng: random.Random, n: int) -> dict[str, list[Any]]:
+    """Step columns as the writer builds them, with what the vector path must hand back to the loop:
+    columns of None, of 0.0, with a None among floats, and figures that round on a half."""
+    t0 = 1.78e9 + rng.random()
+    walls = [rng.choice([1e-3 * (0.5 + rng.random()), 0.0015, 2.5e-6]) for _ in range(n)]
+    times = [t0 + sum(walls[:i + 1]) for i in range(n)]
+    phase = rng.choice(["all", "none", "some"])
+
+    def figure() -> float | None:
+        if phase == "none" or (phase == "some" and rng.random() < 0.2):
+            return None
+        return rng.choice([rng.random() * 3e-4, 0.0, 5.5e-6])
+
+    forward, backward, optimizer = ([figure() for _ in range(n)] for _ in range(3))
+    wait = [rng.choice([rng.random() * 1e-4, 0.0]) for _ in range(n)] if rng.random() < 0.8 else [0.0] * n
+    other = [None if None in (f, b, o) else max(0.0, w - d - f - b - o)  # type: ignore[operator]
+             for w, d, f, b, o in zip(walls, wait, forward, backward, optimizer)]
+    columns = {name: [getattr(Step, name, None)] * n for name in stepcolumns._FIELDS}
+    columns.update(step=list(range(7, 7 + n)), t=times, wall=walls, data_wait=wait, forward_s=forward,
+                   backward_s=backward, optimizer_s=optimizer, other_s=other, samples=[32] * n,
+                   source=["optimizer"] * n, eval_s=[0.0] * n, phase_clock=["host"] * n)
+    return columns
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_timing_columns_rounded_with_numpy_write_the_line_the_loop_writes(
+        monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = random.Random(seed)
+    columns = _columns(rng, rng.choice([16, 40, 512]))
+    with_numpy = encode_columns(columns)
+    monkeypatch.setattr(stepcolumns, "imported_numpy", lambda: None)
+    assert with_numpy == encode_columns(columns)  # byte for byte
+    steps = decode_steps(json.loads(with_numpy) | {"kind": None})
+    assert [s.step for s in steps] == columns["step"]
+
+
+def test_the_vector_path_is_taken_where_numpy_is_imported_and_never_imports_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = _columns(random.Random(1), 64)
+    rounded: list[int] = []
+    vector = stepcolumns._timing_vector
+    monkeypatch.setattr(stepcolumns, "_timing_vector", lambda *args: rounded.append(1) or vector(*args))
+    encode_columns(columns)
+    assert rounded == [1]
+    monkeypatch.delitem(sys.modules, "numpy")
+    encode_columns(columns)  # a process that has not imported numpy: the loop, and numpy still not imported
+    assert rounded == [1] and "numpy" not in sys.modules
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan])
+def test_a_time_that_is_not_finite_fails_the_line_with_numpy_as_without(bad: float,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = _columns(random.Random(2), 32)
+    columns["wall"][5] = bad  # the writer then writes the run step by step and drops that one
+    with pytest.raises((ValueError, OverflowError)):
+        encode_columns(columns)
+    monkeypatch.setattr(stepcolumns, "imported_numpy", lambda: None)
+    with pytest.raises((ValueError, OverflowError)):
+        encode_columns(columns)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_columns_summed_with_numpy_are_the_loop_s_floats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             seed: int) -> None:
+    rows = _held(tmp_path, _stream(seed, 600, 0.05))
+    made = Agent(SessionSettings(session="unit", record=str(tmp_path / "r"), script="train.py", profile=None))._steps
+    steps = [row for row in rows if type(row) is tuple]
+    with_numpy = made.columns(steps, 1.78e9)
+    monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
+    assert with_numpy == made.columns(steps, 1.78e9)  # every time and other, the same float
+    assert len(with_numpy["step"]) > 500 and min(with_numpy["other_s"]) >= 0.0
