@@ -31,8 +31,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from pitstop.events import End, Event, Hello, Note, Step
-from pitstop.profiling import _children, _cuda, _losses, _plainsteps, _raydriver, _serving, _watch, _writepass
+from pitstop.events import Event, Hello, Note, Step
+from pitstop.profiling import (_children, _cuda, _ending, _losses, _plainsteps, _raydriver, _serving, _watch,
+                               _writepass)
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling._hello import env_int, job_identity, make_hello, ray_train_identity
@@ -508,60 +509,7 @@ class Agent:
         """
         if not self._started or (self.disabled and not self.failed) or self._stop.is_set():
             return
-        self.disabled = False  # a failed agent still ends its record (hooks no longer matter at exit)
-        if reason is None:
-            reason, exit_code = self._exits.outcome
-        try:
-            if self.windows is not None:
-                self.windows.close()
-        except Exception:
-            pass
-        try:
-            self.flush_stamps()  # the steps the hooks still hold (no window starts now: closed)
-        except Exception:
-            pass
-        self.batching = False
-        eval_after = None
-        try:
-            eval_after = self.clock.finish(_perf())  # held steps out; an evaluation after the last step
-        except Exception:
-            pass
-        if self.torch is not None:
-            _losses.read_tail(self)
-            self.flush_losses(block=True)
-        if self.sampler is not None:
-            self.sampler.stop()
-        self.blind.check(self, final=True)
-        if self.stallwatch is not None:
-            self.stallwatch.stop()
-        clock = self.clock
-        self.emit(End(t=time.time(), steps=self.step_index, dropped=self.dropped, reason=reason, exit_code=exit_code,
-                      eval_s=eval_after or 0.0, eval_passes=clock.end_passes or None, rollouts=clock.end_rollouts,
-                      rollout_s=clock.end_rollout_s))
-        self._stop.set()
-        if self._writer_thread is not None and self._writer_thread is not threading.current_thread():
-            self._writer_thread.join(timeout=2.0)
-        self._drain(final=True)
-        try:
-            if self._writer is not None:
-                self._writer.close()
-        except Exception:
-            pass
-        if self.server is not None:
-            self.server.close()
-        self._exits.uninstall()
-        if self.stallwatch is not None:
-            self.stallwatch.release()  # after the exit watch's: it wrapped ours
-        self._last_signal.uninstall()
-        self._exits.keep_interrupt()
-        fd, self._rss_fd = self._rss_fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        # The atexit entry stays (stop() again is a no-op): unregistering from inside
-        # an atexit callback crashed CPython before 3.10.2 (bpo-46025).
+        _ending.end(self, reason, exit_code)
 
     def _after_fork_child(self) -> None:
         # A forked child (a DataLoader worker, a hogwild trainer) inherits our objects
