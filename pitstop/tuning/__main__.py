@@ -17,7 +17,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Target]:
     options (`-m pkg.train --lr 1`) are never read as ours.
     """
     from pitstop.profiling.cmdline import split_target
-    from pitstop.tuning.command import VALUE_OPTIONS
+    from pitstop.tuning.options import VALUE_OPTIONS
 
     parser = argparse.ArgumentParser(prog="python -m pitstop.tuning",
                                      description="Find the fastest stable configuration of a training script.")

@@ -31,9 +31,6 @@ from pitstop.tuning.runner import FIRST_STEP_TIMEOUT, FIRST_TRIAL_LIMIT, Tick, T
 from pitstop.tuning.space import Space, build_space, parse_knobs
 from pitstop.tuning.strategy import Budget, Outcome, Search
 
-# Options that take a value, for the CLI's split of `[OPTIONS] SCRIPT ARGS...`.
-VALUE_OPTIONS = frozenset({"--budget", "--steps", "--warmup", "--min-time", "--out", "--journal",
-                           "--knobs", "--trial-timeout", "--first-step-timeout", "--confirm"})
 DEFAULT_BUDGET = "10m"
 DEFAULT_STEPS = 30
 DEFAULT_WARMUP = 5
