@@ -186,7 +186,7 @@ def apply_fix(s: Scenario, f: Finding) -> list[str] | None:
 def predicted(f: Finding) -> tuple[float | None, float | None, bool]:
     """(low, high, is_bound) of the gain a finding states; (None, None, False) when it states none."""
     text = f.gain
-    if m := re.search(r"gives back ~(\d+)% of the wall time", text):  # eval-share
+    if m := re.search(r"gives back ~(\d+)% of the training time", text):  # eval-share
         g = 1 / (1 - int(m[1]) / 100)
         return g, g, False
     if m := re.search(r"up to (\d+)% shorter job steps", text):  # straggler

@@ -10,7 +10,7 @@ from pitstop.analysis._loaderfix import eval_less_often, loader_fix
 from pitstop.analysis._rules_loop import CPU_SATURATED, DATA_WAIT_FRAC, worker_advice
 from pitstop.analysis._workers import MIN_GAIN
 
-# Evaluation over 15% of the wall time is worth a line (a common recipe, one
+# Evaluation over 15% of the training time is worth a line (a common recipe, one
 # validation pass per epoch on a tenth of the data, costs 5-10%); from 30% the
 # run spends a third of its time not training.
 EVAL_SHARE = 0.15
@@ -83,7 +83,7 @@ def eval_share(ctx: Context) -> Finding | None:
         evidence=evidence,
         cause="evaluation runs often, on much data, or slowly (no workers, autograd on): the model is not training meanwhile",
         fix=fix,
-        gain=f"evaluating half as often gives back ~{share / 2:.0%} of the wall time",
+        gain=f"evaluating half as often gives back ~{share / 2:.0%} of the training time",
         knob=None,
     )
 

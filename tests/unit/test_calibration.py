@@ -32,7 +32,7 @@ def test_the_gain_read_is_a_prediction_a_range_a_bound_or_a_held_back_count() ->
     contended = _finding("cpu-contended", "at most 2.50x (60.0 ms to ~24.0 ms) in the mean step with 1 thread: its "
                                           "threads waited ...; a bound, not a prediction", knob="threads")
     assert cal.predicted(contended) == (None, 2.5, True)
-    low, high, _ = cal.predicted(_finding("eval-share", "evaluating half as often gives back ~25% of the wall time"))
+    low, high, _ = cal.predicted(_finding("eval-share", "evaluating half as often gives back ~25% of the training time"))
     assert low == high and abs(low - 4 / 3) < 1e-9  # type: ignore[operator]
 
 

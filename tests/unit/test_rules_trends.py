@@ -168,7 +168,7 @@ def test_eval_share_is_of_the_training_not_of_the_set_up_before_it() -> None:
     run.add(Sample(t=-29.0, procs=[], system_cpu=10.0))  # 30 s of set-up (imports, the dataset) before it
     f = rule(run, "eval-share")
     assert f is not None and "19% of the training's 6 s" in f.evidence[0]
-    assert "gives back ~10% of the wall time" in f.gain
+    assert "gives back ~10% of the training time" in f.gain
 
 
 def test_eval_share_quiet_for_a_small_share_or_a_single_pass() -> None:
