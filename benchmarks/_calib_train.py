@@ -21,7 +21,7 @@ import time
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 # Steps 0-2 hold worker start-up and first-touch allocations: pitstop leaves them out too (WARMUP = 3).
 WARMUP = 3
@@ -54,6 +54,8 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--sample-ops", type=int, default=0, help="torch ops per sample in the transform")
     p.add_argument("--io-ms", type=float, default=0.0, help="sleep per sample: a read that waits")
+    p.add_argument("--preload", action="store_true", help="every sample made once before training (the "
+                   "'decode once offline' fix of a data wait that workers cannot pay for)")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--persistent", action="store_true")
     p.add_argument("--prefetch", type=int, default=0)
@@ -76,7 +78,10 @@ def main() -> None:
     torch.manual_seed(rank)
     dtype = getattr(torch, args.dtype)
     n = (args.steps + 1) * args.batch
-    data = Samples(n, args.features, args.sample_ops, args.io_ms)
+    data: Dataset = Samples(n, args.features, args.sample_ops, args.io_ms)
+    if args.preload:
+        xs, ys = zip(*(data[i] for i in range(n)))
+        data = TensorDataset(torch.stack(xs), torch.stack(ys))
     extra = {"persistent_workers": args.persistent} if args.workers else {}
     if args.workers and args.prefetch:
         extra["prefetch_factor"] = args.prefetch

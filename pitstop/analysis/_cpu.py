@@ -19,6 +19,8 @@ from pitstop.events import Sample, Step
 # delay; ~0 on a quiet machine, 1.3-1.6 cores with torch's 2 threads beside the test suite on
 # the 2-core VM): the machine is contended (the cpu-contended rule, the straggler floor).
 CONTENDED_WAIT_CORES = 0.25
+# From 0.9 cores' worth of waiting the bound is over 10x: no longer worth stating.
+STALL_BOUND_MAX = 0.9
 # The latest reading within the last 5 samples (2-5 s at 1-2 Hz): older is stale for a live line.
 STATUS_SAMPLES = 5
 
@@ -187,6 +189,7 @@ class Contention:
     p95: float
     follows: bool  # steps were slower while the other processes were busier
     waiting: float | None = None  # cores' worth of its threads ready to run but waiting for a CPU (median)
+    waiting_mean: float | None = None  # the same, mean of the readings: what bounds the stalled share
 
     @property
     def demand(self) -> float:
@@ -203,10 +206,28 @@ class Contention:
         return max(1, int(left + 0.5))
 
 
-def run_delay(run: RunState, since: float | None = None) -> float | None:
-    """Median cores' worth of the process's threads that waited for a CPU (`cpu_wait`) in samples from `since` on."""
+def stall_bound(waiting_mean: float | None) -> float | None:
+    """The most a step can gain once its threads stop waiting for a core: 1 / (1 - waiting), or None.
+
+    A parallel op stalls while any of its threads waits for a core, and the share
+    of the time at least one thread waits is at most the mean number waiting
+    (P(N >= 1) <= E[N]): so the stalled share of the step is at most `waiting_mean`.
+    Threads that fit the free cores take that share back and run the rest no
+    faster (fewer threads). On the 2-core VM beside one hog, calibration's
+    threads-hog (torch's 2 threads) went x1.60 with `torch.set_num_threads(1)`.
+    None from a core's worth of waiting on (then nothing bounds it) or unread.
+    """
+    if waiting_mean is None or waiting_mean >= STALL_BOUND_MAX:
+        return None
+    return 1.0 / (1.0 - max(0.0, waiting_mean))
+
+
+def run_delay(run: RunState, since: float | None = None, mean: bool = False) -> float | None:
+    """Median (or mean) cores' worth of the process's threads that waited for a CPU (`cpu_wait`) from `since` on."""
     waits = [s.cpu_wait for s in run.samples if s.cpu_wait is not None and (since is None or s.t >= since)]
-    return median_and_spread(waits)[0] if waits else None
+    if not waits:
+        return None
+    return sum(waits) / len(waits) if mean else median_and_spread(waits)[0]
 
 
 def contention(run: RunState, steps: list[Step], workers: int, worker_cores: float) -> Contention | None:
@@ -237,4 +258,4 @@ def contention(run: RunState, steps: list[Step], workers: int, worker_cores: flo
     return Contention(threads=rt.torch_threads, workers=workers, worker_cores=worker_cores, other=other,
                       cores=rt.cpu_count, usable=rt.usable_cpus or rt.cpu_count,
                       p50=median_and_spread(walls)[0], p95=percentile(walls, 95), follows=follows,
-                      waiting=run_delay(run, start))
+                      waiting=run_delay(run, start), waiting_mean=run_delay(run, start, mean=True))

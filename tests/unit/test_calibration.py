@@ -28,7 +28,11 @@ def test_the_gain_read_is_a_prediction_a_range_a_bound_or_a_held_back_count() ->
     rng = cal.predicted(_finding("float64", "float32 arithmetic is typically 1.9-5x faster than float64 on a CPU: "
                                             "1.30x (9.2 ms to ~7.1 ms) to 1.80x (9.2 ms to ~5.1 ms) in the mean step"))
     assert rng == (1.3, 1.8, False)
-    low, high, _ = cal.predicted(_finding("eval-share", "evaluating half as often gives back ~25% of the wall time"))
+    # cpu-contended's bound from the share its threads waited for a core
+    contended = _finding("cpu-contended", "at most 2.50x (60.0 ms to ~24.0 ms) in the mean step with 1 thread: its "
+                                          "threads waited ...; a bound, not a prediction", knob="threads")
+    assert cal.predicted(contended) == (None, 2.5, True)
+    low, high, _ = cal.predicted(_finding("eval-share", "evaluating half as often gives back ~25% of the training time"))
     assert low == high and abs(low - 4 / 3) < 1e-9  # type: ignore[operator]
 
 
@@ -40,6 +44,10 @@ def test_the_fix_applied_is_the_one_the_finding_names() -> None:
     # No worker count offered: the count it held back is measured, to check the claim.
     held = _finding("data-wait", "at most 1.4x ...; no worker fix: 3 workers would give 1.05x", "# cheaper", None)
     assert cal.apply_fix(s, held) == ["--workers", "3", "--persistent"]
+    # No count at all: its other fix, each sample made once before training, measured against its bound.
+    cheaper = _finding("data-wait", "at most 1.36x ...; no worker fix: more than the 0 worker(s) there are would "
+                                    "not help", "# make each sample cheaper", None)
+    assert cal.apply_fix(s, cheaper) == ["--preload"]
     assert cal.apply_fix(s, _finding("eval-share", "", "", None)) == ["--eval-every", "4"]
     assert cal.apply_fix(s, _finding("cpu-contended", "", "torch.set_num_threads(1)", "threads")) == ["--threads", "1"]
 
