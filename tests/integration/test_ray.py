@@ -113,8 +113,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     nodes.open()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PITSTOP_") and k != "PYTHONPATH"}
-    # Ray turns on token authentication for a cluster that `ray start --head` starts where a token exists;
-    # a node or driver joining it must present the same token (Ray's docs: "Token authentication").
+    # `ray start --head` turns on token authentication where a token exists (~/.ray/auth_token, which any
+    # earlier `ray.init()` leaves), and a node joining without it was refused ("InvalidAuthToken"): every
+    # node and driver here gets one mode and one token, as Ray's docs ("Token authentication") ask of a cluster.
     env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token",
                RAY_AUTH_TOKEN=secrets.token_hex(32))
     made = Cluster(f"{nodes.address(0)}:{port}", nodes, env, home)
@@ -203,7 +204,10 @@ def test_ray_train_on_two_nodes_reads_as_one_job_with_a_worker_on_each_node(
     assert {pid: steps for pid, (_, steps) in rows.items()} == counted, text[-3000:]
     if cluster.nodes.isolated:  # one worker on each node, each named by its own host name
         assert sorted(node for node, _ in rows.values()) == ["node-0", "node-1"], text[-3000:]
-        assert re.search(r"^  nodes       2 seen \(node-0: rank [01]; node-1: rank [01]\)", text, re.M), text[-3000:]
+        # Ray gives world rank 0 to either node's worker: the nodes row lists them in rank order
+        by_rank = sorted(re.findall(r"^  rank (\d+)\s+\d+\s+(node-[01])\s+finished", text, re.M))
+        said = "; ".join(f"{node}: rank {rank}" for rank, node in by_rank)
+        assert f"\n  nodes       2 seen ({said})\n" in text, text[-3000:]
     else:
         assert sorted(node for node, _ in rows.values()) == ["node-1", "node-1"], text[-3000:]
     under = sorted((storage / RUN / "pitstop").glob("*/rank*.jsonl.gz"))
