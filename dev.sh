@@ -30,7 +30,7 @@ setup() {
 # ray[train] for the Ray tests (tests/integration/test_ray.py), apart from the test extra: where it
 # cannot install (no wheel for this Python or platform) the rest of the suite still runs, and the
 # Ray tests skip with pip's reason, kept in $VENV/.pitstop-no-ray. Never a dependency of pitstop.
-# 16 packages, ~150 MB of wheels: 76 s cold, 64 s from wheels already on disk (load 6-9, 2 cores).
+# 16 packages, ~150 MB of wheels: 76 s from PyPI, 64 s from wheels already on disk (2 cores, load 6-10).
 install_ray() {
   local log="$VENV/.pitstop-ray-install.log"
   if "$PY" -m pip install -q -e ".[ray]" >"$log" 2>&1; then
