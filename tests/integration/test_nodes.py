@@ -1,16 +1,13 @@
 """A job over two nodes reads as one job: two torchrun launchers meeting at a c10d rendezvous, and Slurm's tasks.
 
-Where the test runs as root with `ip`, each "node" is a network namespace of the
-test's own (a veth pair, 10.x addresses only inside them) with a host name of its
-own (`unshare --uts`): the ranks talk over their own addresses as on two machines.
-Elsewhere both launchers run on 127.0.0.1 and tell their nodes apart by PITSTOP_NODE.
+Each "node" is a network namespace of the test's own where the test may make one
+(tests/integration/netns.py), else 127.0.0.1 with PITSTOP_NODE. Ray Train's
+workers on two nodes: tests/integration/test_ray.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,63 +16,10 @@ from pathlib import Path
 import pytest
 
 from .conftest import SCRIPTS, kill_group, pitstop
+from .netns import Nodes, free_port
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
             "--rdzv_backend", "c10d"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Nodes:
-    """Two nodes: (command prefix, address, env) each; namespaces removed on `close`."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self.link = ""
-        self.isolated = False
-
-    def open(self) -> None:
-        tag = f"{os.getpid() % 100000}"
-        if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
-            return
-        a, b, self.link = f"pstna{tag}", f"pstnb{tag}", f"pstv{tag}"
-        steps = [["ip", "netns", "add", a], ["ip", "netns", "add", b],
-                 ["ip", "link", "add", f"{self.link}a", "type", "veth", "peer", "name", f"{self.link}b"],
-                 ["ip", "link", "set", f"{self.link}a", "netns", a], ["ip", "link", "set", f"{self.link}b", "netns", b],
-                 ["ip", "-n", a, "addr", "add", "10.203.77.1/24", "dev", f"{self.link}a"],
-                 ["ip", "-n", b, "addr", "add", "10.203.77.2/24", "dev", f"{self.link}b"],
-                 ["ip", "-n", a, "link", "set", f"{self.link}a", "up"], ["ip", "-n", b, "link", "set", f"{self.link}b", "up"],
-                 ["ip", "-n", a, "link", "set", "lo", "up"], ["ip", "-n", b, "link", "set", "lo", "up"]]
-        self.names = [a, b]
-        for step in steps:
-            if subprocess.run(step, capture_output=True).returncode != 0:
-                self.close()
-                return
-        self.isolated = True
-
-    def close(self) -> None:
-        for name in self.names:
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
-        self.names = []
-
-    def launcher(self, i: int, command: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        """`command` as node i runs it: in its namespace under its own host name, or with PITSTOP_NODE."""
-        env = dict(env)
-        if not self.isolated:
-            env["PITSTOP_NODE"] = f"node-{i}"
-            return command, env
-        env["GLOO_SOCKET_IFNAME"] = f"{self.link}{'ab'[i]}"
-        script = f"hostname node-{i} && exec \"$@\""
-        return ["ip", "netns", "exec", self.names[i], "unshare", "--uts", "sh", "-c", script, "sh", *command], env
-
-    def address(self, i: int) -> str:
-        return f"10.203.77.{i + 1}" if self.isolated else "127.0.0.1"
 
 
 @pytest.fixture
@@ -103,7 +47,7 @@ def _both(commands: list[tuple[list[str], dict[str, str]]], timeout: float = 200
 
 def _torchrun_nodes(nodes: Nodes, records: list[Path], env: dict[str, str], steps: int,
                     extra: list[str] = ()) -> list[tuple[int, str]]:  # type: ignore[assignment]
-    port = _free_port()
+    port = free_port()
     commands = []
     for i, record in enumerate(records):
         torchrun = [*TORCHRUN, "--rdzv_endpoint", f"{nodes.address(0)}:{port}", "--rdzv_id", "nodes-test",
@@ -148,7 +92,7 @@ def test_slurm_steps_read_as_one_job_from_one_shared_directory(
     """`srun pitstop run --record /shared/run -- python train.py` and `srun pitstop run -- torchrun ...`:
     Slurm's variables set on two launchers as srun sets them; every rank writes into one directory."""
     shared = tmp_path / "shared-run"
-    port = _free_port()
+    port = free_port()
     commands = []
     for i in range(2):
         slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(i), "SLURM_NTASKS": "2",
@@ -188,8 +132,8 @@ def test_attach_job_finds_every_rank_of_every_node_in_the_jobs_own_store(
     from .conftest import wait_for
 
     env["STEP_SLEEP_MS"] = "20"  # ~300 steps of 25 ms or more: the job still runs when the viewer comes
-    port, token = _free_port(), tmp_path / "token"
-    listen = [_free_port(), _free_port()]
+    port, token = free_port(), tmp_path / "token"
+    listen = [free_port(), free_port()]
     procs = []
     try:
         for i in range(2):
@@ -220,68 +164,3 @@ def test_attach_job_finds_every_rank_of_every_node_in_the_jobs_own_store(
              f"rank 1 on node-{b} at 127.0.0.1:{listen[b]}" for a, b in ((0, 1), (1, 0))]
     assert any(line in attached.stderr for line in found), attached.stderr[-3000:]
     assert re.search(r"step \d+", attached.stderr), attached.stderr[-3000:]
-
-
-@pytest.mark.slow
-def test_ray_train_workers_are_the_ranks_of_one_job_and_the_driver_says_it_does_not_train(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
-    """TorchTrainer over 2 CPU workers on a local cluster `ray.init()` starts from the driver under `pitstop run`."""
-    pytest.importorskip("ray.train.torch", reason="ray[train] is not installed (pip install 'ray[train]')")
-    env.update(RAY_STORAGE=str(tmp_path / "ray_results"), RAY_USAGE_STATS_ENABLED="0")
-    record = tmp_path / "ray-run"
-    result = pitstop(["run", "--headless", "--record", str(record), "--", sys.executable,
-                      str(SCRIPTS / "ray_train.py"), "32", "2"], env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    text = result.stderr
-    assert "different runs" not in text, text[-3000:]
-    assert "pitstop job summary: ray_train.py (job ray:pitstop-ray-test)" in text, text[-3000:]
-    assert "ranks       2 seen of world size 2 (2 finished)" in text, text[-3000:]
-    assert re.search(r"driver      pid \d+, Ray Train's driver: it does not train; its 2 Ray Train workers did", text)
-    assert "findings: none (Ray Train's driver does not train; its workers did" in text
-    viewed = pitstop(["view", str(record), "--summary"], env)
-    assert "ranks       2 seen of world size 2 (2 finished)" in viewed.stdout, viewed.stdout[:3000]
-    steps = sorted(int(m) for m in re.findall(r"^  rank \d  \d+\s+\S+\s+finished\s+(\d+)", viewed.stdout, re.M))
-    assert steps == [64, 64], viewed.stdout[:3000]  # 2 epochs of 32 steps on each worker, every one recorded
-    # RunConfig(storage_path=...) set: the workers' records are under it, and the driver's summary says where.
-    under = sorted((tmp_path / "ray_results" / "pitstop-ray-test" / "pitstop").glob("*/rank*.jsonl.gz"))
-    assert [p.name for p in under] == ["rank0.jsonl.gz", "rank1.jsonl.gz"], under
-    assert f"records     the workers' under the run's storage path: {under[0].parent}" in text, text[-3000:]
-    assert not list(record.glob("rank1*")), list(record.iterdir())  # nothing beside the driver's record
-
-
-@pytest.mark.slow
-def test_ray_train_on_a_cluster_started_beforehand_gets_the_agent_through_its_runtime_env(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
-    """`ray start --head` outside pitstop, then the script joins it (`ray.init(address="auto")`): its workers get
-    pitstop's variables from the job's runtime_env; on another "node" than the driver (PITSTOP_NODE) and with
-    Ray's default storage path, their records go under the run's storage path, where the driver's record leads."""
-    pytest.importorskip("ray.train.torch", reason="ray[train] is not installed (pip install 'ray[train]')")
-    ray = str(Path(sys.executable).parent / "ray")
-    home = tmp_path / "home"  # Ray's default storage path is ~/ray_results: the test's own
-    home.mkdir()
-    port = _free_port()
-    cluster = {k: v for k, v in env.items() if not k.startswith("PITSTOP_") and k != "PYTHONPATH"}
-    cluster.update(HOME=str(home), PITSTOP_NODE="node-b", RAY_USAGE_STATS_ENABLED="0")
-    started = subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-                              "--disable-usage-stats"], env=cluster, capture_output=True, text=True, timeout=180)
-    try:
-        assert started.returncode == 0, started.stderr[-2000:]
-        env.update(HOME=str(home), PITSTOP_NODE="node-a", RAY_ADDRESS=f"127.0.0.1:{port}",
-                   RAY_USAGE_STATS_ENABLED="0")
-        env.pop("RAY_STORAGE", None)
-        record = tmp_path / "ray-run"
-        result = pitstop(["run", "--headless", "--record", str(record), "--", sys.executable,
-                          str(SCRIPTS / "ray_train.py"), "16", "1", "auto"], env, timeout=300)
-    finally:
-        subprocess.run([ray, "stop", "--force"], env=cluster, capture_output=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    text = result.stderr
-    assert "ranks       2 seen of world size 2 (2 finished)" in text, text[-3000:]
-    under = home / "ray_results" / "pitstop-ray-test" / "pitstop"
-    assert re.search(rf"records     the workers' under the run's storage path: {re.escape(str(under))}/\S+", text)
-    assert "  nodes " not in text, text[-3000:]  # the driver (no rank) on node-a is no node of the job
-    viewed = pitstop(["view", str(record), "--summary"], env)
-    steps = sorted(int(m) for m in re.findall(r"^  rank \d  \d+\s+\S+\s+finished\s+(\d+)", viewed.stdout, re.M))
-    assert steps == [16, 16], viewed.stdout[:3000]  # 1 epoch of 16 steps on each worker, every one recorded
