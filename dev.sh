@@ -22,7 +22,6 @@ setup() {
   local stamp="$VENV/.pitstop-installed"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     "$PY" -m pip install -q -e ".[test]"
-    install_ray
     touch "$stamp"
   fi
   # An editable install leaves pitstop's bytecode to the first import, and with
@@ -36,8 +35,13 @@ setup() {
 # cannot install (no wheel for this Python or platform) the rest of the suite still runs, and the
 # Ray tests skip with pip's reason, kept in $VENV/.pitstop-no-ray. Never a dependency of pitstop.
 # 16 packages, ~150 MB of wheels: 76 s from PyPI, 64 s from wheels already on disk (2 cores, load 6-10).
+# Tried by the test commands only (the demo never needs it), once per change of pyproject.toml.
 install_ray() {
-  local log="$VENV/.pitstop-ray-install.log"
+  local log="$VENV/.pitstop-ray-install.log" stamp="$VENV/.pitstop-ray-tried"
+  if [ -f "$stamp" ] && [ ! pyproject.toml -nt "$stamp" ]; then
+    return 0
+  fi
+  touch "$stamp"
   if "$PY" -m pip install -q -e ".[ray]" >"$log" 2>&1; then
     rm -f "$VENV/.pitstop-no-ray"
   else
@@ -74,10 +78,10 @@ test_busy() {
 cmd="${1:-}"
 shift || true
 case "$cmd" in
-  setup) setup ;;
+  setup) setup; install_ray ;;
   demo) setup; exec "$VENV/bin/pitstop" demo "$@" ;;
   # shellcheck disable=SC2046
-  test) setup; exec "$PY" -m pytest $(pytest_args) "$@" ;;
-  test-busy) setup; test_busy "$@" ;;
+  test) setup; install_ray; exec "$PY" -m pytest $(pytest_args) "$@" ;;
+  test-busy) setup; install_ray; test_busy "$@" ;;
   *) echo "usage: ./dev.sh demo|test|test-busy|setup [ARGS...]" >&2; exit 2 ;;
 esac
