@@ -89,7 +89,7 @@ def throughput(data: dict[str, object]) -> tuple[float, float]:
 
 @pytest.mark.slow
 def test_compare_says_faster_and_gates_the_slower_run(tmp_path: Path) -> None:
-    # Workers hide a storage latency: B (2 workers) is ~2.5x faster, on any machine load.
+    # Workers hide a storage latency: B (2 workers) is ~1.7x faster (50 ms a step to 30), on any machine load.
     env = _env(tmp_path)
     records = []
     for workers in (0, 2):

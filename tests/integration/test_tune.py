@@ -192,12 +192,15 @@ def test_a_workers_tune_overwrites_only_with_force_and_its_config_holds_its_inte
     # One tune serves the whole path a user takes: their own pitstop.toml is kept unless --force;
     # the tune finds workers, writes the config with the interval it claims; `pitstop run --config`
     # applies it to the script's DataLoader, and re-measuring lands inside the interval.
-    # Reads that sleep 10 ms a sample set the speeds (the transform does no work): 80 ms a step
-    # with no worker, and workers overlap them whatever the neighbours do with the cores (at
-    # 2 ms a sample, a load of 15-20 on the 2 cores moved the baseline 220-320 samples/s from
-    # run to run). The tune used to write a single round's ratio as [x, x], which no re-measure
-    # lands on.
-    script = ["--io-ms", "10", "--work", "0"]
+    # Sleeps set both speeds, so the gain is the same on any load: reads of 5 ms a sample (40 ms a
+    # batch) and a step of six 5 ms sleeps. With no worker a step sleeps 14 times, from 2 workers
+    # on (a batch every <= 20 ms) 6 times: 2.33x whatever the winner's count, and each wake-up's
+    # wait for a core on a busy machine weighs both the same (the tune measured 2.13x, [1.90,
+    # 2.40], at load 1.4). With the reads alone (10 ms a sample, no step time) the gain was the
+    # main loop's CPU speed: the winner re-measured 14.53x (17.09x, 12.35x) at load 8.5-9 against
+    # a tune that claimed [2.12, 11.98]. The tune used to write a single round's ratio as [x, x],
+    # which no re-measure lands on.
+    script = ["--io-ms", "5", "--work", "0", "--step-ms", "30", "--step-sleeps", "6"]
     (tmp_path / "pitstop.toml").write_text("# mine\n")
     refused = tune(tmp_path, ["--knobs", "workers", "--budget", "1"], script)
     assert refused.returncode == 2 and "use --force" in refused.stderr

@@ -46,6 +46,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--work", type=int, default=60000)
     parser.add_argument("--io-ms", type=float, default=0.0, help="per-sample read latency")
+    parser.add_argument("--step-ms", type=float, default=0.0,
+                        help="a sleep in each training step: the accelerator's time, which no worker shortens")
+    parser.add_argument("--step-sleeps", type=int, default=1, help="how many sleeps --step-ms is cut into")
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--oom-above", type=int, default=0, help="raise an OOM for batches larger than this")
@@ -82,6 +85,8 @@ def main() -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            for _ in range(args.step_sleeps if args.step_ms else 0):
+                time.sleep(args.step_ms / 1000.0 / args.step_sleeps)
         epoch += 1
 
 
