@@ -237,7 +237,15 @@ def append_events(path: Path, events: list[Event]) -> bool:
 def _locked(fd: int, wait: bool = True) -> Iterator[None]:
     """An exclusive flock on a record file, for one write: the agent's writer and a front that appends to a
     live process's record (`append_events`) take turns. `wait` False: BlockingIOError where it is held."""
-    fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise
+    except OSError:
+        # A filesystem without flock (ENOLCK on some NFS and FUSE mounts): the record is still written, unlocked,
+        # as before the front could append to a live record; losing the record over a lock would be worse.
+        yield
+        return
     try:
         yield
     finally:

@@ -170,3 +170,20 @@ def test_summary_of_a_compressed_record_from_its_index_equals_a_full_pass_whole_
     full = summary_text(*load_runs(fresh)).replace(str(fresh), str(path))
     assert summary_text(*load_runs(path)) == full  # from the index, and the lines after it
     assert "cut line" in full and full != first
+
+
+def test_a_record_on_a_filesystem_without_flock_is_still_written(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOLCK from flock (some NFS and FUSE mounts) must not cost the run its record."""
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    path = tmp_path / "run.jsonl.gz"
+    writer = RecordWriter(path)
+    writer.write_lines(['{"a": 1}', '{"b": 2}'])
+    writer.close()
+    assert gzip.decompress(path.read_bytes()).decode().splitlines() == ['{"a": 1}', '{"b": 2}']
