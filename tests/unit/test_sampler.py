@@ -82,8 +82,11 @@ def test_the_machines_cpu_is_none_when_read_within_a_tick_of_the_last_reading(tm
     from pitstop.profiling.sampler import MIN_SYSTEM_S, Sampler
 
     sampler = Sampler(Agent(SessionSettings(session="unit", record=str(tmp_path / "r"), script="t.py", profile=None)))
-    assert sampler.read().system_cpu is None  # within a tick of the priming call
-    sampler._system_at -= MIN_SYSTEM_S  # as if the sampler's period had passed
+    # Within a tick of the priming call, whatever a busy machine made of the time since it (a 50 ms tick
+    # passed between the two lines at load 5-7 once): the priming is dated ahead, so no gap can pass a tick.
+    sampler._system_at = time.monotonic() + 60.0
+    assert sampler.read().system_cpu is None
+    sampler._system_at = time.monotonic() - MIN_SYSTEM_S  # as if the sampler's period had passed
     assert sampler.read().system_cpu is not None
 
 
