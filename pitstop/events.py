@@ -192,6 +192,8 @@ class Progress:
     optimizer: str | None = None  # that optimizer's class ("LBFGS"); None: none running, or not known
     compiling_s: float | None = None  # seconds torch.compile has been compiling (its frames on a stack); None: not now
     grads: int = 0  # torch.autograd.grad calls (torch.func's grad too): gradients a loop takes without backward()
+    backward_s: float | None = None  # seconds the backward call running now has run; None: none is running
+    forward: str | None = None  # the module class whose forward runs now (the outermost); None: none, or not seen
 
 
 @dataclass(frozen=True)

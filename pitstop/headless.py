@@ -351,14 +351,15 @@ def _status(run: RunState) -> str:
     return f"STUCK{(headline(run) or 'stuck')[len('stuck'):]} | {line}"
 
 
-def _doing(run: RunState) -> tuple[int, int, int, int, bool, bool] | None:
+def _doing(run: RunState) -> tuple[int, int, int, int, bool, bool, bool, str | None] | None:
     """What moves a first step's line (a new closure, a batch, a gradient, an optimizer step begun, a compile
-    begun or ended); its seconds do not."""
+    begun or ended, a backward or a forward entered); its seconds do not."""
     found = first_step_progress(run)
     if found is None:
         return None
     p = found[0]
-    return p.batches, p.backwards, p.closures, p.grads, p.optimizer_s is not None, p.compiling_s is not None
+    return (p.batches, p.backwards, p.closures, p.grads, p.optimizer_s is not None, p.compiling_s is not None,
+            p.backward_s is not None, p.forward)
 
 
 class LiveStatus:

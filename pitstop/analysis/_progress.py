@@ -43,11 +43,19 @@ def progress_text(progress: Progress, clock: Callable[[float], str] = seconds_te
         if progress.closures:
             step += f": {fmt.count(progress.closures, 'closure')}"
         return f"{step}; {backwards}" + (f", {batches}" if batches else "")
+    if progress.backward_s is not None:
+        # In a backward now: a first backward that hangs (a DDP peer that never came) said "no backward yet".
+        done = f", {fmt.count(progress.backwards, 'backward', 'backward')} done before it" if progress.backwards else ""
+        return (f"backward running for {clock(progress.backward_s)}{done}" + (f", {batches}" if batches else "")
+                + ", no optimizer step yet")
     if progress.backwards:
         return f"{backwards}" + (f", {batches}" if batches else "") + ", no optimizer step yet"
     if progress.grads:  # gradients taken by torch.autograd.grad: training, not setting up
         return (f"{fmt.count(progress.grads, 'torch.autograd.grad call')}"
                 + (f", {batches}" if batches else "") + ", no backward or optimizer step yet")
+    if progress.forward is not None:
+        return (f"{progress.forward}.forward running, " + (f"{batches}, " if batches else "no batch fetched, ")
+                + "no backward yet")
     if batches:
         return f"{batches}, no backward yet"
     return "no batch fetched, no backward yet: still setting up"

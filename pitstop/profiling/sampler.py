@@ -26,6 +26,9 @@ INTERVAL_S = float(os.environ.get("PITSTOP_SAMPLE_INTERVAL", "1.0"))  # 1 Hz: ch
 COMPILE_FILES = (os.path.join("torch", "_dynamo", "convert_frame.py"),
                  os.path.join("torch", "_inductor", "compile_fx.py"))
 MAX_DEPTH = 1_000  # frames looked at per thread (a compile's stack is ~200 deep)
+MODULE_FILE = os.path.join("torch", "nn", "modules", "module.py")  # where `Module._call_impl` runs a forward
+# Where the agent's backward wrapper runs (its code named "..._hooks.py (pitstop patch; ...)": `_patch`).
+HOOKS_FILE = os.path.join("pitstop", "profiling", "_hooks.py")
 # psutil's machine-wide cpu_percent over less than a few clock ticks (10 ms each) reads 0.0.
 MIN_SYSTEM_S = 0.05
 # A process seen for the first time reads its CPU since it started (its CPU time over its age), once it
@@ -51,6 +54,36 @@ def compiling() -> bool:
             frame = frame.f_back
             depth += 1
     return False
+
+
+def running_calls() -> tuple[float | None, str | None]:
+    """Where the training thread is, read from its stack: (the `perf_counter` at which the backward running
+    now began, the class of the outermost module whose forward runs), each None where none runs.
+
+    A first step that hangs in its first backward (a DDP rank whose peer never came: the all-reduce
+    hook waits inside backward) read "1 batch fetched, no backward yet", since the backward counter
+    moves when a call returns. Read from the frames only while no step has ended: nothing is added
+    to the hooks. The backward is the hook's own wrapper in `HOOKS_FILE` (its `started` local); a
+    forward is torch's `Module._call_impl` (its `self`).
+    """
+    started: float | None = None
+    forward: str | None = None
+    own = threading.get_ident()
+    for ident, frame in sys._current_frames().items():
+        if ident == own:
+            continue
+        depth = 0
+        while frame is not None and depth < MAX_DEPTH:
+            code = frame.f_code
+            if code.co_name == "backward" and code.co_filename.split(" (", 1)[0].endswith(HOOKS_FILE):
+                value = frame.f_locals.get("started")
+                if isinstance(value, float):
+                    started = value
+            elif code.co_name == "_call_impl" and code.co_filename.endswith(MODULE_FILE):
+                forward = type(frame.f_locals.get("self")).__name__  # outermost wins: the walk goes outward
+            frame = frame.f_back
+            depth += 1
+    return started, forward
 
 
 def run_delay(pid: int, proc_root: str = "/proc") -> int | None:
@@ -300,11 +333,13 @@ class Sampler:
         if running:
             seconds = max(0.0, time.perf_counter() - opened_at)
             name = self._optimizer_name(opened_at, running[0][1])
+        backward_at, forward = running_calls()
         now = time.perf_counter()
         since = self._compiling_since = (self._compiling_since or now) if compiling() else None
         return Progress(batches=clock.batches, backwards=clock.backwards, closures=clock.closures,
                         optimizer_s=seconds, optimizer=name, compiling_s=now - since if since is not None else None,
-                        grads=clock.grads)
+                        grads=clock.grads, backward_s=max(0.0, now - backward_at) if backward_at is not None else None,
+                        forward=forward)
 
     def _optimizer_name(self, opened_at: float, frame: Any) -> str | None:
         """The class of the optimizer whose step began at `opened_at` and runs in `frame` (torch's
