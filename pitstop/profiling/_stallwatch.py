@@ -123,18 +123,22 @@ class StallDetector:
                 self.stalled = False
                 return "end"
             return None
-        idle = now - self.progress_at
-        if not self.stalled:
-            if idle > self.threshold() * (EVAL_TIMES if evaluating else 1.0):
-                self.stalled = True
-                self.since = self.progress_at
-                self.next_update = now + UPDATE_S
-                return "start"
-            return None
-        if now >= self.next_update:
-            self.next_update = now + UPDATE_S
-            return "update"
-        return None
+        over = now - self.progress_at > self.threshold() * (EVAL_TIMES if evaluating else 1.0)
+        word, self.next_update = _speak(self.stalled, over, now, self.next_update)
+        if word == "start":
+            self.stalled = True
+            self.since = self.progress_at
+        return word
+
+
+def _speak(open_: bool, over: bool, now: float, next_update: float) -> tuple[str | None, float]:
+    """What a wait says at a tick, and when it speaks next: "start" when it goes over its threshold,
+    "update" every UPDATE_S while it lasts (fresh stacks), None otherwise; its end is its owner's to say."""
+    if not open_:
+        return ("start", now + UPDATE_S) if over else (None, next_update)
+    if now >= next_update:
+        return "update", now + UPDATE_S
+    return None, next_update
 
 
 class FirstStepWait:
@@ -174,16 +178,10 @@ class FirstStepWait:
                     self.waiting = False
                     return "end"
                 return None
-        if not self.waiting:
-            if now - self.progress_at > self.after_s:
-                self.waiting = True
-                self.next_update = now + UPDATE_S
-                return "start"
-            return None
-        if now >= self.next_update:
-            self.next_update = now + UPDATE_S
-            return "update"
-        return None
+        word, self.next_update = _speak(self.waiting, now - self.progress_at > self.after_s, now, self.next_update)
+        if word == "start":
+            self.waiting = True
+        return word
 
 
 class StallWatch:
