@@ -401,7 +401,11 @@ class StepClock(StepCut):
         if self._seg_t0 is not None:  # it ended with its last forward, not at the process's exit
             end = self._fwd_end if self._fwd_end is not None and self._fwd_end >= self._seg_t0 else now
             self._close_segment(end)
-        acc = self._fetch.get(self.train_loader)
+        # No step ended: the loader fed last is training's, as a step's would be (`_measure`). A first step
+        # stopped in its backward (a DDP rank waiting for a hung peer) read its loader's two iterations (a
+        # batch-size probe, the epoch) as another loader's: "eval 2 passes".
+        train = self.train_loader if self.train_loader is not None else self._last_loader
+        acc = self._fetch.get(train)
         evaluated, eval_s = self._eval_span(acc, now)
         # (HF Trainer's evaluation at its last step and its final `evaluate()` are two passes here)
         self.end_passes = self._pass_count(acc) if evaluated else 0

@@ -141,3 +141,28 @@ def test_a_rollout_ended_by_a_training_forward_is_told_by_its_time_outside_the_m
 def test_what_a_rollout_rests_on(forwards: int, most: int | None, batches: int, by_backward: bool, busy: float,
                                  expected: bool) -> None:
     assert is_rollout(forwards, most, busy, 1.0, batches, by_backward) is expected
+
+
+def test_batches_fetched_before_a_first_step_that_never_ended_are_not_an_evaluation() -> None:
+    # pytorch/examples' ddp-tutorial-series: each epoch begins with `len(next(iter(self.train_data))[0])`,
+    # a batch-size probe, then iterates the loader again; rank 0, stopped while it waited in its first
+    # backward's all-reduce for a hung rank 1, ended with "eval 2 passes": the training loader's two
+    # iterations, read as another loader's since no step had named the training one.
+    r = Recorder()
+    c = r.clock
+    c.on_iter(TRAIN)
+    r.fetch(TRAIN, 0.01, 32)  # the probe: one batch, its iterator dropped
+    c.on_iter(TRAIN)
+    r.fetch(TRAIN, 0.01, 32)  # the epoch's first batch
+    c.on_forward(True, None, r.tick(0.001))  # training's forward; its backward never returns
+    assert c.finish(r.tick(30.0)) is None
+    assert c.end_passes == 0
+    # An evaluation before that first step still counts (eval mode, no grad, over another loader).
+    r = Recorder()
+    c = r.clock
+    loader_pass(r, VAL)
+    c.on_iter(TRAIN)
+    r.fetch(TRAIN, 0.01, 32)
+    c.on_forward(True, None, r.tick(0.001))
+    assert c.finish(r.tick(30.0)) is not None
+    assert c.end_passes == 1
