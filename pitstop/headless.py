@@ -193,7 +193,8 @@ def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None, vi
     ranks = f"{job.ranks} seen"
     if job.world_size is not None:
         ranks += f" of world size {job.world_size}"
-    counts = {status: sum(1 for r in job.rows if r.status == status) for status in ("running", "finished", "gone")}
+    counts = {status: sum(1 for r in job.rows if r.status == status)
+              for status in ("running", "finished", "gone", "stopped")}
     ranks += " (" + ", ".join(f"{n} {status}" for status, n in counts.items() if n) + ")"
     lines.append(_jrow("ranks", ranks))
     through = (f"{fmt.rate(job.samples_per_s, 'samples')} (sum over ranks)" if job.samples_per_s is not None
@@ -209,6 +210,11 @@ def job_text(job: JobSummary, advice: Advice, extra: list[str] | None = None, vi
     for i, row in enumerate(job.gone):
         last = f", last step {row.last_step}" if row.last_step is not None else ", no step"
         lines.append(_jrow("gone" if i == 0 else "", f"{row.label} (pid {row.pid}): {row.status_reason}{last}"))
+    if job.stopped is not None:  # "stopped from outside: SIGINT came to pitstop and reached the training"
+        lines.append(_jrow("stopped", job.stopped.removeprefix("stopped ")))
+        for row in job.stopped_ranks:
+            last = f", last step {row.last_step}" if row.last_step is not None else ", no step"
+            lines.append(_jrow("", f"{row.label} (pid {row.pid}): {row.status_reason}{last}"))
     lines.extend(extra or ())
     lines.append("")
     lines.extend(_rank_table(job.rows, view.node_of if view is not None and view.spans else None))

@@ -40,7 +40,7 @@ from pitstop.profiling.launch import (
 )
 from pitstop.profiling.jobenv import multi_node
 from pitstop.profiling.record import is_record_name, record_stem
-from pitstop.profiling.signals import Forwarder, forwarding, reaping, signal_names
+from pitstop.profiling.signals import STOPPING, Forwarder, forwarding, reaping, signal_names
 from pitstop.recorded import load_runs
 
 if TYPE_CHECKING:
@@ -195,6 +195,30 @@ def record_front(runs: list[Any], watch: SilenceWatch | None) -> None:
             continue
         for event in made:
             run.add(event)
+
+
+def record_outside_stop(runs: list[Any], received: list[int]) -> None:
+    """pitstop got a stopping signal (Ctrl-C, a scheduler's SIGTERM) and passed it on: each process's record
+    gets a `front` note saying so (`_ended.STOPPED_FROM_OUTSIDE`), so that the ranks a launcher then ended
+    read as stopped with the job, here and in a later `pitstop view`, not as ranks that failed."""
+    from pitstop.analysis._ended import STOPPED_FROM_OUTSIDE
+    from pitstop.events import Note
+    from pitstop.profiling.record import append_events
+
+    stopping = [s for s in received if s in STOPPING]
+    if not stopping:
+        return
+    said = f"{STOPPED_FROM_OUTSIDE}: {signal_names(stopping)} came to pitstop and reached the training"
+    note = Note(t=time.time(), level="info", source="front", message=said)
+    for run in runs:
+        hello = run.hello
+        if hello is None or not hello.record:
+            continue
+        try:
+            if append_events(Path(hello.record), [note]):
+                run.add(note)
+        except OSError:  # (BlockingIOError: its writer holds the lock, still running) the record stays as it was
+            continue
 
 
 def forwarded_note(runs: list[Any], sent: list[int]) -> str | None:
@@ -415,6 +439,7 @@ class Run:
             runs = [r for r in runs if r.hello is None or r.hello.session == self.settings.session] or runs
             record_front(runs, self.silence)
             record_end(runs, pid, code)
+            record_outside_stop(runs, self._signals.received)
             said = forwarded_note(runs, self._signals.sent)
             oom = oom_note(self._oom_before, oom_kills())
             notes.extend(n for n in (said, oom) if n)

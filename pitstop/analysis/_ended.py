@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pitstop.analysis._state import RunState
 from pitstop.analysis._summary import END_REASONS, exit_code_text
+
+# How a `front` note begins where pitstop got a stopping signal (Ctrl-C, a scheduler's SIGTERM) and passed it
+# on: the ranks that then ended by a signal were stopped with the job, and no rank failed.
+STOPPED_FROM_OUTSIDE = "stopped from outside"
+
+
+def outside_stop(runs: Iterable[RunState]) -> str | None:
+    """The front's note that the job was stopped from outside (`STOPPED_FROM_OUTSIDE`), from any of `runs`; None."""
+    for run in runs:
+        for note in run.notes:
+            if note.source == "front" and note.message.startswith(STOPPED_FROM_OUTSIDE):
+                return note.message
+    return None
+
+
+def stopped_with_the_job(reason: str) -> bool:
+    """A rank ended by a signal (or without a recorded end), not by an exit of its own: once the job was
+    stopped from outside, a consequence of the stop, not a failure (an `exit code 1` is still its own)."""
+    return not reason.startswith("exit code")
 
 
 def rank_status(run: RunState, closed: bool, exit_code: int | None = None) -> tuple[str, str | None]:
@@ -52,4 +73,4 @@ def gone_fix(reason: str) -> str:
             "# (a traceback there is a crash in its code; none, a signal from outside)")
 
 
-__all__ = ["gone_fix", "rank_status"]
+__all__ = ["STOPPED_FROM_OUTSIDE", "gone_fix", "outside_stop", "rank_status", "stopped_with_the_job"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import WARMUP, Advice, Finding, RuleFailure
 from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
-from pitstop.analysis._ended import gone_fix, rank_status
+from pitstop.analysis._ended import gone_fix, outside_stop, rank_status, stopped_with_the_job
 from pitstop.analysis._persist import Persistence, step_persistence, window_persistence
 from pitstop.analysis._rankphases import (
     PhaseExcess,
@@ -69,7 +69,7 @@ class RankRow:
     local_rank: int | None
     pid: int | None
     host: str | None
-    status: str  # "running" | "finished" | "gone"
+    status: str  # "running" | "finished" | "gone" | "stopped" (by a signal after the job was stopped from outside)
     status_reason: str | None  # why "gone": "killed: no End event", "signal (exit code 137)"
     exit_code: int | None  # from the End event; None when it never came
     steps: int  # every step seen
@@ -101,6 +101,7 @@ class JobSummary:
     steps_per_s: float | None  # the slowest rank's
     rows: tuple[RankRow, ...]
     stragglers: tuple[Straggler, ...]
+    stopped: str | None = None  # the front's note: the job was stopped from outside (`_ended`)
 
     @property
     def ranks(self) -> int:
@@ -111,6 +112,11 @@ class JobSummary:
     def gone(self) -> tuple[RankRow, ...]:
         """Ranks whose stream ended abnormally."""
         return tuple(r for r in self.rows if r.status == "gone")
+
+    @property
+    def stopped_ranks(self) -> tuple[RankRow, ...]:
+        """Ranks ended by a signal after the job was stopped from outside (`stopped`): with it, not failed."""
+        return tuple(r for r in self.rows if r.status == "stopped")
 
 
 
@@ -142,11 +148,16 @@ def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLE
     rates: list[float | None] = []
     step_rates = []
     runs = list(job.runs.values())
+    stop = outside_stop(runs)
     for stream, label, run in _streams(job):
         if _spawns_ranks(run, runs):
             continue  # the process that only started the ranks (`torch.multiprocessing.spawn`): not a rank
         s = summarize(run, warmup)
         status, why = rank_status(run, stream in job.closed, job.exits.get(stream))
+        if status == "gone" and stop is not None and stopped_with_the_job(why or ""):
+            # Ctrl-C to pitstop over a torchrun job: torchrun ends its ranks with SIGINT or SIGTERM, and each
+            # read "[high] rank N is gone ... find the first rank that failed", where none had.
+            status = "stopped"
         hello = run.hello
         if hello is not None:
             session = session or hello.session
@@ -193,6 +204,7 @@ def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLE
         steps_per_s=min(step_rates) if step_rates else None,
         rows=tuple(rows),
         stragglers=tuple(stragglers(job, threshold=threshold, warmup=warmup)),
+        stopped=stop,
     )
 
 

@@ -62,7 +62,7 @@ def _listed(rows: Sequence[RankRow], key: Callable[[RankRow], float | None], tex
 
 def headline(job: JobSummary) -> list[tuple[str, str]]:
     """The job's figures as (label, text) rows: ranks, throughput, stragglers and why, data wait and step per rank."""
-    status = {s: sum(1 for r in job.rows if r.status == s) for s in ("running", "finished", "gone")}
+    status = {s: sum(1 for r in job.rows if r.status == s) for s in ("running", "finished", "gone", "stopped")}
     seen = f"{job.ranks} seen" + (f" of world size {job.world_size}" if job.world_size is not None else "")
     rows = [("ranks", seen + " (" + ", ".join(f"{n} {s}" for s, n in status.items() if n) + ")")]
     through = (f"{fmt.rate(job.samples_per_s, 'samples')} (sum over ranks)" if job.samples_per_s is not None
@@ -82,6 +82,11 @@ def headline(job: JobSummary) -> list[tuple[str, str]]:
     for row in job.gone:
         last = f", last step {row.last_step}" if row.last_step is not None else ", before its first step"
         rows.append(("gone", f"{row.label} (pid {row.pid}): {row.status_reason}{last}"))
+    if job.stopped is not None:
+        rows.append(("stopped", job.stopped.removeprefix("stopped ")))
+        for row in job.stopped_ranks:
+            last = f", last step {row.last_step}" if row.last_step is not None else ", before its first step"
+            rows.append(("", f"{row.label} (pid {row.pid}): {row.status_reason}{last}"))
     return rows
 
 
