@@ -39,6 +39,11 @@ BUSY_CPU = 20.0
 # torch_compile: 2, and a false "updates its parameters itself" after its 89 s first step), where
 # the hand-made loops measured call it once or more per iteration (2,000 and 4,000 times).
 GRADS_MIN = 50
+# Children started by multiprocessing carry an agent that measures them from their first step: busy and
+# without a record they are still starting (a DDP rank importing torch and building its model), not
+# blind, until this long. pytorch/examples' multigpu.py pattern (mp.spawn, 2 gloo ranks) took its first
+# step after more than 40 s on the 2-core machine at load 6-10, and read "not measured" meanwhile.
+MP_CHILD_AFTER_S = 300.0
 WHAT_TO_DO = ("run the training under `pitstop run` itself, start it with multiprocessing (its children "
               "are measured), or call pitstop.step() once per step")
 
@@ -103,10 +108,28 @@ class BlindWatch:
             self.said = True
             return
         busy = {pid: cpu for pid, cpu in self.busy.items() if pid not in recorded}
+        if not final and busy and elapsed < MP_CHILD_AFTER_S and all(map(_by_multiprocessing, busy)):
+            return  # (its children will record once they step; the end of the run checks again)
         message = blind_message(None if final else elapsed, busy, agent.clock.grads)
         if message is not None:
             self.said = True
             agent.note("warn", "blind", message, once="blind")
+
+
+def _by_multiprocessing(pid: int) -> bool:
+    """A child started by multiprocessing (so measured from its first step): a spawn's command line runs
+    multiprocessing's `spawn_main` (a forkserver's too); a fork's is its parent's, unchanged."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        cmdline = proc.cmdline()
+        if any("multiprocessing" in part for part in cmdline):
+            return True
+        parent = proc.parent()
+        return parent is not None and parent.cmdline() == cmdline
+    except psutil.Error:
+        return False
 
 
 def _recorded_pids(record: Path | None) -> dict[int, int | None]:

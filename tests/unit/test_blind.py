@@ -96,3 +96,42 @@ def test_a_compile_is_no_blind_spot(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(_blind, "compiling", lambda: False)
     watch.check(agent)
     assert len(agent.notes) == 1 and "child processes 200" in agent.notes[0]  # compiled, and still no step
+
+
+def _sleeper(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def test_busy_multiprocessing_children_are_given_their_start_and_a_subprocess_is_not(tmp_path: Path) -> None:
+    # mp.spawn's DDP ranks busy importing torch for 40 s on a loaded machine read "not measured"; they carry
+    # an agent that measures them from their first step. A child started by subprocess does not. (A fork
+    # here: a spawn's command line names multiprocessing, and its resource tracker would outlive the test;
+    # tests/integration/test_distributed.py runs mp.spawn's.)
+    import multiprocessing
+    import subprocess
+    import sys
+
+    spawned = multiprocessing.get_context("fork").Process(target=_sleeper, args=(60,))
+    spawned.start()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert spawned.pid is not None
+        for busy, said in (([spawned.pid], False), ([spawned.pid, other.pid], True)):
+            watch = BlindWatch()
+            watch.started -= 40.0  # past BLIND_AFTER_S
+            watch.seen([Proc(pid=pid, role="child", cpu=90.0, rss=1) for pid in busy])
+            agent = _agent(tmp_path / "r.jsonl")
+            watch.check(agent)
+            assert bool(agent.notes) is said, (busy, agent.notes)
+        watch = BlindWatch()  # a spawned child that never recorded by the end: said then
+        watch.seen([Proc(pid=spawned.pid, role="child", cpu=90.0, rss=1)])
+        agent = _agent(tmp_path / "r.jsonl")
+        watch.check(agent, final=True)
+        assert len(agent.notes) == 1 and f"child processes {spawned.pid} were busy" in agent.notes[0]
+    finally:
+        spawned.kill()
+        other.kill()
+        spawned.join(30)
+        other.wait(30)
