@@ -25,9 +25,12 @@ from pitstop.tuning.verdict import Z90
 from .conftest import kill_group, run_group
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "tune_train.py")
-# Every trial is a torch process of ~6 s of CPU on the 2-core CI box (torch 3.3 s, and 2.7 s more for
-# the torch._dynamo import that building torch.optim.SGD does),
-# so these tunes are short: few steps, a trial budget, one knob each.
+# Every trial is a torch process (torch's import is 3.3 s of CPU on the 2-core CI box), so these
+# tunes are short: few steps, a trial budget, one knob each. The script updates its weights by
+# hand (--by-hand): building torch.optim.SGD imports torch._dynamo, 2.7 s more in every trial
+# (a tune of 2 trials took 12.9 s of CPU with it, 6.7 s without), and these tests are about
+# trials, not the optimizer (tests/functional/test_trials.py tunes the script with its SGD).
+BY_HAND = ["--by-hand"]
 FAST = ["--steps", "20", "--warmup", "3", "--min-time", "0"]
 # Where workers are compared, trials measure at least 0.8 s: shorter windows measure the scheduler.
 MEASURED = ["--min-time", "0.8"]
@@ -48,7 +51,7 @@ def _env() -> dict[str, str]:
 
 
 def tune_cmd(options: list[str], script_args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pitstop.tuning", *options, SCRIPT, *script_args]
+    return [sys.executable, "-m", "pitstop.tuning", *options, SCRIPT, *BY_HAND, *script_args]
 
 
 def tune(cwd: Path, options: list[str], script_args: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -233,7 +236,7 @@ def _throughput(tmp_path: Path, name: str, config: list[str], script_args: list[
     record = tmp_path / f"{name}.jsonl"
     run = subprocess.run(
         [sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", *config, "--record",
-         str(record), SCRIPT, *script_args],
+         str(record), SCRIPT, *BY_HAND, *script_args],
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )
     assert run.returncode == 0, run.stderr[-3000:]
