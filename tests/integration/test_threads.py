@@ -14,7 +14,7 @@ import pytest
 from pitstop.analysis import RunState, advise
 from pitstop.events import Applied, Runtime
 
-from .conftest import SCRIPTS, events_of, kill_group, pitstop
+from .conftest import SCRIPTS, events_of, kill_group, pitstop, wait_for
 
 _THREADS = """\
 import os, torch
@@ -76,9 +76,21 @@ def test_cpu_contended_fires_on_a_loop_hogged_from_its_first_step(tmp_path: Path
     env = {k: v for k, v in env.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
     env["PITSTOP_SAMPLE_INTERVAL"] = "0.25"
     record = tmp_path / "hogged.jsonl"
-    with cpu_hogs(cores):
-        result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record),
-                          str(SCRIPTS / "finding_cpu_contended.py"), "40"], env, cwd=tmp_path)
+    go = tmp_path / "go"
+    # The hogs start once the script is set up, before its first step: started with it, they spun
+    # through its imports and set-up too (40 s of CPU for the test, hogs included, over a 34 s run).
+    proc = subprocess.Popen([sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off",
+                             "--record", str(record), str(SCRIPTS / "finding_cpu_contended.py"), "20", str(go)],
+                            env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: (tmp_path / "go.ready").exists() or proc.poll() is not None, 120, "the script's set-up")
+        with cpu_hogs(cores):
+            go.touch()
+            out, err = proc.communicate(timeout=240)
+    finally:
+        kill_group(proc)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert result.returncode == 0, result.stderr[-3000:]
     run = RunState()
     for event in events_of(record):

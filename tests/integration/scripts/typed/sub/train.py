@@ -18,6 +18,10 @@ def main() -> None:
     args = parser.parse_args()
     # HF_HUB_OFFLINE as transformers' scripts read it: a rerun without it would download
     print(f"train.py steps={args.steps} tag={args.tag} offline={os.environ.get('HF_HUB_OFFLINE', '-')}", flush=True)
+    if os.environ.get("TYPED_SAY_ONLY"):
+        # A rerun that shows only what it got (its arguments, variables, directory and imports):
+        # the training after this line, building torch.optim.SGD included, is ~3 s of CPU it needs not.
+        return
     # One intra-op thread: beside a neighbour's test on the 2 cores, torch's 2 threads stretched
     # the 1 ms compute to 68 ms, and the data wait (the finding these tests read) fell to 17%.
     torch.set_num_threads(1)
