@@ -7,6 +7,7 @@ from typing import Any
 
 from pitstop.events import End, Event, Loss, Step
 from pitstop.profiling._losses import LossBatch, Tail
+from pitstop.profiling._plainsteps import PlainRun
 from pitstop.stepcolumns import VECTOR_MIN, imported_numpy
 
 _SPANS = itemgetter(3)  # a step's phases: (forward, backward, optimizer, its CUDA spans or None)
@@ -99,6 +100,27 @@ class StepEvents:
                 "passes": [None] * n if mark.count(None) == n else
                 [p if m is not None and p else None for m, p in zip(mark, passes)]}
 
+    def run_columns(self, rows: list[Any], offset: float, final: bool = False) -> dict[str, list[Any]]:
+        """`columns` of a run of queued tuples and `PlainRun`s, in order: a `PlainRun`'s from its own
+        figures (`plain_columns`), the tuples' as `columns` builds them, joined field by field."""
+        parts: list[dict[str, list[Any]]] = []
+        tuples: list[tuple[Any, ...]] = []
+        for item in rows:
+            if type(item) is PlainRun:
+                if tuples:
+                    parts.append(self.columns(tuples, offset, final))
+                    tuples = []
+                parts.append(plain_columns(item, offset))
+            else:
+                tuples.append(item)
+        if tuples:
+            parts.append(self.columns(tuples, offset, final))
+        joined = parts[0]
+        for part in parts[1:]:
+            for name, values in joined.items():
+                values.extend(part[name])
+        return joined
+
     def _figures(self, phases: tuple[Any, ...], wall: tuple[float, ...], wait: tuple[float, ...],
                  final: bool) -> tuple[list[Any], ...]:
         """Each step's forward, backward, optimizer, other and clock (`phases.figures`), a list each."""
@@ -133,6 +155,46 @@ class StepEvents:
                 if loss is not None:
                     out.append(loss)
         return out
+
+
+def plain_columns(run: PlainRun, offset: float) -> dict[str, list[Any]]:
+    """Every `Step` field of a `PlainRun`'s steps, a list a field: what `StepEvents.columns` makes of
+    the run's tuples (`PlainRun.tuples`), the same floats: the same IEEE differences and sums of the
+    stamps, with numpy a column at a time (no float object a step for each duration); the fields the
+    run's steps share are one value repeated."""
+    rows = run.rows
+    n = len(rows)
+    np = imported_numpy() if n >= VECTOR_MIN else None
+    if np is None:
+        _, end, wall, wait, samples, _, _, _, _, _, _, phases, _, _ = zip(*run.tuples())
+        forward, backward, optimizer, _ = zip(*phases)
+        other = [max(0.0, w - d - f - b - o) for w, d, f, b, o in zip(wall, wait, forward, backward, optimizer)]
+        times = [offset + t for t in end]
+        wall, forward, backward, optimizer = list(wall), list(forward), list(backward), list(optimizer)
+    else:
+        ends, started, waited, samples, b_start, b_end, o_start, _ = zip(*rows)
+        f64 = np.float64
+        end = np.array(ends, dtype=f64)
+        before = np.empty(n, dtype=f64)
+        before[0] = run.start
+        before[1:] = end[:-1]
+        walls = end - before
+        mark = np.array(started, dtype=f64) + np.array(waited, dtype=f64)
+        b_s = np.array(b_start, dtype=f64)
+        fwd = np.where(b_s > mark, b_s - mark, 0.0)  # as `fwd` a step at a time: 0.0 where backward began first
+        bwd = np.array(b_end, dtype=f64) - b_s
+        opt = end - np.array(o_start, dtype=f64)
+        other = np.maximum(0.0, walls - np.array(waited, dtype=f64) - fwd - bwd - opt).tolist()
+        times = (end + offset).tolist()
+        wall, wait, forward, backward, optimizer = walls.tolist(), waited, fwd.tolist(), bwd.tolist(), opt.tolist()
+    train = run.train
+    none = [None] * n
+    return {"step": list(range(run.first, run.first + n)), "t": times, "wall": wall, "data_wait": list(wait),
+            "samples": list(samples), "source": ["optimizer"] * n, "mem_allocated": none,
+            "mem_reserved": none[:], "mem_peak": none[:], "host_rss": [run.rss] * n, "mark": none[:],
+            "eval_s": [0.0] * n, "loader": [train if isinstance(train, int) else None] * n, "forward_s": forward,
+            "backward_s": backward, "optimizer_s": optimizer, "other_s": other,
+            "phase_clock": ["host"] * n, "passes": none[:]}
 
 
 def steps_of(columns: dict[str, list[Any]]) -> list[Step]:

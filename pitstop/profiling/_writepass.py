@@ -19,6 +19,7 @@ from typing import Any
 
 from pitstop.events import Event, Loss, Step
 from pitstop.profiling import _cuda, _watch
+from pitstop.profiling._plainsteps import PlainRun
 from pitstop.profiling._stepevents import steps_of
 from pitstop.profiling.record import record_lines
 from pitstop.stepcolumns import MAX_STEPS, encode_columns, encode_loss
@@ -82,12 +83,14 @@ def drain(agent: Any, final: bool = False) -> None:
         runs: list[dict[str, list[Any]]] = []  # for the step taps
         lines: list[str] = []
         tapped: list[Event] = []
-        rows: list[tuple[Any, ...]] = []
+        rows: list[Any] = []  # the run's steps: queued tuples, and the `PlainRun`s of the writer's own takes
+        count = [0, 0]  # the run's steps, and its `PlainRun`s
         losses: list[tuple[int, Loss]] = []  # the run's losses, each after how many of its steps
 
         def run_out() -> None:  # the run so far: its steps' lines, then its losses'
             try:
-                columns = made.columns(rows, offset, final) if rows else None
+                columns = None if not rows else made.run_columns(rows, offset, final) if count[1] \
+                    else made.columns(rows, offset, final)
                 lines.extend(steps_lines(columns) if columns is not None else ())
                 lines.extend(encode_loss(loss) for _, loss in losses)
                 if taps:
@@ -95,12 +98,13 @@ def drain(agent: Any, final: bool = False) -> None:
                 if columns is not None:
                     runs.append(columns)
             except Exception:  # a step that cannot be encoded: the run event by event, that one dropped
-                steps = _steps_one_by_one(agent, rows, offset, final)
+                steps = _steps_one_by_one(agent, _tuples(rows) if count[1] else rows, offset, final)
                 lines.extend(_lines_one_by_one(agent, in_queue_order(steps, losses), tapped if taps else None))
                 if steps:
                     runs.append({name: [getattr(s, name) for s in steps] for name in _FIELDS})
             rows.clear()
             losses.clear()
+            count[0] = count[1] = 0
 
         while queue:
             try:
@@ -111,10 +115,24 @@ def drain(agent: Any, final: bool = False) -> None:
                         break
                     row = queue.popleft()
                     rows.append(row)
+                    count[0] += 1
                     if type(row[12]) is float:  # a CPU loss: gathered into a `Loss` event every LOSS_BATCH
                         loss = add_loss(row[0], row[12], row[1])
                         if loss is not None:
-                            losses.append((len(rows), loss))
+                            losses.append((count[0], loss))
+                    continue
+                if type(head) is PlainRun:  # (host-timed CPU steps: nothing waits for a GPU)
+                    run = queue.popleft()
+                    rows.append(run)
+                    at = count[0]
+                    count[0] += len(run.rows)
+                    count[1] += 1
+                    first, run_rows = run.first, run.rows
+                    for i in run.losses:  # (their losses: as the steps' tuples add them, in order)
+                        row = run_rows[i]
+                        loss = add_loss(first + i, row[7], row[0])
+                        if loss is not None:
+                            losses.append((at + i + 1, loss))
                     continue
                 events = made.events(queue.popleft(), offset, final)
             except IndexError:
@@ -194,6 +212,17 @@ def _lines_one_by_one(agent: Any, events: list[Event], tapped: list[Event] | Non
         if tapped is not None:
             tapped.append(event)
     return lines
+
+
+def _tuples(rows: list[Any]) -> list[tuple[Any, ...]]:
+    """A run's steps as queued tuples, its `PlainRun`s opened."""
+    out: list[tuple[Any, ...]] = []
+    for item in rows:
+        if type(item) is PlainRun:
+            out.extend(item.tuples())
+        else:
+            out.append(item)
+    return out
 
 
 def _steps_one_by_one(agent: Any, rows: list[tuple[Any, ...]], offset: float, final: bool) -> list[Step]:

@@ -344,8 +344,9 @@ class Agent:
                 # Where `_on_step` would only queue a held step's tuple, `_plainsteps` queues it itself.
                 queues = windows is None and not self.cuda_mem and self.phases.marker is None \
                     and self._trial_steps is None and not self.finished and self.clock.on_step == self._on_step
-                # Plain steps' calls in one pass (`_plainsteps`); what else comes, one call at a time.
-                taken = _plainsteps.take(self.clock, stamps, left, stop_at, self if queues else None)
+                # Plain steps' calls in one pass (`_plainsteps`); what else comes, one call at a time. The
+                # writer, which drains the queue next, queues them as runs (bounded by its takes).
+                taken = _plainsteps.take(self.clock, stamps, left, stop_at, self if queues else None, writer)
                 left -= taken
                 if left <= 0:
                     break
