@@ -100,9 +100,13 @@ class StepEvents:
                 "passes": [None] * n if mark.count(None) == n else
                 [p if m is not None and p else None for m, p in zip(mark, passes)]}
 
-    def run_columns(self, rows: list[Any], offset: float, final: bool = False) -> dict[str, list[Any]]:
+    def run_columns(self, rows: list[Any], offset: float, final: bool = False,
+                    seconds: dict[str, Any] | None = None) -> dict[str, list[Any]]:
         """`columns` of a run of queued tuples and `PlainRun`s, in order: a `PlainRun`'s from its own
-        figures (`plain_columns`), the tuples' as `columns` builds them, joined field by field."""
+        figures (`plain_columns`), the tuples' as `columns` builds them, joined field by field. A run
+        of one `PlainRun` puts its numpy arrays of seconds in `seconds` (`encode_columns` takes them)."""
+        if seconds is not None and len(rows) == 1:
+            return plain_columns(rows[0], offset, seconds)
         parts: list[dict[str, list[Any]]] = []
         tuples: list[tuple[Any, ...]] = []
         for item in rows:
@@ -157,11 +161,11 @@ class StepEvents:
         return out
 
 
-def plain_columns(run: PlainRun, offset: float) -> dict[str, list[Any]]:
+def plain_columns(run: PlainRun, offset: float, seconds: dict[str, Any] | None = None) -> dict[str, list[Any]]:
     """Every `Step` field of a `PlainRun`'s steps, a list a field: what `StepEvents.columns` makes of
     the run's tuples (`PlainRun.tuples`), the same floats: the same IEEE differences and sums of the
     stamps, with numpy a column at a time (no float object a step for each duration); the fields the
-    run's steps share are one value repeated."""
+    run's steps share are one value repeated. `seconds` gets the float64 arrays numpy computed, by field."""
     rows = run.rows
     n = len(rows)
     np = imported_numpy() if n >= VECTOR_MIN else None
@@ -179,13 +183,18 @@ def plain_columns(run: PlainRun, offset: float) -> dict[str, list[Any]]:
         before[0] = run.start
         before[1:] = end[:-1]
         walls = end - before
-        mark = np.array(started, dtype=f64) + np.array(waited, dtype=f64)
+        mark = np.array(started, dtype=f64) + np.array(waited, dtype=f64)  # (as `started + waited`)
         b_s = np.array(b_start, dtype=f64)
         fwd = np.where(b_s > mark, b_s - mark, 0.0)  # as `fwd` a step at a time: 0.0 where backward began first
         bwd = np.array(b_end, dtype=f64) - b_s
         opt = end - np.array(o_start, dtype=f64)
-        other = np.maximum(0.0, walls - np.array(waited, dtype=f64) - fwd - bwd - opt).tolist()
-        times = (end + offset).tolist()
+        waits = np.array(waited, dtype=f64)
+        others = np.maximum(0.0, walls - waits - fwd - bwd - opt)
+        at = end + offset
+        if seconds is not None:
+            seconds.update(t=at, wall=walls, data_wait=waits, forward_s=fwd, backward_s=bwd, optimizer_s=opt,
+                           other_s=others)
+        other, times = others.tolist(), at.tolist()
         wall, wait, forward, backward, optimizer = walls.tolist(), waited, fwd.tolist(), bwd.tolist(), opt.tolist()
     train = run.train
     none = [None] * n

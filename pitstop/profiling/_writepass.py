@@ -89,9 +89,10 @@ def drain(agent: Any, final: bool = False) -> None:
 
         def run_out() -> None:  # the run so far: its steps' lines, then its losses'
             try:
-                columns = None if not rows else made.run_columns(rows, offset, final) if count[1] \
+                seconds: dict[str, Any] = {}  # (a run of one `PlainRun`: its numpy arrays, for the line)
+                columns = None if not rows else made.run_columns(rows, offset, final, seconds) if count[1] \
                     else made.columns(rows, offset, final)
-                lines.extend(steps_lines(columns) if columns is not None else ())
+                lines.extend(steps_lines(columns, seconds) if columns is not None else ())
                 lines.extend(encode_loss(loss) for _, loss in losses)
                 if taps:
                     tapped.extend(in_queue_order(steps_of(columns) if columns is not None else [], losses))
@@ -177,12 +178,14 @@ def drain(agent: Any, final: bool = False) -> None:
                 agent.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
 
 
-def steps_lines(columns: dict[str, list[Any]]) -> list[str]:
-    """The `steps` lines of a run of steps given as columns: MAX_STEPS a line, as `record_lines` cuts them."""
+def steps_lines(columns: dict[str, list[Any]], seconds: dict[str, Any] | None = None) -> list[str]:
+    """The `steps` lines of a run of steps given as columns: MAX_STEPS a line, as `record_lines` cuts them
+    (`seconds`: numpy arrays of some timing columns' values, `encode_columns` says)."""
     n = len(columns["step"])
     if n <= MAX_STEPS:
-        return [encode_columns(columns)]
-    return [encode_columns({name: values[i:i + MAX_STEPS] for name, values in columns.items()})
+        return [encode_columns(columns, seconds)]
+    return [encode_columns({name: values[i:i + MAX_STEPS] for name, values in columns.items()},
+                           {name: values[i:i + MAX_STEPS] for name, values in seconds.items()} if seconds else None)
             for i in range(0, n, MAX_STEPS)]
 
 
