@@ -97,11 +97,12 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
     pop = stamps.popleft
     seen = clock._batches_seen
     shape_seen: Any = None
+    shape_type: Any = tuple  # (a tuple's type once it was seen: torch.Size, a tuple's subclass)
     samples_of = 0
     taken = dropped = 0
-    batches = backwards = 0
+    last = limit - 5
     try:
-        while taken + 5 <= limit:
+        while taken <= last:
             # (indexing a deque near its head is O(1); the calls stay held until the step is cut)
             fetch, forward, backward, opt, cut = stamps[0], stamps[1], stamps[2], stamps[3], stamps[4]
             if fetch[0] is not on_fetch:  # (the hooks hold one bound method each: `is` once it was seen)
@@ -131,12 +132,12 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             _, _, started, waited, shape = fetch
             fetched = shape
             if shape is not None and type(shape) is not int:  # `on_fetch`: the batch dimension of its shape
-                if type(shape) is not tuple and not isinstance(shape, tuple):
+                if type(shape) is not shape_type and not isinstance(shape, tuple):
                     shape = None
                 elif shape == shape_seen:
                     shape = samples_of
                 else:
-                    shape_seen = shape
+                    shape_seen, shape_type = shape, type(shape)
                     shape = samples_of = clock.batch_of(train, shape)
                 fetched = shape
             b_end, loss, b_start = backward[1], backward[2], backward[3]
@@ -146,9 +147,7 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             pop()
             pop()
             pop()
-            taken += 5
-            batches += 1
-            backwards += 1
+            taken += 5  # (a batch and a backward each: counted as the loop ends)
             if seen < TRAINED_STEPS:
                 clock.index = index  # (read there: the clock's index and end are stored as the loop ends)
                 shape = clock._trained(1, shape)
@@ -185,8 +184,8 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             dropped += _queue_run(queue, run)  # type: ignore[arg-type]
         if dropped:
             agent.dropped += dropped
-        clock.batches += batches
-        clock.backwards += backwards
+        clock.batches += taken // 5
+        clock.backwards += taken // 5
         if taken:
             # As the five calls and `_fast_cut` leave the clock after a plain step.
             clock.opened_at = o_start
