@@ -21,6 +21,7 @@ from pitstop.profiling import _losses, _stepevents, _writepass
 from pitstop.profiling._plainsteps import PlainRun
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
+from pitstop.profiling.windows import ProfilerWindows
 from pitstop.stepcolumns import decode_steps, encode_columns
 
 TRAIN, VAL = 1, 2
@@ -155,13 +156,17 @@ class _Lines:
         self.lines.extend(lines)
 
 
-def _written(tmp_path: Path, calls: list[tuple[Any, ...]], runs: bool,
-             monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[Any], int]:
+def _written(tmp_path: Path, calls: list[tuple[Any, ...]], runs: bool, monkeypatch: pytest.MonkeyPatch,
+             windows: bool = False) -> tuple[list[str], list[Any], int]:
     """The lines and the step taps' columns of one writer pass over the held calls: taken by the writer
     (`runs`: its plain steps queued as runs) or by the training thread (a tuple a step), and the items
-    the queue held."""
+    the queue held. `windows`: profiler windows as in a default run, the next one far ahead."""
     agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
     agent.rss_now = 123 << 20
+    if windows:
+        agent.windows = ProfilerWindows(every=500, active=5, first=100_000, trace_dir=None, device_type="cpu",
+                                        emit=agent.emit, note=lambda level, message: None,
+                                        profiler_factory=lambda: None)
     agent._writer = _Lines()  # type: ignore[assignment]
     tapped: list[Any] = []
     agent.step_taps.append(tapped.append)
@@ -176,16 +181,17 @@ def _written(tmp_path: Path, calls: list[tuple[Any, ...]], runs: bool,
     return agent._writer.lines, tapped, queued  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("seed,numpy_on", [(0, True), (1, True), (2, False), (3, True)])
+@pytest.mark.parametrize("seed,numpy_on,windows", [(0, True, False), (1, True, True), (2, False, False),
+                                                    (3, True, True)])
 def test_the_writer_s_runs_of_plain_steps_write_the_lines_a_tuple_a_step_writes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, numpy_on: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, numpy_on: bool, windows: bool) -> None:
     calls = _stream(seed, 1200, 0.03)
     if not numpy_on:
         monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
-    runs, run_taps, run_items = _written(tmp_path / "a", calls, True, monkeypatch)
+    runs, run_taps, run_items = _written(tmp_path / "a", calls, True, monkeypatch, windows)
     if not numpy_on:
         monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
-    tuples, tuple_taps, steps = _written(tmp_path / "b", calls, False, monkeypatch)
+    tuples, tuple_taps, steps = _written(tmp_path / "b", calls, False, monkeypatch, windows)
     assert runs == tuples  # byte for byte: every step's figures, the losses, the lines' cuts
     assert run_taps == tuple_taps  # and the stall watch's columns
     assert sum(json.loads(line).get("n", 0) for line in runs) > 1000
