@@ -103,22 +103,30 @@ class StepEvents:
     def run_columns(self, rows: list[Any], offset: float, final: bool = False,
                     seconds: dict[str, Any] | None = None) -> dict[str, list[Any]]:
         """`columns` of a run of queued tuples and `PlainRun`s, in order: a `PlainRun`'s from its own
-        figures (`plain_columns`), the tuples' as `columns` builds them, joined field by field. A run
-        of one `PlainRun` puts its numpy arrays of seconds in `seconds` (`encode_columns` takes them)."""
+        figures (`plain_columns`), the tuples' as `columns` builds them, joined field by field. Where
+        numpy computed a `PlainRun`'s seconds, `seconds` gets each timing column whole as one float64
+        array (`encode_columns` takes them): a writer's pass is mostly one run and a step or two its
+        take cut one call at a time (the one in flight at the pass before)."""
         if seconds is not None and len(rows) == 1:
             return plain_columns(rows[0], offset, seconds)
         parts: list[dict[str, list[Any]]] = []
+        arrays: list[dict[str, Any] | None] = []  # each part's seconds, None for the tuples' parts
         tuples: list[tuple[Any, ...]] = []
         for item in rows:
             if type(item) is PlainRun:
                 if tuples:
                     parts.append(self.columns(tuples, offset, final))
+                    arrays.append(None)
                     tuples = []
-                parts.append(plain_columns(item, offset))
+                arrays.append({} if seconds is not None else None)
+                parts.append(plain_columns(item, offset, arrays[-1]))
             else:
                 tuples.append(item)
         if tuples:
             parts.append(self.columns(tuples, offset, final))
+            arrays.append(None)
+        if seconds is not None and any(arrays):
+            _join_seconds(parts, arrays, seconds)
         joined = parts[0]
         for part in parts[1:]:
             for name, values in joined.items():
@@ -159,6 +167,30 @@ class StepEvents:
                 if loss is not None:
                     out.append(loss)
         return out
+
+
+def _join_seconds(parts: list[dict[str, list[Any]]], arrays: list[dict[str, Any] | None],
+                  seconds: dict[str, Any]) -> None:
+    """Each timing column of the joined parts as one float64 array, where every part has it as numpy
+    computed it or as floats (a tuples' column holding None is left to `encode_columns`' own loop)."""
+    np = imported_numpy()
+    if np is None:
+        return
+    for name in _SECONDS:
+        pieces = []
+        for part, given in zip(parts, arrays):
+            if given is not None and name in given:
+                pieces.append(given[name])
+            else:
+                values = part[name]
+                if None in values:
+                    break
+                pieces.append(np.array(values, dtype=np.float64))
+        else:
+            seconds[name] = np.concatenate(pieces)
+
+
+_SECONDS = ("t", "wall", "data_wait", "forward_s", "backward_s", "optimizer_s", "other_s")
 
 
 def plain_columns(run: PlainRun, offset: float, seconds: dict[str, Any] | None = None) -> dict[str, list[Any]]:
