@@ -18,7 +18,7 @@ Taken by the writer thread, the steps go to its queue as one `PlainRun` a take,
 not one tuple a step: the writer's drain then moved 500 queue tuples a pass one
 at a time (~1.1 us a step of its ~8.5, `benchmarks/writer_pass.py`) and
 transposed their fourteen fields back into columns (~1.0 us a step), where a
-run's steps share all but eight (docs/internals.md, "The writer thread's own CPU").
+run's steps share all but eight (docs/internals.md, "The writer's runs").
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
     """Cut the plain steps whose calls head `stamps` (at most `limit` calls, no step at index `stop_at`
     or later); returns the calls taken. 0 where the clock is not between plain steps.
 
-    With `agent`, whose `_on_step` would only queue the step's tuple here (no profiler window, no
-    CUDA memory or phase clock, no trial: `Agent._take_stamps` says), a step with no loss or a
+    With `agent`, whose `_on_step` would only queue the step's tuple here (no profiler window or an
+    idle one before `stop_at`, no CUDA memory or phase clock, no trial: `Agent._take_stamps` says), a
+    step with no loss or a
     CPU one is queued as that tuple directly: a call a step less; with `runs` too (the writer
     thread, which drains its queue right after), the steps go to the queue as `PlainRun`s."""
     if len(stamps) < 5 or limit < 5 or clock.mode != "optimizer" or clock.marker is not None \

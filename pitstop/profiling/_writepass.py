@@ -72,7 +72,8 @@ def drain(agent: Any, final: bool = False) -> None:
     lines, the losses read meanwhile after them), encoded once for the record and the
     viewers: one JSON line per event as well had been ~a third of the writer's time (~15 us
     a step of ~0.3 ms steps, benchmarks/hotpath.py). A run of queued steps goes to its lines
-    as columns (`StepEvents.columns`); `Step` events are built only for the taps."""
+    as columns (`StepEvents.columns`; `run_columns` where it holds the `PlainRun`s of the writer's
+    own takes); `Step` events are built only for the taps."""
     with agent._write_lock:
         queue = agent._queue
         perf = time.perf_counter()

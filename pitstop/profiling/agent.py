@@ -80,7 +80,8 @@ class Agent:
         if self.rank is None and self.job is not None:
             self.rank = self.job.rank
         self._trial_steps = settings.trial_steps  # a tune trial ends the process after this many steps
-        self._queue: deque[Event | tuple[Any, ...]] = deque(maxlen=QUEUE_MAX)  # tuples: steps (_on_step)
+        # Tuples: steps (`_on_step`); `_plainsteps.PlainRun`s: the plain steps of the writer's own takes.
+        self._queue: deque[Any] = deque(maxlen=QUEUE_MAX)
         self.dropped = 0
         self._stop = threading.Event()
         self._noted: set[str] = set()
