@@ -215,12 +215,12 @@ def plain_columns(run: PlainRun, offset: float, seconds: dict[str, Any] | None =
         before[0] = run.start
         before[1:] = end[:-1]
         walls = end - before
-        mark = np.array(started, dtype=f64) + np.array(waited, dtype=f64)  # (as `started + waited`)
+        waits = np.array(waited, dtype=f64)
+        mark = np.array(started, dtype=f64) + waits  # (as `started + waited`)
         b_s = np.array(b_start, dtype=f64)
         fwd = np.where(b_s > mark, b_s - mark, 0.0)  # as `fwd` a step at a time: 0.0 where backward began first
         bwd = np.array(b_end, dtype=f64) - b_s
         opt = end - np.array(o_start, dtype=f64)
-        waits = np.array(waited, dtype=f64)
         others = np.maximum(0.0, walls - waits - fwd - bwd - opt)
         at = end + offset
         if seconds is not None:
