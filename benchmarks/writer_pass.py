@@ -1,6 +1,6 @@
 """Prints the agent's writer thread's CPU a step: held plain steps taken in, the queue drained to a record.
 
-    python benchmarks/writer_pass.py [--steps 20000] [--per-pass 500] [--no-stall-tap] [--no-numpy]
+    python benchmarks/writer_pass.py [--steps 20000] [--per-pass 500] [--no-stall-tap] [--no-numpy] [--windows]
     PYTHONPATH=.:.venv/lib/python3.11/site-packages \
       valgrind --tool=callgrind --dump-before=getsid python -S benchmarks/writer_pass.py --steps 5000
 
@@ -11,7 +11,8 @@ optimizer's two hooks: the tuples `_hooks.py`, `_loaderhook.py` and `_root.py`
 append), then takes them in (`Agent._take_held`) and drains its queue into a
 compressed record (`Agent._drain`), with the stall watch's tap as in every run,
 and numpy imported as torch imports it (the writer rounds its columns with numpy
-where the process has it: `stepcolumns.py`; `--no-numpy` leaves it out).
+where the process has it: `stepcolumns.py`; `--no-numpy` leaves it out). `--windows` gives the
+agent profiler windows as a default run has them (`--profile 500:5:50`), idle, the next far ahead.
 It prints the thread's own CPU time a step (`time.thread_time`), split into the
 take and the rest. Under callgrind the passes alone are part 2 (the script calls
 `os.getsid(0)` before and after them): its instructions over the steps are the
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--per-pass", type=int, default=500, help="steps a writer pass finds (0.5 s of 1 ms steps)")
     parser.add_argument("--no-stall-tap", action="store_true", help="without the stall watch's tap")
     parser.add_argument("--no-numpy", action="store_true", help="without numpy imported (a process without torch)")
+    parser.add_argument("--windows", action="store_true", help="idle profiler windows, as in a default run")
     args = parser.parse_args()
     if not args.no_numpy:
         import numpy  # noqa: F401  (as `import torch` does: the writer uses it where it is imported)
@@ -82,6 +84,12 @@ def main() -> None:
         agent = Agent(SessionSettings(session="bench", record=str(Path(tmp) / "records"), script="train.py",
                                       profile=None))
         agent._writer = RecordWriter(Path(tmp) / "run.jsonl.gz")
+        if args.windows:
+            from pitstop.profiling.windows import ProfilerWindows
+
+            agent.windows = ProfilerWindows(every=500, active=5, first=10**9, trace_dir=None, device_type="cpu",
+                                            emit=agent.emit, note=lambda level, message: None,
+                                            profiler_factory=lambda: None)
         prime(agent)
         if not args.no_stall_tap:
             watch = StallWatch(agent)

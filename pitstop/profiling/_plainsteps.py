@@ -13,6 +13,12 @@ they leave it. Anything else (another loader, an evaluation's forward, a second
 backward, another optimizer, a phase token, a profiler window's step) stops it:
 the caller takes that call in through its method, as before.
 `tests/unit/test_plainsteps.py` runs random held streams both ways.
+
+Taken by the writer thread, the steps go to its queue as one `PlainRun` a take,
+not one tuple a step: the writer's drain then moved 500 queue tuples a pass one
+at a time (~1.1 us a step of its ~8.5, `benchmarks/writer_pass.py`) and
+transposed their fourteen fields back into columns (~1.0 us a step), where a
+run's steps share all but eight (docs/internals.md, "The writer's runs").
 """
 
 from __future__ import annotations
@@ -23,13 +29,56 @@ from typing import Any
 from pitstop.profiling._stepcut import TRAINED_STEPS
 
 
-def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | None, agent: Any = None) -> int:
+class PlainRun:
+    """Consecutive plain steps of one take, queued as one item (the writer's takes only).
+
+    `rows` holds a step's own stamps as the hooks took them, (end, fetch started, data wait,
+    samples, backward started, backward ended, optimizer started, loss): the durations are
+    differences of them, taken a column at a time (`_stepevents.plain_columns`), not a float
+    object at a time here. `first` is the first step's index, `start` where it began (the step
+    before's end); the rest a step of the run shares with the others (its source "optimizer",
+    the training loader, the process's RSS, no memory, mark, evaluation or passes). `losses` are
+    the indexes in `rows` of the steps whose loss was read (a float). `tuples()` gives the
+    steps as `Agent._on_step` queues them.
+    """
+
+    __slots__ = ("first", "start", "rows", "train", "rss", "losses")
+
+    def __init__(self, first: int, start: float, train: Any, rss: int | None) -> None:
+        self.first = first
+        self.start = start
+        self.rows: list[tuple[Any, ...]] = []
+        self.train = train
+        self.rss = rss
+        self.losses: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def tuples(self) -> list[tuple[Any, ...]]:
+        """The run's steps as the tuples `Agent._on_step` queues."""
+        train, rss, index, start = self.train, self.rss, self.first, self.start
+        out = []
+        for end, started, waited, samples, b_start, b_end, o_start, loss in self.rows:
+            mark = started + waited
+            forward = b_start - mark if b_start > mark else 0.0
+            out.append((index, end, end - start, waited, samples, "optimizer", None, rss, None, 0.0, train,
+                        (forward, b_end - b_start, end - o_start, None), loss, 0))
+            index += 1
+            start = end
+        return out
+
+
+def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | None, agent: Any = None,
+         runs: bool = False) -> int:
     """Cut the plain steps whose calls head `stamps` (at most `limit` calls, no step at index `stop_at`
     or later); returns the calls taken. 0 where the clock is not between plain steps.
 
-    With `agent`, whose `_on_step` would only queue the step's tuple here (no profiler window, no
-    CUDA memory or phase clock, no trial: `Agent._take_stamps` says), a step with no loss or a
-    CPU one is queued as that tuple directly: a call a step less."""
+    With `agent`, whose `_on_step` would only queue the step's tuple here (no profiler window or an
+    idle one before `stop_at`, no CUDA memory or phase clock, no trial: `Agent._take_stamps` says), a
+    step with no loss or a
+    CPU one is queued as that tuple directly: a call a step less; with `runs` too (the writer
+    thread, which drains its queue right after), the steps go to the queue as `PlainRun`s."""
     if len(stamps) < 5 or limit < 5 or clock.mode != "optimizer" or clock.marker is not None \
             or clock._seg_t0 is not None or clock._eval_t0 is not None or clock._pending or clock._rollouts \
             or clock._open or clock._fetch or clock._loose or clock._phased or clock._losses \
@@ -44,13 +93,17 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
     queue = agent._queue if agent is not None else None
     full = queue.maxlen if queue is not None else None
     rss = agent.rss_now if agent is not None else None
+    run = PlainRun(index, start, train, rss) if runs and queue is not None else None
+    rows = run.rows if run is not None else None
     pop = stamps.popleft
+    seen = clock._batches_seen
     shape_seen: Any = None
+    shape_type: Any = tuple  # (a tuple's type once it was seen: torch.Size, a tuple's subclass)
     samples_of = 0
     taken = dropped = 0
-    batches = backwards = 0
+    last = limit - 5
     try:
-        while taken + 5 <= limit:
+        while taken <= last:
             # (indexing a deque near its head is O(1); the calls stay held until the step is cut)
             fetch, forward, backward, opt, cut = stamps[0], stamps[1], stamps[2], stamps[3], stamps[4]
             if fetch[0] is not on_fetch:  # (the hooks hold one bound method each: `is` once it was seen)
@@ -80,15 +133,14 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             _, _, started, waited, shape = fetch
             fetched = shape
             if shape is not None and type(shape) is not int:  # `on_fetch`: the batch dimension of its shape
-                if type(shape) is not tuple and not isinstance(shape, tuple):
+                if type(shape) is not shape_type and not isinstance(shape, tuple):
                     shape = None
                 elif shape == shape_seen:
                     shape = samples_of
                 else:
-                    shape_seen = shape
+                    shape_seen, shape_type = shape, type(shape)
                     shape = samples_of = clock.batch_of(train, shape)
                 fetched = shape
-            mark = started + waited
             b_end, loss, b_start = backward[1], backward[2], backward[3]
             o_start, end = opt[2], cut[2]
             pop()
@@ -96,29 +148,45 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             pop()
             pop()
             pop()
-            taken += 5
-            batches += 1
-            backwards += 1
-            if clock._batches_seen < TRAINED_STEPS:
+            taken += 5  # (a batch and a backward each: counted as the loop ends)
+            if seen < TRAINED_STEPS:
+                clock.index = index  # (read there: the clock's index and end are stored as the loop ends)
                 shape = clock._trained(1, shape)
-            fwd = b_start - mark if b_start > mark else 0.0
-            clock.index = index + 1
-            clock.t_last = end
-            if queue is not None and (loss is None or type(loss) is float):  # as `Agent._on_step` queues it
-                if len(queue) == full:
-                    dropped += 1
-                queue.append((index, end, end - start, waited, shape, "optimizer", None, rss, None, 0.0, train,
-                              (fwd, b_end - b_start, end - o_start, None), loss, 0))
+                seen = clock._batches_seen
+            if rows is not None and (loss is None or type(loss) is float):
+                if loss is not None:  # (the run's steps share the rest of `Agent._on_step`'s tuple)
+                    run.losses.append(len(rows))  # type: ignore[union-attr]
+                rows.append((end, started, waited, shape, b_start, b_end, o_start, loss))
             else:
-                sink(index, start, end, waited, shape, "optimizer", None, 0.0, train, loss,
-                     (fwd, b_end - b_start, end - o_start, None), 0)
+                mark = started + waited
+                phases = (b_start - mark if b_start > mark else 0.0, b_end - b_start, end - o_start, None)
+                if queue is not None and (loss is None or type(loss) is float):  # as `Agent._on_step` queues it
+                    if len(queue) == full:
+                        dropped += 1
+                    queue.append((index, end, end - start, waited, shape, "optimizer", None, rss, None, 0.0, train,
+                                  phases, loss, 0))
+                else:
+                    if rows:  # (the run so far queued ahead of the step `_on_step` queues)
+                        dropped += _queue_run(queue, run)  # type: ignore[arg-type]
+                        run = PlainRun(index + 1, end, train, rss)
+                        rows = run.rows
+                    elif run is not None:
+                        run.first, run.start = index + 1, end
+                    clock.index = index + 1
+                    clock.t_last = end
+                    sink(index, start, end, waited, shape, "optimizer", None, 0.0, train, loss, phases, 0)
             index += 1
             start = end
     finally:
+        if index > clock.index:  # (stored once, not a step at a time)
+            clock.index = index
+            clock.t_last = start
+        if rows:
+            dropped += _queue_run(queue, run)  # type: ignore[arg-type]
         if dropped:
             agent.dropped += dropped
-        clock.batches += batches
-        clock.backwards += backwards
+        clock.batches += taken // 5
+        clock.backwards += taken // 5
         if taken:
             # As the five calls and `_fast_cut` leave the clock after a plain step.
             clock.opened_at = o_start
@@ -130,3 +198,13 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
             clock._others = 0
     return taken
 
+
+
+def _queue_run(queue: deque[Any], run: PlainRun) -> int:
+    """Queue `run`; the steps the full queue dropped to make room (its oldest item: a step or a run)."""
+    dropped = 0
+    if len(queue) == queue.maxlen:
+        oldest = queue[0]
+        dropped = len(oldest) if type(oldest) is PlainRun else 1
+    queue.append(run)
+    return dropped

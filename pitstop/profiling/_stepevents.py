@@ -7,6 +7,7 @@ from typing import Any
 
 from pitstop.events import End, Event, Loss, Step
 from pitstop.profiling._losses import LossBatch, Tail
+from pitstop.profiling._plainsteps import PlainRun
 from pitstop.stepcolumns import VECTOR_MIN, imported_numpy
 
 _SPANS = itemgetter(3)  # a step's phases: (forward, backward, optimizer, its CUDA spans or None)
@@ -99,6 +100,39 @@ class StepEvents:
                 "passes": [None] * n if mark.count(None) == n else
                 [p if m is not None and p else None for m, p in zip(mark, passes)]}
 
+    def run_columns(self, rows: list[Any], offset: float, final: bool = False,
+                    seconds: dict[str, Any] | None = None) -> dict[str, list[Any]]:
+        """`columns` of a run of queued tuples and `PlainRun`s, in order: a `PlainRun`'s from its own
+        figures (`plain_columns`), the tuples' as `columns` builds them, joined field by field. Where
+        numpy computed a `PlainRun`'s seconds, `seconds` gets each timing column whole as one float64
+        array (`encode_columns` takes them): a writer's pass is mostly one run and a step or two its
+        take cut one call at a time (the one in flight at the pass before)."""
+        if seconds is not None and len(rows) == 1:
+            return plain_columns(rows[0], offset, seconds)
+        parts: list[dict[str, list[Any]]] = []
+        arrays: list[dict[str, Any] | None] = []  # each part's seconds, None for the tuples' parts
+        tuples: list[tuple[Any, ...]] = []
+        for item in rows:
+            if type(item) is PlainRun:
+                if tuples:
+                    parts.append(self.columns(tuples, offset, final))
+                    arrays.append(None)
+                    tuples = []
+                arrays.append({} if seconds is not None else None)
+                parts.append(plain_columns(item, offset, arrays[-1]))
+            else:
+                tuples.append(item)
+        if tuples:
+            parts.append(self.columns(tuples, offset, final))
+            arrays.append(None)
+        if seconds is not None and any(arrays):
+            _join_seconds(parts, arrays, seconds)
+        joined = parts[0]
+        for part in parts[1:]:
+            for name, values in joined.items():
+                values.extend(part[name])
+        return joined
+
     def _figures(self, phases: tuple[Any, ...], wall: tuple[float, ...], wait: tuple[float, ...],
                  final: bool) -> tuple[list[Any], ...]:
         """Each step's forward, backward, optimizer, other and clock (`phases.figures`), a list each."""
@@ -133,6 +167,75 @@ class StepEvents:
                 if loss is not None:
                     out.append(loss)
         return out
+
+
+def _join_seconds(parts: list[dict[str, list[Any]]], arrays: list[dict[str, Any] | None],
+                  seconds: dict[str, Any]) -> None:
+    """Each timing column of the joined parts as one float64 array, where every part has it as numpy
+    computed it or as floats (a tuples' column holding None is left to `encode_columns`' own loop)."""
+    np = imported_numpy()
+    if np is None:
+        return
+    for name in _SECONDS:
+        pieces = []
+        for part, given in zip(parts, arrays):
+            if given is not None and name in given:
+                pieces.append(given[name])
+            else:
+                values = part[name]
+                if None in values:
+                    break
+                pieces.append(np.array(values, dtype=np.float64))
+        else:
+            seconds[name] = np.concatenate(pieces)
+
+
+_SECONDS = ("t", "wall", "data_wait", "forward_s", "backward_s", "optimizer_s", "other_s")
+
+
+def plain_columns(run: PlainRun, offset: float, seconds: dict[str, Any] | None = None) -> dict[str, list[Any]]:
+    """Every `Step` field of a `PlainRun`'s steps, a list a field: what `StepEvents.columns` makes of
+    the run's tuples (`PlainRun.tuples`), the same floats: the same IEEE differences and sums of the
+    stamps, with numpy a column at a time (no float object a step for each duration); the fields the
+    run's steps share are one value repeated. `seconds` gets the float64 arrays numpy computed, by field."""
+    rows = run.rows
+    n = len(rows)
+    np = imported_numpy() if n >= VECTOR_MIN else None
+    if np is None:
+        _, end, wall, wait, samples, _, _, _, _, _, _, phases, _, _ = zip(*run.tuples())
+        forward, backward, optimizer, _ = zip(*phases)
+        other = [max(0.0, w - d - f - b - o) for w, d, f, b, o in zip(wall, wait, forward, backward, optimizer)]
+        times = [offset + t for t in end]
+        wall, forward, backward, optimizer = list(wall), list(forward), list(backward), list(optimizer)
+    else:
+        ends, started, waited, samples, b_start, b_end, o_start, _ = zip(*rows)
+        f64 = np.float64
+        end = np.array(ends, dtype=f64)
+        before = np.empty(n, dtype=f64)
+        before[0] = run.start
+        before[1:] = end[:-1]
+        walls = end - before
+        waits = np.array(waited, dtype=f64)
+        mark = np.array(started, dtype=f64) + waits  # (as `started + waited`)
+        b_s = np.array(b_start, dtype=f64)
+        fwd = np.where(b_s > mark, b_s - mark, 0.0)  # as `fwd` a step at a time: 0.0 where backward began first
+        bwd = np.array(b_end, dtype=f64) - b_s
+        opt = end - np.array(o_start, dtype=f64)
+        others = np.maximum(0.0, walls - waits - fwd - bwd - opt)
+        at = end + offset
+        if seconds is not None:
+            seconds.update(t=at, wall=walls, data_wait=waits, forward_s=fwd, backward_s=bwd, optimizer_s=opt,
+                           other_s=others)
+        other, times = others.tolist(), at.tolist()
+        wall, wait, forward, backward, optimizer = walls.tolist(), waited, fwd.tolist(), bwd.tolist(), opt.tolist()
+    train = run.train
+    none = [None] * n
+    return {"step": list(range(run.first, run.first + n)), "t": times, "wall": wall, "data_wait": list(wait),
+            "samples": list(samples), "source": ["optimizer"] * n, "mem_allocated": none,
+            "mem_reserved": none[:], "mem_peak": none[:], "host_rss": [run.rss] * n, "mark": none[:],
+            "eval_s": [0.0] * n, "loader": [train if isinstance(train, int) else None] * n, "forward_s": forward,
+            "backward_s": backward, "optimizer_s": optimizer, "other_s": other,
+            "phase_clock": ["host"] * n, "passes": none[:]}
 
 
 def steps_of(columns: dict[str, list[Any]]) -> list[Step]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pitstop.events import Event, Loss, Step
 from pitstop.profiling import _cuda, _watch
+from pitstop.profiling._plainsteps import PlainRun
 from pitstop.profiling._stepevents import steps_of
 from pitstop.profiling.record import record_lines
 from pitstop.stepcolumns import MAX_STEPS, encode_columns, encode_loss
@@ -71,7 +72,8 @@ def drain(agent: Any, final: bool = False) -> None:
     lines, the losses read meanwhile after them), encoded once for the record and the
     viewers: one JSON line per event as well had been ~a third of the writer's time (~15 us
     a step of ~0.3 ms steps, benchmarks/hotpath.py). A run of queued steps goes to its lines
-    as columns (`StepEvents.columns`); `Step` events are built only for the taps."""
+    as columns (`StepEvents.columns`; `run_columns` where it holds the `PlainRun`s of the writer's
+    own takes); `Step` events are built only for the taps."""
     with agent._write_lock:
         queue = agent._queue
         perf = time.perf_counter()
@@ -82,25 +84,29 @@ def drain(agent: Any, final: bool = False) -> None:
         runs: list[dict[str, list[Any]]] = []  # for the step taps
         lines: list[str] = []
         tapped: list[Event] = []
-        rows: list[tuple[Any, ...]] = []
+        rows: list[Any] = []  # the run's steps: queued tuples, and the `PlainRun`s of the writer's own takes
+        count = [0, 0]  # the run's steps, and its `PlainRun`s
         losses: list[tuple[int, Loss]] = []  # the run's losses, each after how many of its steps
 
         def run_out() -> None:  # the run so far: its steps' lines, then its losses'
             try:
-                columns = made.columns(rows, offset, final) if rows else None
-                lines.extend(steps_lines(columns) if columns is not None else ())
+                seconds: dict[str, Any] = {}  # (a run of one `PlainRun`: its numpy arrays, for the line)
+                columns = None if not rows else made.run_columns(rows, offset, final, seconds) if count[1] \
+                    else made.columns(rows, offset, final)
+                lines.extend(steps_lines(columns, seconds) if columns is not None else ())
                 lines.extend(encode_loss(loss) for _, loss in losses)
                 if taps:
                     tapped.extend(in_queue_order(steps_of(columns) if columns is not None else [], losses))
                 if columns is not None:
                     runs.append(columns)
             except Exception:  # a step that cannot be encoded: the run event by event, that one dropped
-                steps = _steps_one_by_one(agent, rows, offset, final)
+                steps = _steps_one_by_one(agent, _tuples(rows) if count[1] else rows, offset, final)
                 lines.extend(_lines_one_by_one(agent, in_queue_order(steps, losses), tapped if taps else None))
                 if steps:
                     runs.append({name: [getattr(s, name) for s in steps] for name in _FIELDS})
             rows.clear()
             losses.clear()
+            count[0] = count[1] = 0
 
         while queue:
             try:
@@ -111,10 +117,24 @@ def drain(agent: Any, final: bool = False) -> None:
                         break
                     row = queue.popleft()
                     rows.append(row)
+                    count[0] += 1
                     if type(row[12]) is float:  # a CPU loss: gathered into a `Loss` event every LOSS_BATCH
                         loss = add_loss(row[0], row[12], row[1])
                         if loss is not None:
-                            losses.append((len(rows), loss))
+                            losses.append((count[0], loss))
+                    continue
+                if type(head) is PlainRun:  # (host-timed CPU steps: nothing waits for a GPU)
+                    run = queue.popleft()
+                    rows.append(run)
+                    at = count[0]
+                    count[0] += len(run.rows)
+                    count[1] += 1
+                    first, run_rows = run.first, run.rows
+                    for i in run.losses:  # (their losses: as the steps' tuples add them, in order)
+                        row = run_rows[i]
+                        loss = add_loss(first + i, row[7], row[0])
+                        if loss is not None:
+                            losses.append((at + i + 1, loss))
                     continue
                 events = made.events(queue.popleft(), offset, final)
             except IndexError:
@@ -159,12 +179,14 @@ def drain(agent: Any, final: bool = False) -> None:
                 agent.note("warn", "agent", f"{getattr(tap, '__qualname__', tap)} off: {err}")
 
 
-def steps_lines(columns: dict[str, list[Any]]) -> list[str]:
-    """The `steps` lines of a run of steps given as columns: MAX_STEPS a line, as `record_lines` cuts them."""
+def steps_lines(columns: dict[str, list[Any]], seconds: dict[str, Any] | None = None) -> list[str]:
+    """The `steps` lines of a run of steps given as columns: MAX_STEPS a line, as `record_lines` cuts them
+    (`seconds`: numpy arrays of some timing columns' values, `encode_columns` says)."""
     n = len(columns["step"])
     if n <= MAX_STEPS:
-        return [encode_columns(columns)]
-    return [encode_columns({name: values[i:i + MAX_STEPS] for name, values in columns.items()})
+        return [encode_columns(columns, seconds)]
+    return [encode_columns({name: values[i:i + MAX_STEPS] for name, values in columns.items()},
+                           {name: values[i:i + MAX_STEPS] for name, values in seconds.items()} if seconds else None)
             for i in range(0, n, MAX_STEPS)]
 
 
@@ -194,6 +216,17 @@ def _lines_one_by_one(agent: Any, events: list[Event], tapped: list[Event] | Non
         if tapped is not None:
             tapped.append(event)
     return lines
+
+
+def _tuples(rows: list[Any]) -> list[tuple[Any, ...]]:
+    """A run's steps as queued tuples, its `PlainRun`s opened."""
+    out: list[tuple[Any, ...]] = []
+    for item in rows:
+        if type(item) is PlainRun:
+            out.extend(item.tuples())
+        else:
+            out.append(item)
+    return out
 
 
 def _steps_one_by_one(agent: Any, rows: list[tuple[Any, ...]], offset: float, final: bool) -> list[Step]:

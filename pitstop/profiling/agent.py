@@ -80,7 +80,8 @@ class Agent:
         if self.rank is None and self.job is not None:
             self.rank = self.job.rank
         self._trial_steps = settings.trial_steps  # a tune trial ends the process after this many steps
-        self._queue: deque[Event | tuple[Any, ...]] = deque(maxlen=QUEUE_MAX)  # tuples: steps (_on_step)
+        # Tuples: steps (`_on_step`); `_plainsteps.PlainRun`s: the plain steps of the writer's own takes.
+        self._queue: deque[Any] = deque(maxlen=QUEUE_MAX)
         self.dropped = 0
         self._stop = threading.Event()
         self._noted: set[str] = set()
@@ -341,11 +342,15 @@ class Agent:
             left = len(stamps)
             while left > 0:
                 stop_at = windows.wake_step if writer and windows is not None else None
-                # Where `_on_step` would only queue a held step's tuple, `_plainsteps` queues it itself.
-                queues = windows is None and not self.cuda_mem and self.phases.marker is None \
+                # Where `_on_step` would only queue a held step's tuple, `_plainsteps` queues it itself: no
+                # profiler windows, or idle ones and the writer's take, which stops short of `wake_step`
+                # (their `mark` None, their `on_step` returns at once before it: default runs have windows).
+                quiet = windows is None or (stop_at is not None and windows.idle)
+                queues = quiet and not self.cuda_mem and self.phases.marker is None \
                     and self._trial_steps is None and not self.finished and self.clock.on_step == self._on_step
-                # Plain steps' calls in one pass (`_plainsteps`); what else comes, one call at a time.
-                taken = _plainsteps.take(self.clock, stamps, left, stop_at, self if queues else None)
+                # Plain steps' calls in one pass (`_plainsteps`); what else comes, one call at a time. The
+                # writer, which drains the queue next, queues them as runs (bounded by its takes).
+                taken = _plainsteps.take(self.clock, stamps, left, stop_at, self if queues else None, writer)
                 left -= taken
                 if left <= 0:
                     break

@@ -120,7 +120,15 @@ def _agent_queue(tmp_path: Path, calls: list[tuple[Any, ...]]) -> list[Any]:
     agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in calls)
     agent._take_held()
     assert not agent.stamps
-    return list(agent._queue)
+    return _opened(agent._queue)
+
+
+def _opened(queue: Any) -> list[Any]:
+    """The queue's items, each `PlainRun` as the steps' tuples it stands for."""
+    out: list[Any] = []
+    for item in queue:
+        out.extend(item.tuples() if type(item) is _plainsteps.PlainRun else [item])
+    return out
 
 
 def test_the_agent_s_writer_queues_the_steps_its_clock_queues_call_by_call(tmp_path: Path,

@@ -7,6 +7,8 @@ import json
 import math
 import random
 import sys
+import types
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,11 @@ import pytest
 
 from pitstop import stepcolumns
 from pitstop.events import Step
-from pitstop.profiling import _stepevents
+from pitstop.profiling import _losses, _stepevents, _writepass
+from pitstop.profiling._plainsteps import PlainRun
 from pitstop.profiling.agent import Agent
 from pitstop.profiling.launch import SessionSettings
+from pitstop.profiling.windows import ProfilerWindows
 from pitstop.stepcolumns import decode_steps, encode_columns
 
 TRAIN, VAL = 1, 2
@@ -63,7 +67,10 @@ def _held(tmp_path: Path, calls: list[tuple[Any, ...]]) -> list[Any]:
     agent.rss_now = 123 << 20
     agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in calls)
     agent._take_held()
-    return list(agent._queue)
+    out: list[Any] = []
+    for item in agent._queue:  # (the writer's take queues its plain steps as runs: their tuples)
+        out.extend(item.tuples() if type(item) is PlainRun else [item])
+    return out
 
 
 def _columns(rng: random.Random, n: int) -> dict[str, list[Any]]:
@@ -137,3 +144,67 @@ def test_the_columns_summed_with_numpy_are_the_loop_s_floats(tmp_path: Path, mon
     monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
     assert with_numpy == made.columns(steps, 1.78e9)  # every time and other, the same float
     assert len(with_numpy["step"]) > 500 and min(with_numpy["other_s"]) >= 0.0
+
+
+class _Lines:
+    """The record's lines as the writer hands them over, byte for byte."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write_lines(self, lines: list[str]) -> None:
+        self.lines.extend(lines)
+
+
+def _written(tmp_path: Path, calls: list[tuple[Any, ...]], runs: bool, monkeypatch: pytest.MonkeyPatch,
+             windows: bool = False) -> tuple[list[str], list[Any], int]:
+    """The lines and the step taps' columns of one writer pass over the held calls: taken by the writer
+    (`runs`: its plain steps queued as runs) or by the training thread (a tuple a step), and the items
+    the queue held. `windows`: profiler windows as in a default run, the next one far ahead."""
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
+    agent.rss_now = 123 << 20
+    if windows:
+        agent.windows = ProfilerWindows(every=500, active=5, first=100_000, trace_dir=None, device_type="cpu",
+                                        emit=agent.emit, note=lambda level, message: None,
+                                        profiler_factory=lambda: None)
+    agent._writer = _Lines()  # type: ignore[assignment]
+    tapped: list[Any] = []
+    agent.step_taps.append(tapped.append)
+    agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in calls)
+    agent._take_stamps(writer=runs)
+    queued = len(agent._queue)
+    clock = types.SimpleNamespace(perf_counter=lambda: 300.0, time=lambda: 1.78e9 + 300.0)
+    monkeypatch.setattr(_writepass, "time", clock)  # (the same offset from perf_counter to wall time,
+    monkeypatch.setattr(_losses, "time", clock)  # and the same time on the losses' events)
+    agent._drain()
+    monkeypatch.undo()
+    return agent._writer.lines, tapped, queued  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("seed,numpy_on,windows", [(0, True, False), (1, True, True), (2, False, False),
+                                                    (3, True, True)])
+def test_the_writer_s_runs_of_plain_steps_write_the_lines_a_tuple_a_step_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, numpy_on: bool, windows: bool) -> None:
+    calls = _stream(seed, 1200, 0.03)
+    if not numpy_on:
+        monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
+    runs, run_taps, run_items = _written(tmp_path / "a", calls, True, monkeypatch, windows)
+    if not numpy_on:
+        monkeypatch.setattr(_stepevents, "imported_numpy", lambda: None)
+    tuples, tuple_taps, steps = _written(tmp_path / "b", calls, False, monkeypatch, windows)
+    assert runs == tuples  # byte for byte: every step's figures, the losses, the lines' cuts
+    assert run_taps == tuple_taps  # and the stall watch's columns
+    assert sum(json.loads(line).get("n", 0) for line in runs) > 1000
+    assert run_items < steps // 10  # the writer queued its takes as runs, not a tuple a step
+
+
+def test_a_full_queue_counts_the_steps_of_a_run_it_drops(tmp_path: Path) -> None:
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
+    agent._queue = deque(maxlen=2)
+    agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in _stream(4, 40, 0.0))
+    agent._take_stamps(writer=True)  # step 0 told at once, then one run of the plain steps
+    for _ in range(2):
+        agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in _stream(5, 10, 0.0)[5:])
+        agent._take_stamps(writer=True)
+    runs = [item for item in agent._queue if type(item) is PlainRun]
+    assert len(runs) == 2 and agent.dropped == 40  # the first run's steps and step 0: all counted
