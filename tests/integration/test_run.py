@@ -18,7 +18,7 @@ from pitstop.analysis import RunState, advise
 from pitstop.events import SCHEMA_VERSION, DataLoaderInfo, End, Event, Hello, Loss, Model, Note, ProfileWindow, Runtime, Sample, Step, encode
 from pitstop.profiling.record import ReadResult, iter_record
 
-from .conftest import SCRIPTS, events_of, pitstop, run_group, wait_for
+from .conftest import DDP_GROUP, SCRIPTS, events_of, pitstop, run_group, wait_for
 
 
 def _steps(path: Path) -> list[Step]:
@@ -402,14 +402,10 @@ def test_live_run_is_listed_profiled_and_serves_history(tmp_path: Path, env: dic
     assert not (Path(env["PITSTOP_RUNTIME_DIR"]) / f"{hello.pid}.sock").exists()  # cleaned at exit
 
 
-def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(tmp_path: Path, env: dict[str, str]) -> None:
-    records = tmp_path / "job"
-    result = pitstop(
-        ["run", "--headless", "--profile", "off", "--record", str(records), "--",
-         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         str(SCRIPTS / "ddp_gloo.py"), "20"],
-        env, timeout=240,
-    )
+@DDP_GROUP
+def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(
+        balanced_ddp_job: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    result, records = balanced_ddp_job  # 100 steps a rank: the run test_distributed reads for "no straggler"
     assert result.returncode == 0, result.stderr
     files = sorted(records.glob("*.jsonl.gz"))
     assert [f.name for f in files] == ["rank0.jsonl.gz", "rank1.jsonl.gz"]
@@ -425,7 +421,7 @@ def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(tmp_path: Pa
     assert len(worker_pids) == 2  # one forked worker (rank 0), one spawned (rank 1)
     assert worker_pids.isdisjoint(rank_pids)  # no worker wrote a record or said hello
     for f in files:
-        assert len(_steps(f)) == 20
+        assert len(_steps(f)) == 100
 
 
 def test_a_socket_dir_taken_by_another_user_is_said_at_start_and_live_viewers_still_work(
