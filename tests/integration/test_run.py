@@ -39,19 +39,20 @@ def _rules(path: Path) -> list[str]:
 
 
 def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: dict[str, str]) -> None:
-    # 20 steps: 17 after the warm-up, past the 10 the rules need (30 were run; issue 13: the test
-    # took over 180 s at load 9-13); samples 4 a second so that a short run still sees both workers.
+    # 14 steps: 11 after the warm-up, past the 10 the rules need (analysis MIN_STEPS); each step loads 32
+    # samples of ~16 ms of CPU each, so every step cut spares ~0.5 s (30 were run once, then 20: the test
+    # took over 180 s at load 9-13). Samples 4 a second so that a short run still sees both workers.
     env["PITSTOP_SAMPLE_INTERVAL"] = "0.25"
     stalled = tmp_path / "w0.jsonl"
-    result = pitstop(["demo", "--headless", "--steps", "20", "--record", str(stalled)], env)
+    result = pitstop(["demo", "--headless", "--steps", "14", "--record", str(stalled)], env)
     assert result.returncode == 0, result.stderr
-    assert "step 20/20" in result.stdout  # the script's own output passes through, on stdout
+    assert "step 14/14" in result.stdout  # the script's own output passes through, on stdout
     assert "pitstop summary" in result.stderr and "pitstop summary" not in result.stdout
     steps = _steps(stalled)
-    assert [s.step for s in steps] == list(range(20))
+    assert [s.step for s in steps] == list(range(14))
     assert all(s.samples == 32 for s in steps)
     events = events_of(stalled)
-    assert isinstance(events[-1], End) and events[-1].steps == 20
+    assert isinstance(events[-1], End) and events[-1].steps == 14
     assert any(isinstance(e, Loss) for e in events)
     loader = next(e for e in events if isinstance(e, DataLoaderInfo))
     assert loader.num_workers == 0
