@@ -48,7 +48,8 @@ DDP_GROUP = pytest.mark.xdist_group("ddp")
 
 
 @pytest.fixture(scope="session")
-def balanced_ddp_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+def balanced_ddp_job(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
     """One `pitstop run -- torchrun` of ddp_gloo.py, 2 ranks, 100 steps of 10 ms waits, no slow rank, dense
     profiler windows: (its result, its records' directory).
 

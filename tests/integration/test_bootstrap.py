@@ -15,7 +15,8 @@ from .conftest import SCRIPTS, env_in, events_of, pitstop
 
 
 @pytest.fixture(scope="module")
-def nested_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path, Path]]:
+def nested_run(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path, Path]]:
     """`pitstop run -m pitstop.cli run loop_gan.py 5` with a user's sitecustomize on PYTHONPATH: (result, outer
     record, inner record). One run serves both tests: each `pitstop run` of a torch script costs ~4 s of CPU."""
     root = tmp_path_factory.mktemp("bootstrap")
