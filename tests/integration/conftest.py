@@ -19,21 +19,53 @@ from pitstop.profiling.record import iter_record
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """An environment with records and sockets inside the test's own directory (sockets: removed after it)."""
-    runtime = Path(f"/tmp/pst-{os.getpid()}-{tmp_path.name[-12:]}")  # short: socket paths max 107 bytes
+def env_in(root: Path) -> tuple[dict[str, str], Path]:
+    """An environment with records and sockets under `root`, and its runtime directory (for the caller to remove)."""
+    runtime = Path(f"/tmp/pst-{os.getpid()}-{root.name[-12:]}")  # short: socket paths max 107 bytes
     runtime.mkdir(mode=0o700, exist_ok=True)
     e = dict(os.environ)
     e.update(
-        PITSTOP_RECORD_DIR=str(tmp_path / "records"),
+        PITSTOP_RECORD_DIR=str(root / "records"),
         PITSTOP_RUNTIME_DIR=str(runtime),
         PITSTOP_STATUS_INTERVAL="1",
         PYTHONUNBUFFERED="1",
     )
     e.pop("PITSTOP_SESSION", None)
     e.pop("PITSTOP_OWNER_PID", None)
+    return e, runtime
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """An environment with records and sockets inside the test's own directory (sockets: removed after it)."""
+    e, runtime = env_in(tmp_path)
     yield e
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+# The balanced job's tests share one pytest-xdist worker, so that its one run serves them all.
+DDP_GROUP = pytest.mark.xdist_group("ddp")
+
+
+@pytest.fixture(scope="session")
+def balanced_ddp_job(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+    """One `pitstop run -- torchrun` of ddp_gloo.py, 2 ranks, 100 steps of 10 ms waits, no slow rank, dense
+    profiler windows: (its result, its records' directory).
+
+    Shared by the tests that read what a balanced job left (test_run: one stream a rank and no agent in the
+    DataLoader workers; test_distributed: no straggler named): each torchrun job costs ~20 s of CPU, a
+    launcher, 2 ranks and a spawned worker each importing torch.
+    """
+    root = tmp_path_factory.mktemp("ddp-balanced")
+    e, runtime = env_in(root)
+    e["STEP_SLEEP_MS"] = "10"  # why 10 ms: test_distributed's test of a job without a straggler
+    records = root / "job"
+    result = run_pitstop(
+        ["run", "--headless", "--profile", "10:5:5", "--record", str(records), "--",
+         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(SCRIPTS / "ddp_gloo.py"), "100"], e)
+    yield result, records
     shutil.rmtree(runtime, ignore_errors=True)
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pitstop.events import End, Hello, Note, Step
 
-from .conftest import SCRIPTS, events_of, pitstop
+from .conftest import SCRIPTS, env_in, events_of, pitstop
 
 
 def _run(tmp_path: Path, env: dict[str, str], script: str, *args: str, record: str = "r.jsonl") -> tuple[str, str]:
@@ -81,12 +83,29 @@ def test_hogwild_children_are_measured_and_added_up(tmp_path: Path, env: dict[st
     assert re.search(r"^  children\s+trained in child processes .*30 steps in all", err, re.M)
 
 
+@pytest.fixture(scope="module")
+def loader_workers_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """One run of a forked worker's loader, then a spawned worker's (10 steps each): (stdout, records' directory).
+
+    One run serves both start methods: each `pitstop run` of a torch script costs ~4 s of CPU.
+    """
+    root = tmp_path_factory.mktemp("loader-workers")
+    env, runtime = env_in(root)
+    try:
+        out, _ = _run(root, env, "loader_workers.py", "fork,spawn", "10", record="rec")
+        yield out, root / "rec"
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.mark.xdist_group("loader-workers")  # one pytest-xdist worker, so that the one run serves both
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_dataloader_workers_leave_no_record(tmp_path: Path, env: dict[str, str], context: str) -> None:
-    out, err = _run(tmp_path, env, "loader_workers.py", context, "10", record="rec")
+def test_dataloader_workers_leave_no_record(loader_workers_run: tuple[str, Path], context: str) -> None:
+    out, records = loader_workers_run
     assert f"loader {context} done" in out
-    assert [p.name for p in (tmp_path / "rec").glob("*.jsonl.gz")] == ["rank0.jsonl.gz"]
-    assert len(_steps(tmp_path / "rec" / "rank0.jsonl.gz")) == 10
+    assert [p.name for p in records.glob("*.jsonl.gz")] == ["rank0.jsonl.gz"]  # none of either's worker
+    # every step of both loaders measured, in the main process
+    assert len(_steps(records / "rank0.jsonl.gz")) == 20
 
 
 def test_training_in_a_subprocess_pitstop_cannot_measure_is_said(tmp_path: Path, env: dict[str, str]) -> None:

@@ -63,7 +63,7 @@ def _torchrun_nodes(nodes: Nodes, records: list[Path], env: dict[str, str], step
 def test_two_torchrun_nodes_read_as_one_job_and_a_slow_node_is_named(
     tmp_path: Path, env: dict[str, str], nodes: Nodes
 ) -> None:
-    env.update(SLOW_RANK="1", STEP_SLEEP_MS="10")
+    env.update(SLOW_RANK="1", STEP_SLEEP_MS="10", LOADER_WORKERS="0")  # no spawned worker: ~3 s of CPU a rank
     records = [tmp_path / "node0", tmp_path / "node1"]
     ends = _torchrun_nodes(nodes, records, env, 100, ["--profile", "10:5:5"])
     for code, err in ends:
@@ -92,6 +92,7 @@ def test_slurm_steps_read_as_one_job_from_one_shared_directory(
     """`srun pitstop run --record /shared/run -- python train.py` and `srun pitstop run -- torchrun ...`:
     Slurm's variables set on two launchers as srun sets them; every rank writes into one directory."""
     shared = tmp_path / "shared-run"
+    env["LOADER_WORKERS"] = "0"  # the job's identity is the test's matter, not its DataLoader workers
     port = free_port()
     commands = []
     for i in range(2):
@@ -132,6 +133,7 @@ def test_attach_job_finds_every_rank_of_every_node_in_the_jobs_own_store(
     from .conftest import wait_for
 
     env["STEP_SLEEP_MS"] = "20"  # ~300 steps of 25 ms or more: the job still runs when the viewer comes
+    env["LOADER_WORKERS"] = "0"
     port, token = free_port(), tmp_path / "token"
     listen = [free_port(), free_port()]
     procs = []

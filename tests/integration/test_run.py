@@ -18,7 +18,7 @@ from pitstop.analysis import RunState, advise
 from pitstop.events import SCHEMA_VERSION, DataLoaderInfo, End, Event, Hello, Loss, Model, Note, ProfileWindow, Runtime, Sample, Step, encode
 from pitstop.profiling.record import ReadResult, iter_record
 
-from .conftest import SCRIPTS, events_of, pitstop, run_group, wait_for
+from .conftest import DDP_GROUP, SCRIPTS, env_in, events_of, pitstop, run_group, wait_for
 
 
 def _steps(path: Path) -> list[Step]:
@@ -39,19 +39,20 @@ def _rules(path: Path) -> list[str]:
 
 
 def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: dict[str, str]) -> None:
-    # 20 steps: 17 after the warm-up, past the 10 the rules need (30 were run; issue 13: the test
-    # took over 180 s at load 9-13); samples 4 a second so that a short run still sees both workers.
+    # 14 steps: 11 after the warm-up, past the 10 the rules need (analysis MIN_STEPS); each step loads 32
+    # samples of ~16 ms of CPU each, so every step cut spares ~0.5 s (30 were run once, then 20: the test
+    # took over 180 s at load 9-13). Samples 4 a second so that a short run still sees both workers.
     env["PITSTOP_SAMPLE_INTERVAL"] = "0.25"
     stalled = tmp_path / "w0.jsonl"
-    result = pitstop(["demo", "--headless", "--steps", "20", "--record", str(stalled)], env)
+    result = pitstop(["demo", "--headless", "--steps", "14", "--record", str(stalled)], env)
     assert result.returncode == 0, result.stderr
-    assert "step 20/20" in result.stdout  # the script's own output passes through, on stdout
+    assert "step 14/14" in result.stdout  # the script's own output passes through, on stdout
     assert "pitstop summary" in result.stderr and "pitstop summary" not in result.stdout
     steps = _steps(stalled)
-    assert [s.step for s in steps] == list(range(20))
+    assert [s.step for s in steps] == list(range(14))
     assert all(s.samples == 32 for s in steps)
     events = events_of(stalled)
-    assert isinstance(events[-1], End) and events[-1].steps == 20
+    assert isinstance(events[-1], End) and events[-1].steps == 14
     assert any(isinstance(e, Loss) for e in events)
     loader = next(e for e in events if isinstance(e, DataLoaderInfo))
     assert loader.num_workers == 0
@@ -83,29 +84,44 @@ def test_demo_records_every_step_and_finds_the_data_stall(tmp_path: Path, env: d
 
 
 GAN_ARGS = ["20"]
+SGD_ARGS = ["120"]  # 64 backward calls held before the window at 100: test_a_window_scheduled_among_held_...
+SGD_PROFILE = "100:5:10"
+# The tests that read one shared run go to one pytest-xdist worker, so that the run is made once.
+GAN_GROUP, SGD_GROUP = pytest.mark.xdist_group("run-gan"), pytest.mark.xdist_group("run-sgd")
+
+
+def _shared_run(tmp_path_factory: pytest.TempPathFactory, name: str,
+                args: list[str]) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+    """One headless `pitstop run ARGS --record R`, shared by the tests that only read what it left: each
+    `pitstop run` of a tiny script costs ~4 s of CPU, ~3 s of it torch's import and teardown."""
+    root = tmp_path_factory.mktemp(name)
+    env, runtime = env_in(root)
+    env.pop("PITSTOP_STATUS_INTERVAL")  # the status line at its default pace, as these runs always had it
+    record = root / f"{name}.jsonl"
+    result = pitstop(["run", "--headless", "--record", str(record), *args], env)
+    yield result, record
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def gan_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
-    """One headless run of loop_gan.py (20 steps), shared by the tests that only read what it left:
-    each `pitstop run` of a tiny script costs ~4 s of CPU, ~3 s of it torch's import and teardown."""
-    root = tmp_path_factory.mktemp("gan")
-    runtime = Path(f"/tmp/pst-{os.getpid()}-{root.name[-12:]}")  # short: socket paths max 107 bytes
-    runtime.mkdir(mode=0o700, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PITSTOP_SESSION", "PITSTOP_OWNER_PID")}
-    env.update(PITSTOP_RECORD_DIR=str(root / "records"), PITSTOP_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1")
-    record = root / "gan.jsonl"
-    result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record), str(SCRIPTS / "loop_gan.py"),
-                      *GAN_ARGS], env)
-    yield result, record
-    shutil.rmtree(runtime, ignore_errors=True)
+    """loop_gan.py, 20 steps: read by the step detection test and test_view_reads_records_and_refuses_newer_ones."""
+    yield from _shared_run(tmp_path_factory, "gan", ["--profile", "off", str(SCRIPTS / "loop_gan.py"), *GAN_ARGS])
+
+
+@pytest.fixture(scope="module")
+def manual_sgd_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+    """loop_manual_sgd.py (no optimizer), 120 steps with a profiler window at step 100: read by the step detection
+    test and test_a_window_scheduled_among_held_backward_steps_profiles_steps_that_run."""
+    yield from _shared_run(tmp_path_factory, "sgd", ["--profile", SGD_PROFILE, str(SCRIPTS / "loop_manual_sgd.py"),
+                                                     *SGD_ARGS])
 
 
 @pytest.mark.parametrize(
     "script, args, expected, source",
     [
-        ("loop_gan.py", GAN_ARGS, 20, "optimizer"),  # two optimizers, one step per iteration
-        ("loop_manual_sgd.py", ["20"], 20, "backward"),  # no optimizer at all
+        pytest.param("loop_gan.py", GAN_ARGS, 20, "optimizer", marks=GAN_GROUP),  # two optimizers, a step an iteration
+        pytest.param("loop_manual_sgd.py", SGD_ARGS, 120, "backward", marks=SGD_GROUP),  # no optimizer at all
         ("loop_no_loader.py", ["20"], 20, "optimizer"),  # batches from a memmap, no DataLoader
         ("loop_manual_step.py", ["20"], 20, "manual"),  # pitstop.step() by hand
         ("loop_optimizer_per_step.py", ["20"], 20, "optimizer"),  # a new SGD every iteration (1 step before)
@@ -126,6 +142,9 @@ def test_step_detection_without_code_changes(
     if script == "loop_gan.py":  # the run test_view_reads_records_and_refuses_newer_ones reads too
         result, record = request.getfixturevalue("gan_run")
         assert args == GAN_ARGS
+    elif script == "loop_manual_sgd.py":  # the run test_a_window_scheduled_among_held_backward_steps_... reads too
+        result, record = request.getfixturevalue("manual_sgd_run")
+        assert args == SGD_ARGS
     else:
         result = pitstop(["run", "--headless", "--profile", "off", "--record", str(record), str(SCRIPTS / script),
                           *args], env)
@@ -193,14 +212,14 @@ def test_torch_export_of_the_trained_model_exports_as_without_pitstop(tmp_path: 
     assert len(_steps(tmp_path / "r.jsonl")) == 10
 
 
+@SGD_GROUP
 def test_a_window_scheduled_among_held_backward_steps_profiles_steps_that_run(
-        tmp_path: Path, env: dict[str, str]) -> None:
+        manual_sgd_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     # Backward calls are held until it is clear no optimizer steps (64 of them), then emitted at
     # once: a window scheduled among them (Keras's fit counts steps this way) opened and closed in
     # that burst, 0 ops in 0.2 ms, and its steps were kept out of the figures.
-    record = tmp_path / "r.jsonl"
-    result = pitstop(["run", "--headless", "--profile", "100:5:10", "--record", str(record),
-                      str(SCRIPTS / "loop_manual_sgd.py"), "120"], env)
+    result, record = manual_sgd_run  # loop_manual_sgd.py 120, --profile 100:5:10
+    assert (SGD_ARGS, SGD_PROFILE) == (["120"], "100:5:10")
     assert result.returncode == 0, result.stderr
     windows = [e for e in events_of(record) if isinstance(e, ProfileWindow)]
     assert windows, result.stderr[-2000:]
@@ -274,6 +293,7 @@ def test_records_are_never_overwritten_and_must_be_writable(tmp_path: Path, env:
     assert "to stdout" not in result.stdout  # the script never started
 
 
+@GAN_GROUP
 def test_view_reads_records_and_refuses_newer_ones(
         tmp_path: Path, env: dict[str, str], gan_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     run, record = gan_run
@@ -309,7 +329,8 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(
 ) -> None:
     record = tmp_path / "r.jsonl"
     _write_record(record, "s1", 11, steps=20)
-    args = ["view", str(record), "--summary"] if command == "view" else ["doctor", "--json"]
+    # doctor's shorter measurements: the test is about the pipe, not the figures
+    args = ["view", str(record), "--summary"] if command == "view" else ["doctor", "--json", "--quick"]
     proc = subprocess.Popen([sys.executable, "-m", "pitstop.cli", *args], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -402,14 +423,10 @@ def test_live_run_is_listed_profiled_and_serves_history(tmp_path: Path, env: dic
     assert not (Path(env["PITSTOP_RUNTIME_DIR"]) / f"{hello.pid}.sock").exists()  # cleaned at exit
 
 
-def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(tmp_path: Path, env: dict[str, str]) -> None:
-    records = tmp_path / "job"
-    result = pitstop(
-        ["run", "--headless", "--profile", "off", "--record", str(records), "--",
-         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         str(SCRIPTS / "ddp_gloo.py"), "20"],
-        env, timeout=240,
-    )
+@DDP_GROUP
+def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(
+        balanced_ddp_job: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    result, records = balanced_ddp_job  # 100 steps a rank: the run test_distributed reads for "no straggler"
     assert result.returncode == 0, result.stderr
     files = sorted(records.glob("*.jsonl.gz"))
     assert [f.name for f in files] == ["rank0.jsonl.gz", "rank1.jsonl.gz"]
@@ -425,7 +442,7 @@ def test_torchrun_two_ranks_one_stream_each_and_no_agent_in_workers(tmp_path: Pa
     assert len(worker_pids) == 2  # one forked worker (rank 0), one spawned (rank 1)
     assert worker_pids.isdisjoint(rank_pids)  # no worker wrote a record or said hello
     for f in files:
-        assert len(_steps(f)) == 20
+        assert len(_steps(f)) == 100
 
 
 def test_a_socket_dir_taken_by_another_user_is_said_at_start_and_live_viewers_still_work(

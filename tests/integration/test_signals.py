@@ -6,17 +6,20 @@ import fcntl
 import os
 import pty
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import termios
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_ID, tagged
-from tests.integration.conftest import SCRIPTS, kill_group, wait_for
+from tests.conftest import SESSION, TEST_ID, tagged
+from tests.integration.conftest import SCRIPTS, env_in, kill_group, wait_for
 
 SCRIPT = SCRIPTS / "sig_handlers.py"
 
@@ -97,34 +100,68 @@ def test_a_script_killed_by_sigterm_has_its_end_recorded_by_pitstop(tmp_path: Pa
     assert not _left_running()
 
 
-def test_sigusr1_reaches_the_script_and_training_goes_on(tmp_path: Path, env: dict[str, str]) -> None:
-    proc = _start(tmp_path, env, "--headless")
+@dataclass
+class Usr1ThenInt:
+    """A run that got a SIGUSR1, then a SIGINT to pitstop's pid alone: what it left."""
+
+    code: int
+    err: str
+    sig_dir: Path
+    left_running: dict[int, str]
+
+
+@pytest.fixture(scope="module")
+def usr1_then_int(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Usr1ThenInt]:
+    """One run of sig_handlers.py serves the SIGUSR1 and the SIGINT tests (each run imports torch, ~4 s of CPU):
+    a SIGUSR1 to pitstop, and once the script trained on past it, a SIGINT to pitstop's pid alone."""
+    root = tmp_path_factory.mktemp("usr1-int")
+    env, runtime = env_in(root)
+    tag = f"{SESSION}:usr1-int"  # its own tag: what this run left running, and nothing of another test's
+    env[TEST_ID] = tag
+    record = root / "r.jsonl"
+    proc = _start(root, env, "--headless", "--record", str(record))
     try:
-        wait_for((tmp_path / "ready").exists, what="the script's handlers")
+        wait_for((root / "ready").exists, what="the script's handlers")
         proc.send_signal(signal.SIGUSR1)
-        wait_for((tmp_path / "usr1").exists, what="the script's SIGUSR1 handler")
-        at = int((tmp_path / "usr1").read_text().split()[0])
-        (tmp_path / "finish").write_text("")
-        code, err = _ended(proc)
-    finally:
-        kill_group(proc)
-    assert code == 0, err[-2000:]
-    assert int((tmp_path / "steps").read_text()) > at  # it trained on after the signal
-    assert not (tmp_path / "checkpoint").exists()
-    assert not _left_running()
-
-
-def test_sigint_to_pitstops_pid_alone_reaches_training_once(tmp_path: Path, env: dict[str, str]) -> None:
-    proc = _start(tmp_path, env, "--headless")
-    try:
-        wait_for((tmp_path / "ready").exists, what="the script's handlers")
+        wait_for((root / "usr1").exists, what="the script's SIGUSR1 handler")
+        at = int((root / "usr1").read_text().split()[0])
+        wait_for(lambda: _recorded_steps(record) > at + 5, what="steps after the SIGUSR1")  # training went on
         os.kill(proc.pid, signal.SIGINT)  # pitstop only: its child shares its group, nobody else signals it
         code, err = _ended(proc)
     finally:
         kill_group(proc)
-    assert code == 0, err[-2000:]
-    assert len((tmp_path / "int").read_text().split()) == 1
-    assert not _left_running()
+    yield Usr1ThenInt(code, err, root, tagged(tag + "\0"))
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _recorded_steps(record: Path) -> int:
+    from pitstop.events import Step
+    from pitstop.profiling.record import iter_record
+
+    try:
+        return sum(isinstance(e, Step) for e in iter_record(record))
+    except Exception:  # noqa: BLE001 - not written yet, or a torn last line
+        return 0
+
+
+@pytest.mark.xdist_group("signals-usr1-int")  # one pytest-xdist worker: the one run serves both tests
+def test_sigusr1_reaches_the_script_and_training_goes_on(usr1_then_int: Usr1ThenInt) -> None:
+    run = usr1_then_int
+    assert run.code == 0, run.err[-2000:]
+    at = int((run.sig_dir / "usr1").read_text().split()[0])
+    interrupted = int((run.sig_dir / "int").read_text().split()[0])
+    assert interrupted > at  # it trained on after the signal, up to the SIGINT
+    assert int((run.sig_dir / "steps").read_text()) > interrupted
+    assert not (run.sig_dir / "checkpoint").exists()
+    assert not run.left_running
+
+
+@pytest.mark.xdist_group("signals-usr1-int")
+def test_sigint_to_pitstops_pid_alone_reaches_training_once(usr1_then_int: Usr1ThenInt) -> None:
+    run = usr1_then_int
+    assert run.code == 0, run.err[-2000:]
+    assert len((run.sig_dir / "int").read_text().split()) == 1
+    assert not run.left_running
 
 
 def _on_a_terminal(tmp_path: Path, env: dict[str, str], *options: str) -> tuple[subprocess.Popen[bytes], int]:

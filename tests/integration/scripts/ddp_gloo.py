@@ -5,6 +5,8 @@ Rank SLOW_RANK (env) sleeps 30 ms a step, to make a straggler. Rank SLOW_DATA_RA
 DataLoader worker sleeps 4 ms a sample (32 ms a batch of 8), to make a data straggler.
 Every rank sleeps STEP_SLEEP_MS (env, default 0) a step, as a step that waits for its GPU
 kernels does: time outside collectives that a busy machine's scheduler cannot double.
+LOADER_WORKERS=0 (env; default 1) loads in each rank's main process: a test about the job,
+not the workers, spares the spawned worker's torch import (~3 s of CPU a job).
 """
 import os
 import sys
@@ -37,9 +39,10 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = (SlowSamples if rank == slow_data_rank else TensorDataset)(torch.randn(steps * 8, 32),
                                                                       torch.randn(steps * 8, 4))
-    context = "fork" if rank == 0 else "spawn"
-    loader = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context=context,
-                        worker_init_fn=report_worker)
+    workers = int(os.environ.get("LOADER_WORKERS", "1"))
+    context = None if workers == 0 else "fork" if rank == 0 else "spawn"
+    loader = DataLoader(data, batch_size=8, num_workers=workers, multiprocessing_context=context,
+                        worker_init_fn=report_worker if workers else None)
     for x, y in loader:
         if rank == slow_rank:
             time.sleep(0.03)
