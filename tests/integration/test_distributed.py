@@ -150,7 +150,7 @@ def test_ranks_started_by_mp_spawn_read_as_the_job_and_the_parent_as_their_launc
 
 
 @pytest.mark.slow
-def test_ranks_torchrun_stops_with_sigterm_are_gone_by_sigterm_with_their_stacks(
+def test_ranks_torchrun_stops_with_sigterm_read_as_stopped_by_sigterm_with_their_stacks(
         tmp_path: Path, env: dict[str, str]) -> None:
     # The job's owner stops it: a SIGTERM to pitstop goes to torchrun, which sends one to each rank.
     import signal
@@ -176,9 +176,15 @@ def test_ranks_torchrun_stops_with_sigterm_are_gone_by_sigterm_with_their_stacks
     finally:
         kill_group(proc)
     block = _job_block(err)
+    # Stopped with the job, not failed: no "[high] rank N is gone ... find the first rank that failed".
+    assert "  stopped     from outside: SIGTERM came to pitstop and reached the training" in block, block
+    assert "(2 stopped)" in block and "rank-gone" not in block, block
     for rank in (0, 1):
-        assert re.search(rf"^\s+(?:gone)?\s+rank {rank} \(pid \d+\): terminated by SIGTERM \(exit code 143\)",
-                         block, re.M), block
+        assert re.search(rf"^\s+rank {rank} \(pid \d+\): terminated by SIGTERM \(exit code 143\)", block, re.M), block
         trace = records / f"rank{rank}.jsonl.gz.sigterm"
         assert "ddp_until_stop.py" in trace.read_text(), trace.read_text()
     assert "OOM" not in block
+    # A later `pitstop view` reads the same: the front wrote its note into each record.
+    again = subprocess.run([sys.executable, "-m", "pitstop.cli", "view", str(records), "--summary"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert "stopped     from outside: SIGTERM" in again.stdout + again.stderr, again.stdout + again.stderr
