@@ -3,6 +3,8 @@
 Each worker prints its pid, so a test can check that no worker runs an agent.
 Rank SLOW_RANK (env) sleeps 30 ms a step, to make a straggler. Rank SLOW_DATA_RANK's
 DataLoader worker sleeps 4 ms a sample (32 ms a batch of 8), to make a data straggler.
+WORKERS_FORKED=1 (env) forks rank 1's worker too: a spawned worker imports torch again (~2.8 s of CPU),
+for a test that is not about how the workers start.
 Every rank sleeps STEP_SLEEP_MS (env, default 0) a step, as a step that waits for its GPU
 kernels does: time outside collectives that a busy machine's scheduler cannot double.
 """
@@ -37,7 +39,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = (SlowSamples if rank == slow_data_rank else TensorDataset)(torch.randn(steps * 8, 32),
                                                                       torch.randn(steps * 8, 4))
-    context = "fork" if rank == 0 else "spawn"
+    context = "fork" if rank == 0 or os.environ.get("WORKERS_FORKED") == "1" else "spawn"
     loader = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context=context,
                         worker_init_fn=report_worker)
     for x, y in loader:
