@@ -14,7 +14,10 @@ from pitstop.profiling.record import RecordWriter
 from pitstop.profiling.sources import RecordSource
 from pitstop.tui.app import PitstopApp
 
-N_STEPS = 30_000  # 15 times the (shrunk) window: the old viewer held every one of them
+WINDOW, SAMPLES = 500, 25  # the analysis windows, shrunk
+# 15 times the window: the old viewer held every one of them (at 30,000 steps and a window of 2,000 the
+# test took 5.5 s of CPU)
+N_STEPS = 15 * WINDOW
 
 
 def _live(kind: type) -> int:
@@ -40,8 +43,8 @@ def _write_long_record(path: Path) -> None:
 
 def test_a_long_record_is_replayed_holding_only_the_analysis_windows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_state, "MAX_STEPS", 2_000)
-    monkeypatch.setattr(_state, "MAX_SAMPLES", 100)
+    monkeypatch.setattr(_state, "MAX_STEPS", WINDOW)
+    monkeypatch.setattr(_state, "MAX_SAMPLES", SAMPLES)
     path = tmp_path / "rank0.jsonl"
     _write_long_record(path)
     held: dict[str, int] = {}
@@ -59,15 +62,15 @@ def test_a_long_record_is_replayed_holding_only_the_analysis_windows(
             await pilot.press("left", "left", "left")  # back 30%: restored from a checkpoint
             await wait_for(pilot, lambda: last_step(app) != N_STEPS - 1)
             back = app.current_run()[1]
-            assert back is not None and back.last_step is not None and len(back.steps) == 2_000
+            assert back is not None and back.last_step is not None and len(back.steps) == WINDOW
             held["back"] = _live(Step) - before[Step]
             held["samples"] = _live(Sample) - before[Sample]
 
     run(scenario())
-    # The shown window (2,000) and the first steps kept for warm-up accounting, never the record's 30,000.
-    assert held["end"] <= 2_000 + _state.HEAD_STEPS, held
-    assert held["back"] <= 2_000 + _state.HEAD_STEPS, held
-    assert held["samples"] <= 100, held
+    # The shown window and the first steps kept for warm-up accounting, never the record's 15 windows.
+    assert held["end"] <= WINDOW + _state.HEAD_STEPS, held
+    assert held["back"] <= WINDOW + _state.HEAD_STEPS, held
+    assert held["samples"] <= SAMPLES, held
 
 
 def test_a_record_gone_while_viewed_makes_a_seek_say_so_and_the_viewer_stays(tmp_path: Path) -> None:

@@ -230,7 +230,10 @@ def test_a_process_argv_becomes_the_target_to_tune(tmp_path: Path) -> None:
 def test_a_real_tune_fills_the_table_trial_by_trial(tmp_path: Path) -> None:
     options = ["--steps", "10", "--warmup", "2", "--min-time", "0", "--budget", "2", "--knobs", "workers"]
     os.environ.pop("PITSTOP_SESSION", None)
-    child = start_tuner(options, Target(script=str(TUNE_SCRIPT), args=("--work", "200", "--n", "256")), tmp_path)
+    # --by-hand: the trials build no torch.optim optimizer, whose import of torch._dynamo is 2.7 s of CPU a
+    # trial; this test is about the view (test_tune_distributed tunes a script with its SGD)
+    target = Target(script=str(TUNE_SCRIPT), args=("--work", "200", "--n", "256", "--by-hand"))
+    child = start_tuner(options, target, tmp_path)
     seen: list[int] = []
 
     def journal_trials() -> int:

@@ -13,12 +13,18 @@ one's tables are still being built depends on a thread: not compared).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .forked import run_forked
+
+# What every run imports first: one import for the three runs, each forked from it.
+PRELUDE = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+"""
 CHILD = r'''
 import json, sys, time
 import torch
@@ -92,23 +98,26 @@ print(json.dumps({"steps": steps, "held": sum(flushes), "windows": windows, "tim
 '''
 
 
-def run(mode: str, tmp_path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(tmp_path / mode)], capture_output=True, text=True,
-                         timeout=300, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Each mode's run: every call taken at once ("direct", what the others are compared with), calls held
+    ("held"), and held as on a GPU ("cuda").
+
+    One interpreter imports torch, and each run is a child forked from it: each had been a torch import
+    and nine profiler windows of its own (11.6 s of CPU at load 19 for two of them)."""
+    root = tmp_path_factory.mktemp("held")
+    modes = ("direct", "held", "cuda")
+    outs = run_forked(PRELUDE, [(CHILD, [mode, str(root / mode)]) for mode in modes])
+    return {mode: json.loads(out.strip().splitlines()[-1]) for mode, out in zip(modes, outs)}
 
 
 @pytest.fixture(scope="module")
-def direct(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The run with every call taken at once: what both the CPU and the CUDA runs are compared with.
-
-    One child for the module: each is a torch import and nine profiler windows (11.6 s of CPU at load 19).
-    """
-    return run("direct", tmp_path_factory.mktemp("direct"))
+def direct(runs: dict[str, dict]) -> dict:
+    return runs["direct"]
 
 
-def test_steps_are_the_same_whether_the_hooks_hold_their_calls_or_not(tmp_path: Path, direct: dict) -> None:
-    held = run("held", tmp_path)
+def test_steps_are_the_same_whether_the_hooks_hold_their_calls_or_not(runs: dict[str, dict], direct: dict) -> None:
+    held = runs["held"]
     # the calls were held (and were not): how many depends on how long each window's tables took
     assert held["held"] > 50 and direct["held"] == 0
     assert [s[:3] + s[4:] for s in held["steps"]] == [s[:3] + s[4:] for s in direct["steps"]]
@@ -127,8 +136,9 @@ def test_steps_are_the_same_whether_the_hooks_hold_their_calls_or_not(tmp_path: 
         assert all(calls == 2 * (end - start) for start, end, calls in windows), windows
 
 
-def test_on_cuda_the_hooks_hold_the_steps_between_probes_and_only_probes_are_timed(tmp_path: Path, direct: dict) -> None:
-    cuda = run("cuda", tmp_path)
+def test_on_cuda_the_hooks_hold_the_steps_between_probes_and_only_probes_are_timed(
+        runs: dict[str, dict], direct: dict) -> None:
+    cuda = runs["cuda"]
     assert cuda["held"] > 50  # plain steps' calls held, as on the CPU
     assert [s[:3] + s[4:] for s in cuda["steps"]] == [s[:3] + s[4:] for s in direct["steps"]]
     steps, timed, marked = len(cuda["steps"]), cuda["timed"], cuda["marked"]

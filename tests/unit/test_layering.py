@@ -33,6 +33,10 @@ import pytest
 
 import pitstop
 
+from .forked import run_forked
+
+# Every room's import check reads one batch of forked children: on one xdist worker, it runs once.
+pytestmark = pytest.mark.xdist_group("layering")
 HEAVY = ("torch", "textual", "rich")
 # What importing every module of a room must not load (DESIGN.md "Layering").
 # Every room is listed, so a new room is classified when it is added.
@@ -99,14 +103,35 @@ def rooms() -> dict[str, tuple[str, ...]]:
     return found
 
 
+LOADED = """
+import importlib, json, sys, traceback
+try:
+    for name in json.loads(sys.argv[1]):
+        importlib.import_module(name)
+except Exception:
+    print(json.dumps({"error": traceback.format_exc()}))
+else:
+    print(json.dumps({"loaded": sorted(sys.modules)}))
+"""
+
+
+@cache
+def loaded_after_importing_each() -> dict[tuple[str, ...], dict[str, object]]:
+    """`sys.modules` of a fresh interpreter that imported each room's modules (and TORCH_FREE_PROFILING's).
+
+    Each is a child forked from one interpreter that has imported only what a `python -c` of this code
+    does (json, traceback): a room's imports are its own, as in a fresh process, where 37 interpreters
+    had each started on their own (~1.3 s of CPU)."""
+    groups = [rooms()[room] for room in sorted(FORBIDDEN)] + [TORCH_FREE_PROFILING]
+    outs = run_forked("", [(LOADED, [json.dumps(list(modules))]) for modules in groups], timeout=120)
+    return {modules: json.loads(out.strip().splitlines()[-1]) for modules, out in zip(groups, outs)}
+
+
 def loaded_after_importing(modules: tuple[str, ...]) -> set[str]:
-    """`sys.modules` of a fresh interpreter that imported `modules`."""
-    code = ("import importlib, json, sys\n"
-            f"for name in {list(modules)!r}:\n    importlib.import_module(name)\n"
-            "print(json.dumps(sorted(sys.modules)))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return set(json.loads(result.stdout))
+    """`sys.modules` of a fresh interpreter that imported `modules` (a room's, or TORCH_FREE_PROFILING)."""
+    result = loaded_after_importing_each()[modules]
+    assert "error" not in result, f"importing {modules}: {result['error']}"
+    return set(result["loaded"])  # type: ignore[arg-type]
 
 
 def hits(loaded: set[str], forbidden: tuple[str, ...]) -> list[str]:

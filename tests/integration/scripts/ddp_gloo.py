@@ -3,6 +3,8 @@
 Each worker prints its pid, so a test can check that no worker runs an agent.
 Rank SLOW_RANK (env) sleeps 30 ms a step, to make a straggler. Rank SLOW_DATA_RANK's
 DataLoader worker sleeps 4 ms a sample (32 ms a batch of 8), to make a data straggler.
+WORKERS_FORKED=1 (env) forks rank 1's worker too: a spawned worker imports torch again (~2.8 s of CPU),
+for a test that is not about how the workers start.
 Every rank sleeps STEP_SLEEP_MS (env, default 0) a step, as a step that waits for its GPU
 kernels does: time outside collectives that a busy machine's scheduler cannot double.
 LOADER_WORKERS=0 (env; default 1) loads in each rank's main process: a test about the job,
@@ -40,7 +42,8 @@ def main() -> None:
     data = (SlowSamples if rank == slow_data_rank else TensorDataset)(torch.randn(steps * 8, 32),
                                                                       torch.randn(steps * 8, 4))
     workers = int(os.environ.get("LOADER_WORKERS", "1"))
-    context = None if workers == 0 else "fork" if rank == 0 else "spawn"
+    forked = rank == 0 or os.environ.get("WORKERS_FORKED") == "1"
+    context = None if workers == 0 else "fork" if forked else "spawn"
     loader = DataLoader(data, batch_size=8, num_workers=workers, multiprocessing_context=context,
                         worker_init_fn=report_worker if workers else None)
     for x, y in loader:
