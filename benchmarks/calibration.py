@@ -53,6 +53,8 @@ SCRIPT = ROOT / "benchmarks" / "_calib_train.py"
 VENV_BIN = Path(sys.executable).parent
 # Within 25% of the measured: the goal the findings are held to.
 TOLERANCE = 0.25
+# A count held back, and the threads its figure assumed where it names them.
+HELD = r"no worker fix: (\d+) workers?(?: with torch\.set_num_threads\((\d+)\))? would give"
 
 
 @dataclass(frozen=True)
@@ -159,9 +161,12 @@ def apply_fix(s: Scenario, f: Finding) -> list[str] | None:
         m = re.search(r"\bnum_workers=(\d+)", f.fix)
         if not m or f.knob is None:
             # No worker count offered: measure the count it says would not pay, to check the claim.
-            held = re.search(r"no worker fix: (\d+) workers? would give", f.gain)
+            # With the threads its figure assumed, where it names them: the configuration it is for.
+            held = re.search(HELD, f.gain)
+            if held:
+                return ["--workers", held[1], "--persistent", *(["--threads", held[2]] if held[2] else [])]
             # Else its other fix: each sample made once, before training ("decode once offline").
-            return ["--workers", held[1], "--persistent"] if held else ["--preload"]
+            return ["--preload"]
         out = ["--workers", m[1]]
         if "persistent_workers=True" in f.fix:
             out.append("--persistent")
@@ -195,8 +200,8 @@ def predicted(f: Finding) -> tuple[float | None, float | None, bool]:
     gains = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)x \(", text)]
     if not gains:
         return None, None, False
-    if held := re.search(r"no worker fix: \d+ workers? would give (\d+(?:\.\d+)?)x", text):
-        return float(held[1]), float(held[1]), False  # the held-back count's own prediction
+    if held := re.search(HELD + r" (\d+(?:\.\d+)?)x", text):
+        return float(held[3]), float(held[3]), False  # the held-back count's own prediction
     if bound := re.search(r"at most (\d+(?:\.\d+)?)x \(", text):
         return None, float(bound[1]), True
     if f.rule == "float64" and len(gains) >= 2:
@@ -245,7 +250,8 @@ def run_scenario(s: Scenario, quick: bool, rounds: int) -> Row:
             row.held = "no worker fix" in top.gain
             row.fix = f"{top.rule}: {' '.join(flags)}" + (" (held back; measured to check)" if row.held else "")
             row.predicted = top.gain.split(" (")[0] if top.gain.startswith(("~", "at most")) else top.gain[:60]
-            if held := re.search(r"no worker fix: (\d+ workers? would give \d+(?:\.\d+)?x)", top.gain):
+            if held := re.search(r"no worker fix: (\d+ workers?(?: with torch\.set_num_threads\(\d+\))? would give "
+                                 r"\d+(?:\.\d+)?x)", top.gain):
                 row.predicted = f"{row.predicted}; held back: {held[1]}"
             row.low, row.high, row.bound = predicted(top)
             for r in range(rounds):

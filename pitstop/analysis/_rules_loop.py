@@ -203,7 +203,7 @@ def data_wait(ctx: Context) -> Finding | None:
             fix = (f"# the training DataLoader ({f'{dl.dataset}, ' if dl.dataset else ''}batch_size={dl.batch_size})"
                    + cheaper) if dl is not None else cheaper.lstrip("\n")
         if more:
-            why = (f"{chosen.workers} worker{'s' if chosen.workers != 1 else ''} would give "
+            why = (f"{chosen.named()} would give "
                    f"{fmt.speedup(wall, chosen.step)} by the measurement ({chosen.stop}), under the "
                    f"{fmt.ratio(MIN_GAIN)} that workers' own costs (intra-op threads losing a core, "
                    "each batch carried across processes) can eat")

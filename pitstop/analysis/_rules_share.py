@@ -133,7 +133,7 @@ def data_wait_moderate(ctx: Context) -> Finding | None:
     else:
         fix = ("# make each batch cheaper to load (lighter transforms, work done once offline);\n"
                "# no worker count is suggested: the measurement says workers would not pay here")
-        more = (f"{chosen.workers} worker{'s' if chosen.workers != 1 else ''} would give "
+        more = (f"{chosen.named()} would give "
                 f"{fmt.speedup(facts.wall, chosen.step)} by the measurement ({chosen.stop}), under the "
                 f"{fmt.ratio(MIN_GAIN)} that workers' own costs can eat" if chosen.workers > workers
                 else f"more than the {workers} worker(s) there are would not help ({chosen.stop})")

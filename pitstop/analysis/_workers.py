@@ -83,6 +83,16 @@ class WorkerPlan:
     def gain(self, wall: float) -> float:
         return wall / self.step if self.step > 0 else 1.0
 
+    def named(self) -> str:
+        """The configuration its step is for: "1 worker", or "1 worker with torch.set_num_threads(1)".
+
+        A count held back still names the threads its step assumes: on the demo's quiet
+        record 1 worker "would give 0.81x" with the compute on 1 thread, a figure a
+        user (and calibration) checked against 1 worker beside torch's 2 threads.
+        """
+        count = f"{self.workers} worker{'s' if self.workers != 1 else ''}"
+        return f"{count} with torch.set_num_threads({self.threads})" if self.threads else count
+
 
 def _startup(f: LoaderFacts, workers: int) -> float:
     """Start-up per step: each worker started once per `steps_per_start` steps (0 when many steps share it)."""

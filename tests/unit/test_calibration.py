@@ -44,6 +44,11 @@ def test_the_fix_applied_is_the_one_the_finding_names() -> None:
     # No worker count offered: the count it held back is measured, to check the claim.
     held = _finding("data-wait", "at most 1.4x ...; no worker fix: 3 workers would give 1.05x", "# cheaper", None)
     assert cal.apply_fix(s, held) == ["--workers", "3", "--persistent"]
+    # A held-back count whose figure assumed fewer threads is measured with them.
+    threads = _finding("data-wait", "at most 2.6x ...; no worker fix: 1 worker with torch.set_num_threads(1) would "
+                                    "give 0.81x (273.7 ms to ~336.3 ms) by the measurement", "# cheaper", None)
+    assert cal.apply_fix(s, threads) == ["--workers", "1", "--persistent", "--threads", "1"]
+    assert cal.predicted(threads) == (0.81, 0.81, False)
     # No count at all: its other fix, each sample made once before training, measured against its bound.
     cheaper = _finding("data-wait", "at most 1.36x ...; no worker fix: more than the 0 worker(s) there are would "
                                     "not help", "# make each sample cheaper", None)

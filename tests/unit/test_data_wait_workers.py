@@ -143,3 +143,16 @@ def test_a_short_run_whose_one_worker_would_take_a_threads_core_is_handed_to_the
     f = _rule(_run(wall=0.0043, wait=0.001, main_cores=1.0, steps=19, readings=1, threads=2), "data-wait")
     assert f is not None and "num_workers=" not in f.fix and "no worker fix" in f.gain
     assert f.knob == "num_workers"
+
+
+def test_a_held_back_count_names_the_threads_its_figure_is_for() -> None:
+    # The demo's quiet record (2026-11-28 02:52 UTC): 274 ms a step, 106 ms waiting, the main process
+    # at 1.98 cores, torch's 2 threads on 2 cores. 1 worker's step assumes the compute on 1 thread
+    # (168 ms doubled: "0.81x"), while it was checked with the 2 threads left beside the worker (~1.05x):
+    # the figure must say which configuration it is for, so that the check measures that one.
+    f = _rule(_run(wall=0.2737, wait=0.1057, main_cores=1.98, threads=2), "data-wait")
+    assert f is not None and "num_workers=" not in f.fix
+    assert "no worker fix: 1 worker with torch.set_num_threads(1) would give 0.8" in f.gain
+    # Where the count leaves the threads alone, the figure names the count alone.
+    one = _rule(_run(wall=0.2737, wait=0.1057, main_cores=0.98, threads=1), "data-wait")
+    assert one is not None and "set_num_threads" not in one.gain
