@@ -197,7 +197,7 @@ def record_front(runs: list[Any], watch: SilenceWatch | None) -> None:
             run.add(event)
 
 
-def record_outside_stop(runs: list[Any], received: list[int]) -> None:
+def record_outside_stop(runs: list[Any], received: list[int], received_t: list[float]) -> None:
     """pitstop got a stopping signal (Ctrl-C, a scheduler's SIGTERM) and passed it on: each process's record
     gets a `front` note saying so (`_ended.STOPPED_FROM_OUTSIDE`), so that the ranks a launcher then ended
     read as stopped with the job, here and in a later `pitstop view`, not as ranks that failed."""
@@ -205,11 +205,12 @@ def record_outside_stop(runs: list[Any], received: list[int]) -> None:
     from pitstop.events import Note
     from pitstop.profiling.record import append_events
 
-    stopping = [s for s in received if s in STOPPING]
+    stopping = [(s, t) for s, t in zip(received, received_t) if s in STOPPING]
     if not stopping or len(runs) < 2:  # (one process's own end says how it ended: no rank to tell apart)
         return
-    said = f"{STOPPED_FROM_OUTSIDE}: {signal_names(stopping)} came to pitstop and reached the training"
-    note = Note(t=time.time(), level="info", source="front", message=said)
+    said = f"{STOPPED_FROM_OUTSIDE}: {signal_names([s for s, _ in stopping])} came to pitstop and reached the training"
+    # Dated when the first stopping signal came: a rank that had died before it (an OOM kill) stays gone.
+    note = Note(t=stopping[0][1], level="info", source="front", message=said)
     for run in runs:
         hello = run.hello
         if hello is None or not hello.record:
@@ -439,7 +440,7 @@ class Run:
             runs = [r for r in runs if r.hello is None or r.hello.session == self.settings.session] or runs
             record_front(runs, self.silence)
             record_end(runs, pid, code)
-            record_outside_stop(runs, self._signals.received)
+            record_outside_stop(runs, self._signals.received, self._signals.received_t)
             said = forwarded_note(runs, self._signals.sent)
             oom = oom_note(self._oom_before, oom_kills())
             notes.extend(n for n in (said, oom) if n)

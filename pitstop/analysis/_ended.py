@@ -6,25 +6,41 @@ from collections.abc import Iterable
 
 from pitstop.analysis._state import RunState
 from pitstop.analysis._summary import END_REASONS, exit_code_text
+from pitstop.events import Note
 
 # How a `front` note begins where pitstop got a stopping signal (Ctrl-C, a scheduler's SIGTERM) and passed it
 # on: the ranks that then ended by a signal were stopped with the job, and no rank failed.
 STOPPED_FROM_OUTSIDE = "stopped from outside"
 
 
-def outside_stop(runs: Iterable[RunState]) -> str | None:
-    """The front's note that the job was stopped from outside (`STOPPED_FROM_OUTSIDE`), from any of `runs`; None."""
+# A rank's last reading may come this long before the stop reached it (the sampler reads 1-2 times a second).
+STOP_GRACE_S = 2.0
+
+
+def outside_stop(runs: Iterable[RunState]) -> Note | None:
+    """The front's note that the job was stopped from outside (`STOPPED_FROM_OUTSIDE`, dated when the
+    signal came), from any of `runs`; None."""
     for run in runs:
         for note in run.notes:
             if note.source == "front" and note.message.startswith(STOPPED_FROM_OUTSIDE):
-                return note.message
+                return note
     return None
 
 
-def stopped_with_the_job(reason: str) -> bool:
-    """A rank ended by a signal (or without a recorded end), not by an exit of its own: once the job was
-    stopped from outside, a consequence of the stop, not a failure (an `exit code 1` is still its own)."""
-    return not reason.startswith("exit code")
+def stopped_with_the_job(run: RunState, reason: str, stop: Note) -> bool:
+    """A rank that ended by a signal (or without a recorded end) once the job was stopped from outside: a
+    consequence of the stop, not a failure. Not one that exited with an error of its own (`exit code 1`),
+    nor one that ended before the stop came (an OOM kill that left the job hanging, then stopped)."""
+    if reason.startswith("exit code"):
+        return False
+    if run.end is not None:
+        ended = run.end.t
+    else:  # (not `last_t`: the front's note, read back from the record, is an event of the run too)
+        times = [run.samples[-1].t] if run.samples else []
+        if run.last_step_t is not None:
+            times.append(run.last_step_t)
+        ended = max(times, default=None)
+    return ended is None or ended >= stop.t - STOP_GRACE_S
 
 
 def rank_status(run: RunState, closed: bool, exit_code: int | None = None) -> tuple[str, str | None]:

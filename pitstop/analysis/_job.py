@@ -154,7 +154,7 @@ def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLE
             continue  # the process that only started the ranks (`torch.multiprocessing.spawn`): not a rank
         s = summarize(run, warmup)
         status, why = rank_status(run, stream in job.closed, job.exits.get(stream))
-        if status == "gone" and stop is not None and stopped_with_the_job(why or ""):
+        if status == "gone" and stop is not None and stopped_with_the_job(run, why or "", stop):
             # Ctrl-C to pitstop over a torchrun job: torchrun ends its ranks with SIGINT or SIGTERM, and each
             # read "[high] rank N is gone ... find the first rank that failed", where none had.
             status = "stopped"
@@ -204,7 +204,7 @@ def job_summary(job: JobState, warmup: int = WARMUP, threshold: float = STRAGGLE
         steps_per_s=min(step_rates) if step_rates else None,
         rows=tuple(rows),
         stragglers=tuple(stragglers(job, threshold=threshold, warmup=warmup)),
-        stopped=stop,
+        stopped=stop.message if stop is not None else None,
     )
 
 

@@ -40,6 +40,7 @@ import ctypes
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator
 from types import FrameType
 from typing import Any, Protocol
@@ -96,6 +97,7 @@ class Forwarder:
         self.on_stop = on_stop
         self.signals = tuple(signals)
         self.received: list[int] = []  # every signal that came, in order
+        self.received_t: list[float] = []  # when each came (time.time()), in the same order
         self.sent: list[int] = []  # those passed on
         self._from_terminal = from_terminal
         self._child: Child | None = None
@@ -141,6 +143,7 @@ class Forwarder:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received.append(signum)
+        self.received_t.append(time.time())
         if self._child is None:
             self._early.append(signum)
         else:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pitstop.analysis import job_findings, job_summary
 from pitstop.analysis._ended import STOPPED_FROM_OUTSIDE
-from pitstop.events import Note
+from pitstop.events import Note, Sample
 from pitstop.headless import load_runs, summary_text
 from pitstop.profiling.record import RecordWriter
 from pitstop.runflow import record_outside_stop
@@ -46,6 +46,18 @@ def test_a_rank_that_exited_with_an_error_before_the_stop_is_still_gone() -> Non
     assert [(f.rule, f.title) for f in job_findings(job)] == [("rank-gone", "rank 1 is gone")]
 
 
+def test_a_rank_that_died_before_the_stop_is_still_gone() -> None:
+    # An OOM kill (no End) at ~1001.5 left the job hanging; its owner stopped it at 1500: rank 1 is the
+    # one to look at, not a rank stopped with the job.
+    job = job_of({0: [*steps(30, 0.05), STOP, end(130, "interrupted")], 1: steps(10, 0.05)})
+    summary = job_summary(job)
+    assert [r.status for r in summary.rows] == ["stopped", "gone"]
+    assert [(f.rule, f.title) for f in job_findings(job)] == [("rank-gone", "rank 1 is gone")]
+    # The same rank read until the stop (its sampler's last reading 1 s before it) went with the job.
+    job = job_of({0: [*steps(30, 0.05), STOP, end(130, "interrupted")], 1: [*steps(10, 0.05), Sample(t=1499.0)]})
+    assert [r.status for r in job_summary(job).rows] == ["stopped", "stopped"]
+
+
 def test_the_front_notes_the_stop_in_each_record_and_a_later_view_reads_it(tmp_path: Path) -> None:
     records = tmp_path / "job"
     records.mkdir()
@@ -58,9 +70,9 @@ def test_the_front_notes_the_stop_in_each_record_and_a_later_view_reads_it(tmp_p
     runs, _ = load_runs(records)
     for run in runs:  # (the hello of the test's job names no record: the front finds it from the hello)
         run.hello = type(run.hello)(**{**run.hello.__dict__, "record": str(records / f"rank{run.rank}.jsonl")})
-    record_outside_stop(runs, [])  # no signal came: nothing written
+    record_outside_stop(runs, [], [])  # no signal came: nothing written
     assert "front" not in (records / "rank0.jsonl").read_text()
-    record_outside_stop(runs, [15])
+    record_outside_stop(runs, [15], [1500.0])
     again, _ = load_runs(records)
     text = summary_text(again)
     assert "  stopped     from outside: SIGTERM came to pitstop and reached the training" in text
