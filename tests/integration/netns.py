@@ -84,10 +84,6 @@ class Nodes:
                     pass
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
             shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
-        try:
-            os.rmdir("/etc/netns")  # made by open; left where other namespaces still have theirs
-        except OSError:
-            pass
         self.names = []
 
     def launcher(self, i: int, command: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
