@@ -324,6 +324,39 @@ def _persistence(s: Straggler, i: int, alive: list[tuple[str, RunState, list[Ste
     return step_persistence(ranks, i, s.basis, None, total)
 
 
+def _host(run: RunState) -> str | None:
+    """The host a rank runs on: its node where the launcher names one (the 2-node test's namespaces), else its host."""
+    return (run.hello.node or run.hello.host) if run.hello is not None else None
+
+
+def _cpu_per_step(e: _Evidence, recent: list[Step]) -> float | None:
+    """CPU seconds a step of the rank's whole process tree (main and workers), over its recent steps: the mean
+    cores of the sampler's readings taken while they ran, times their mean step. None without a reading."""
+    end = recent[-1].t
+    cores = [sum(p.cpu for p in s.procs if p.cpu is not None) / 100.0 for s in e.run.samples
+             if e.since < s.t <= end + 1.0 and any(p.role == "main" and p.cpu is not None for p in s.procs)]
+    if not cores:
+        return None
+    return sum(cores) / len(cores) * (end - e.since) / len(recent)
+
+
+def _host_cpu(s: Straggler, i: int, ev: list[_Evidence], alive: list[tuple[str, RunState, list[Step]]]) -> Straggler:
+    """`s` with its host's ranks, cores and the others' CPU per step (`Straggler.cpu_floor_s`), where read."""
+    host = _host(ev[i].run)
+    rt = ev[i].run.runtime
+    cores = (rt.usable_cpus or rt.cpu_count) if rt is not None else None
+    if host is None or not cores:
+        return s
+    sharing = [j for j, e in enumerate(ev) if _host(e.run) == host]
+    cpu = [c for j in sharing if j != i and (c := _cpu_per_step(ev[j], alive[j][2])) is not None]
+    if not cpu:
+        return s
+    recent = alive[i][2]
+    return dataclasses.replace(s, host=host, host_ranks=len(sharing), host_cores=cores,
+                               others_cpu_s=percentile(cpu, 50),
+                               cpu_step_s=(recent[-1].t - ev[i].since) / len(recent))
+
+
 def _cpu_waits(ev: list[_Evidence], i: int) -> tuple[float | None, float | None]:
     """(rank i's, the median of the others') cores' worth of threads that waited for a CPU over their recent steps."""
     waits = [run_delay(e.run, since=e.since) for e in ev]
@@ -419,6 +452,7 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
         if persistence is not None and not persistence.persistent and not persistence.latest:
             continue  # slower for a while, and no longer: a passing slowdown
         mine, others_wait = _cpu_waits(ev, i)
+        s = _host_cpu(s, i, ev, alive)
         kept.append(dataclasses.replace(s, persistence=persistence, cpu_wait=mine, others_cpu_wait=others_wait,
                                         loader=ev[i].run.training_loader()))
     return sorted(kept, key=lambda s: -s.extra_s)
@@ -487,7 +521,7 @@ def job_findings(job: JobState, warmup: int = WARMUP, summary: JobSummary | None
                       "other processes may be what slows it; re-measure with fewer processes beside it.")
         title = f"{s.label} is a straggler ({s.cause})"
         severity = "high" if s.share >= 0.5 else "medium"
-        gain = f"up to {fmt.pct(s.share)} shorter job steps if {s.label} kept pace"
+        gain = s.gain
         if s.recent and s.persistence is not None:
             title = f"{s.label} is slower lately ({s.cause})"
             severity = "medium" if severity == "high" else "low"
