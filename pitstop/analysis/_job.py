@@ -348,12 +348,12 @@ def _host_cpu(s: Straggler, i: int, ev: list[_Evidence], alive: list[tuple[str, 
     if host is None or not cores:
         return s
     sharing = [j for j, e in enumerate(ev) if _host(e.run) == host]
+    s = dataclasses.replace(s, host=host, host_ranks=len(sharing), host_cores=cores)
     cpu = [c for j in sharing if j != i and (c := _cpu_per_step(ev[j], alive[j][2])) is not None]
     if not cpu:
         return s
     recent = alive[i][2]
-    return dataclasses.replace(s, host=host, host_ranks=len(sharing), host_cores=cores,
-                               others_cpu_s=percentile(cpu, 50),
+    return dataclasses.replace(s, others_cpu_s=percentile(cpu, 50),
                                cpu_step_s=(recent[-1].t - ev[i].since) / len(recent))
 
 
