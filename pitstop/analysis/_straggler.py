@@ -43,6 +43,7 @@ class Straggler:
     host_ranks: int = 0
     host_cores: int | None = None
     others_cpu_s: float | None = None
+    host_free_cores: float | None = None  # host_cores less what other processes kept busy (at least 1)
     cpu_step_s: float | None = None  # the job's mean step over the same steps: what the CPU floor is a share of
 
     @property
@@ -91,7 +92,8 @@ class Straggler:
     @property
     def cpu_floor_s(self) -> float | None:
         """The least a job step can take once every rank on its host does only the others' work: their CPU per step
-        times the ranks on the host, over the host's cores. None on a host of its own or without CPU readings.
+        times the ranks on the host, over the cores other processes leave them (`host_free_cores`). None on a host
+        of its own or without CPU readings.
 
         The others' pace while this rank straggles is no reference on a shared host: they computed while it
         was busy, and once it keeps pace every rank computes at once on the same cores. On 2 cores, 2 gloo
@@ -101,7 +103,7 @@ class Straggler:
         """
         if self.host_ranks < 2 or not self.host_cores or self.others_cpu_s is None:
             return None
-        return self.host_ranks * self.others_cpu_s / self.host_cores
+        return self.host_ranks * self.others_cpu_s / (self.host_free_cores or self.host_cores)
 
     @property
     def floor_binds(self) -> bool:
@@ -123,7 +125,9 @@ class Straggler:
         pace alone would say 55%)"; on a host of its own, or where the floor does not bind, the first clause."""
         text = f"up to {fmt.pct(self.gain_share)} shorter job steps if {self.label} kept pace"
         if self.floor_binds:
-            text += (f" (the {self.host_ranks} ranks on host {self.host or '?'} share its {self.host_cores} cores: "
+            free = self.host_free_cores or float(self.host_cores or 0)
+            left = "" if free >= (self.host_cores or 0) - 0.05 else f", {free:.1f} of them left by other processes"
+            text += (f" (the {self.host_ranks} ranks on host {self.host or '?'} share its {self.host_cores} cores{left}: "
                      f"at the others' {fmt.duration(self.others_cpu_s or 0.0)} of CPU a step they need "
                      f"{fmt.duration(self.host_ranks * (self.others_cpu_s or 0.0))} of CPU a step, so at least "
                      f"{fmt.duration(self.cpu_floor_s or 0.0)} a step; the others' pace alone would say "

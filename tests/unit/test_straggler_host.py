@@ -18,24 +18,26 @@ def hello(rank: int, host: str) -> Hello:
                  world_size=2, script="train.py")
 
 
-def rank_events(outside_s: float, cpu_pct: float | None, cores: int = 2) -> list[Event]:
+def rank_events(outside_s: float, cpu_pct: float | None, cores: int = 2, machine_pct: float | None = None) -> list[Event]:
     """60 steps of 40 ms, profiler windows at steps 10, 30 and 50 with `outside_s` a step outside collectives,
     and sampler readings every 0.2 s with the main process at `cpu_pct` of a core."""
     steps = [Step(t=1001.0 + (i + 1) * STEP_S, step=i, wall=STEP_S, data_wait=0.0005, samples=32) for i in range(60)]
     windows = [ProfileWindow(t=1100.0 + s, step_start=s, step_end=s + 5, device="cpu", duration_s=STEP_S * 5,
                              collective_ms=(STEP_S - outside_s) * 1e3) for s in (10, 30, 50)]
-    samples = [] if cpu_pct is None else [Sample(t=1001.0 + 0.2 * k, procs=[Proc(pid=1, role="main", cpu=cpu_pct, rss=1)])
+    samples = [] if cpu_pct is None else [Sample(t=1001.0 + 0.2 * k, procs=[Proc(pid=1, role="main", cpu=cpu_pct, rss=1)],
+                                                 system_cpu=machine_pct)
                                           for k in range(1, 13)]
     runtime = Runtime(t=1000.5, torch_version="2.5", cuda_version=None, device_type="cpu", cpu_count=cores,
                       usable_cpus=cores, torch_threads=1)
     return [runtime, *steps, *windows, *samples, End(t=1004.0, steps=60, dropped=0, reason="exit", exit_code=0)]
 
 
-def job(hosts: tuple[str, str], cpu_pct: float | None = 60.0, cores: int = 2) -> JobState:
+def job(hosts: tuple[str, str], cpu_pct: float | None = 60.0, cores: int = 2,
+        machine_pct: float | None = None) -> JobState:
     # Rank 1 runs 32 ms a step outside collectives against rank 0's 10 ms: 22 ms of a 40 ms step, 55%.
     j = JobState()
     for rank, outside in ((0, 0.010), (1, 0.032)):
-        j.add(StreamBatch(f"rank{rank}.jsonl", [hello(rank, hosts[rank]), *rank_events(outside, cpu_pct, cores)]))
+        j.add(StreamBatch(f"rank{rank}.jsonl", [hello(rank, hosts[rank]), *rank_events(outside, cpu_pct, cores, machine_pct)]))
     j.close_all()
     return j
 
@@ -82,3 +84,16 @@ def test_a_node_the_launcher_names_tells_ranks_apart_on_one_host_name() -> None:
     j.close_all()
     (s,) = stragglers(j)
     assert s.host_ranks == 1 and s.gain_share == pytest.approx(0.55)
+
+
+def test_cores_other_processes_keep_busy_are_not_the_ranks_to_share() -> None:
+    # The machine at 80% of 2 cores (1.6 busy) while the 2 ranks kept 1.2 busy: other processes took 0.4, so
+    # the ranks' 48 ms of CPU a step get 1.6 cores, at least 30 ms a step: 25% shorter, not 40%.
+    (s,) = stragglers(job(("vm", "vm"), machine_pct=80.0))
+    assert s.host_free_cores == pytest.approx(1.6) and s.gain_share == pytest.approx(0.25)
+    (f,) = job_findings(job(("vm", "vm"), machine_pct=80.0))
+    assert "share its 2 cores, 1.6 of them left by other processes: " in f.gain
+    assert f.gain.startswith("up to 25% shorter job steps")
+    # The ranks alone kept the machine busy: no core is taken from them (the floor of the first test).
+    (s,) = stragglers(job(("vm", "vm"), machine_pct=60.0))
+    assert s.host_free_cores == pytest.approx(2.0) and s.gain_share == pytest.approx(0.40)
