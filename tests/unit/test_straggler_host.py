@@ -97,3 +97,16 @@ def test_cores_other_processes_keep_busy_are_not_the_ranks_to_share() -> None:
     # The ranks alone kept the machine busy: no core is taken from them (the floor of the first test).
     (s,) = stragglers(job(("vm", "vm"), machine_pct=60.0))
     assert s.host_free_cores == pytest.approx(2.0) and s.gain_share == pytest.approx(0.40)
+
+
+def test_a_reading_just_before_the_recent_steps_stands_for_them_when_none_fell_within() -> None:
+    # 50 fast steps can fall between two readings of a 1 Hz sampler (pytorch/examples' multigpu_torchrun on
+    # gloo: 50 steps in 0.95 s, its last reading 0.02 s before them): the one just before stands for them.
+    j = JobState()
+    for rank, outside in ((0, 0.010), (1, 0.032)):
+        events = [e for e in rank_events(outside, 60.0) if not isinstance(e, Sample)]
+        events.insert(1, Sample(t=1001.3, procs=[Proc(pid=1, role="main", cpu=60.0, rss=1)]))
+        j.add(StreamBatch(f"rank{rank}.jsonl", [hello(rank, "vm"), *events]))
+    j.close_all()
+    (s,) = stragglers(j)
+    assert s.others_cpu_s == pytest.approx(0.024) and s.gain_share == pytest.approx(0.40)
