@@ -102,6 +102,7 @@ class Row:
     unexpected: list[str]
     fix: str = "-"
     predicted: str = "-"  # as the finding says it
+    said: str = ""  # the finding's whole gain text (in --json)
     low: float | None = None  # the predicted gain (or a range's low end)
     high: float | None = None  # a range's high end, or the bound
     bound: bool = False
@@ -250,9 +251,13 @@ def run_scenario(s: Scenario, quick: bool, rounds: int) -> Row:
             row.held = "no worker fix" in top.gain
             row.fix = f"{top.rule}: {' '.join(flags)}" + (" (held back; measured to check)" if row.held else "")
             row.predicted = top.gain.split(" (")[0] if top.gain.startswith(("~", "at most")) else top.gain[:60]
+            if top.rule == "straggler":  # its figure, and whether the host's cores set it (`Straggler.gain`)
+                row.predicted = top.gain.split(" (")[0] + (" (the host's cores bound it)" if " share its " in top.gain
+                                                           else "")
             if held := re.search(r"no worker fix: (\d+ workers?(?: with torch\.set_num_threads\(\d+\))? would give "
                                  r"\d+(?:\.\d+)?x)", top.gain):
                 row.predicted = f"{row.predicted}; held back: {held[1]}"
+            row.said = top.gain
             row.low, row.high, row.bound = predicted(top)
             for r in range(rounds):
                 order = [(False, []), (True, flags)]

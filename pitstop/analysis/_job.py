@@ -25,7 +25,7 @@ from pitstop.analysis._stats import percentile
 from pitstop.analysis._straggler import Straggler
 from pitstop.analysis._summary import summarize
 from pitstop.errors import reason_of
-from pitstop.events import ProfileWindow, Step
+from pitstop.events import ProfileWindow, Sample, Step
 
 # A rank is named over the last 50 measured steps of each rank: a median over
 # 50 steps ignores a GC pause or a checkpoint, and is still recent enough (a
@@ -324,6 +324,56 @@ def _persistence(s: Straggler, i: int, alive: list[tuple[str, RunState, list[Ste
     return step_persistence(ranks, i, s.basis, None, total)
 
 
+def _host(run: RunState) -> str | None:
+    """The host a rank runs on: its node where the launcher names one (the 2-node test's namespaces), else its host."""
+    return (run.hello.node or run.hello.host) if run.hello is not None else None
+
+
+def _readings(e: _Evidence, recent: list[Step]) -> list[Sample]:
+    """The sampler's readings of the rank's process tree taken while its recent steps ran; where none was (50
+    steps of 19 ms, pytorch/examples' multigpu_torchrun on gloo, fell between two readings 1 s apart), the
+    latest one within 2 s before them: each reading covers the second or so before it."""
+    end = recent[-1].t
+    read = [s for s in e.run.samples if any(p.role == "main" and p.cpu is not None for p in s.procs)]
+    within = [s for s in read if e.since < s.t <= end + 1.0]
+    return within or [s for s in read if e.since - 2.0 <= s.t <= e.since][-1:]
+
+
+def _cores_used(e: _Evidence, recent: list[Step]) -> float | None:
+    """Mean cores the rank's whole process tree (main and workers) kept busy over its recent steps."""
+    cores = [sum(p.cpu for p in s.procs if p.cpu is not None) / 100.0 for s in _readings(e, recent)]
+    return sum(cores) / len(cores) if cores else None
+
+
+def _host_cpu(s: Straggler, i: int, ev: list[_Evidence], alive: list[tuple[str, RunState, list[Step]]]) -> Straggler:
+    """`s` with its host's ranks, the cores they may have and the others' CPU per step (`Straggler.cpu_floor_s`).
+
+    The others' CPU per step: the cores each kept busy over its recent steps times their mean step. The cores
+    they may have: the CPUs they may run on less what other processes kept busy (the machine's busy cores less
+    every rank's on the host, as `other_cores` reads it for one process): 3 gloo ranks on the 2-core VM beside
+    other engineers' work read 0.3-0.6 cores each of a machine at 94%, about 0.6 cores taken by others.
+    """
+    host = _host(ev[i].run)
+    rt = ev[i].run.runtime
+    cores = (rt.usable_cpus or rt.cpu_count) if rt is not None else None
+    if host is None or not cores or rt is None:
+        return s
+    sharing = [j for j, e in enumerate(ev) if _host(e.run) == host]
+    s = dataclasses.replace(s, host=host, host_ranks=len(sharing), host_cores=cores)
+    used = {j: c for j in sharing if (c := _cores_used(ev[j], alive[j][2])) is not None}
+    per_step = [c * (alive[j][2][-1].t - ev[j].since) / len(alive[j][2]) for j, c in used.items() if j != i]
+    if not per_step:
+        return s
+    recent = alive[i][2]
+    free: float = cores
+    busy = [x.system_cpu / 100.0 * rt.cpu_count for x in _readings(ev[i], recent)
+            if x.system_cpu is not None and rt.cpu_count]
+    if busy and len(used) == len(sharing):
+        free = max(1.0, cores - max(0.0, sum(busy) / len(busy) - sum(used.values())))
+    return dataclasses.replace(s, others_cpu_s=percentile(per_step, 50), host_free_cores=free,
+                               cpu_step_s=(recent[-1].t - ev[i].since) / len(recent))
+
+
 def _cpu_waits(ev: list[_Evidence], i: int) -> tuple[float | None, float | None]:
     """(rank i's, the median of the others') cores' worth of threads that waited for a CPU over their recent steps."""
     waits = [run_delay(e.run, since=e.since) for e in ev]
@@ -419,6 +469,7 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
         if persistence is not None and not persistence.persistent and not persistence.latest:
             continue  # slower for a while, and no longer: a passing slowdown
         mine, others_wait = _cpu_waits(ev, i)
+        s = _host_cpu(s, i, ev, alive)
         kept.append(dataclasses.replace(s, persistence=persistence, cpu_wait=mine, others_cpu_wait=others_wait,
                                         loader=ev[i].run.training_loader()))
     return sorted(kept, key=lambda s: -s.extra_s)
@@ -487,7 +538,7 @@ def job_findings(job: JobState, warmup: int = WARMUP, summary: JobSummary | None
                       "other processes may be what slows it; re-measure with fewer processes beside it.")
         title = f"{s.label} is a straggler ({s.cause})"
         severity = "high" if s.share >= 0.5 else "medium"
-        gain = f"up to {fmt.pct(s.share)} shorter job steps if {s.label} kept pace"
+        gain = s.gain
         if s.recent and s.persistence is not None:
             title = f"{s.label} is slower lately ({s.cause})"
             severity = "medium" if severity == "high" else "low"

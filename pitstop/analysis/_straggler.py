@@ -37,6 +37,14 @@ class Straggler:
     # Its training DataLoader (`RunState.training_loader`): a data-wait fix names what built it (a framework's
     # own setting: HF's dataloader_num_workers), as every rank-level DataLoader fix does (_loaderfix).
     loader: DataLoaderInfo | None = None
+    # The host it shares (`_job._host_cpu`): ranks of the job on it, the CPUs they may run on, and the others'
+    # CPU seconds per step (every process of the rank: main and workers) over their recent steps. None: unread.
+    host: str | None = None
+    host_ranks: int = 0
+    host_cores: int | None = None
+    others_cpu_s: float | None = None
+    host_free_cores: float | None = None  # host_cores less what other processes kept busy (at least 1)
+    cpu_step_s: float | None = None  # the job's mean step over the same steps: what the CPU floor is a share of
 
     @property
     def recent(self) -> bool:
@@ -80,6 +88,51 @@ class Straggler:
     def share(self) -> float:
         """Extra time as a fraction of the job's step: what the job waits on this rank."""
         return self.extra_s / self.job_step_s if self.job_step_s > 0 else 0.0
+
+    @property
+    def cpu_floor_s(self) -> float | None:
+        """The least a job step can take once every rank on its host does only the others' work: their CPU per step
+        times the ranks on the host, over the cores other processes leave them (`host_free_cores`). None on a host
+        of its own or without CPU readings.
+
+        The others' pace while this rank straggles is no reference on a shared host: they computed while it
+        was busy, and once it keeps pace every rank computes at once on the same cores. On 2 cores, 2 gloo
+        ranks at 1 thread each, rank 1 with 8 extra 256x256 matmuls a step: rank 0 ran 18.4 ms a step outside
+        collectives while rank 1 straggled, its 0.56 cores of a 37.9 ms mean step are 21.2 ms of CPU a step,
+        and both ranks at that need 21.2 ms a step on the 2 cores (measured after the fix: 16.4-24.0 ms).
+        """
+        if self.host_ranks < 2 or not self.host_cores or self.others_cpu_s is None:
+            return None
+        return self.host_ranks * self.others_cpu_s / (self.host_free_cores or self.host_cores)
+
+    @property
+    def floor_binds(self) -> bool:
+        """The host's cores, not the others' pace, set the step after the fix (`cpu_floor_s`)."""
+        floor = self.cpu_floor_s
+        return floor is not None and bool(self.cpu_step_s) and floor / (self.cpu_step_s or 1.0) > 1.0 - self.share
+
+    @property
+    def gain_share(self) -> float:
+        """The job step's share the fix gives back: `share`, or less where the host's cores bound the fixed step."""
+        if not self.floor_binds:
+            return self.share
+        return max(0.0, 1.0 - (self.cpu_floor_s or 0.0) / (self.cpu_step_s or 1.0))
+
+    @property
+    def gain(self) -> str:
+        """"up to 45% shorter job steps if rank 1 kept pace (the 2 ranks on host vm share its 2 cores: at the
+        others' 21.0 ms of CPU a step they need 42.0 ms of CPU a step, so at least 21.0 ms a step; the others'
+        pace alone would say 55%)"; on a host of its own, or where the floor does not bind, the first clause."""
+        text = f"up to {fmt.pct(self.gain_share)} shorter job steps if {self.label} kept pace"
+        if self.floor_binds:
+            free = self.host_free_cores or float(self.host_cores or 0)
+            left = "" if free >= (self.host_cores or 0) - 0.05 else f", {free:.1f} of them left by other processes"
+            text += (f" (the {self.host_ranks} ranks on host {self.host or '?'} share its {self.host_cores} cores{left}: "
+                     f"at the others' {fmt.duration(self.others_cpu_s or 0.0)} of CPU a step they need "
+                     f"{fmt.duration(self.host_ranks * (self.others_cpu_s or 0.0))} of CPU a step, so at least "
+                     f"{fmt.duration(self.cpu_floor_s or 0.0)} a step; the others' pace alone would say "
+                     f"{fmt.pct(self.share)})")
+        return text
 
     @property
     def cause(self) -> str:
