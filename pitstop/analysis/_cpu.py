@@ -21,6 +21,12 @@ from pitstop.events import Sample, Step
 CONTENDED_WAIT_CORES = 0.25
 # From 0.9 cores' worth of waiting the bound is over 10x: no longer worth stating.
 STALL_BOUND_MAX = 0.9
+# The bound reads the mean wait from the sampler's readings while the measured steps ran (one a
+# second), and one reading swings: calibration's threads-hog (2 threads beside a hog, 2 cores) read
+# 0.34-0.78 cores a second, and its quick runs' 2-3 readings over ~2 s of steps gave means of
+# 0.39-0.74; the 0.39 stated "at most 1.65x" where 1 thread measured 1.95x. So the bound takes the
+# mean plus two standard errors of it, and wants at least STALL_BOUND_READINGS readings.
+STALL_BOUND_READINGS = 3
 # The latest reading within the last 5 samples (2-5 s at 1-2 Hz): older is stale for a live line.
 STATUS_SAMPLES = 5
 
@@ -189,7 +195,9 @@ class Contention:
     p95: float
     follows: bool  # steps were slower while the other processes were busier
     waiting: float | None = None  # cores' worth of its threads ready to run but waiting for a CPU (median)
-    waiting_mean: float | None = None  # the same, mean of the readings: what bounds the stalled share
+    waiting_mean: float | None = None  # the same, mean of the readings
+    waiting_high: float | None = None  # that mean plus two standard errors: what bounds the stalled share
+    waiting_readings: int = 0  # the readings behind them
 
     @property
     def demand(self) -> float:
@@ -220,6 +228,19 @@ def stall_bound(waiting_mean: float | None) -> float | None:
     if waiting_mean is None or waiting_mean >= STALL_BOUND_MAX:
         return None
     return 1.0 / (1.0 - max(0.0, waiting_mean))
+
+
+def run_delay_high(run: RunState, since: float | None = None) -> tuple[float | None, int]:
+    """The mean run delay (`run_delay`) plus two standard errors of it, and the readings behind it.
+
+    None (with the count) under STALL_BOUND_READINGS readings: too few to say how far one swings.
+    """
+    waits = [s.cpu_wait for s in run.samples if s.cpu_wait is not None and (since is None or s.t >= since)]
+    if len(waits) < STALL_BOUND_READINGS:
+        return None, len(waits)
+    mean = sum(waits) / len(waits)
+    var = sum((w - mean) ** 2 for w in waits) / (len(waits) - 1)
+    return mean + 2.0 * (var / len(waits)) ** 0.5, len(waits)
 
 
 def run_delay(run: RunState, since: float | None = None, mean: bool = False) -> float | None:
@@ -253,9 +274,11 @@ def contention(run: RunState, steps: list[Step], workers: int, worker_cores: flo
     for step in steps:
         _, near = readings[min(len(readings) - 1, bisect.bisect_left(times, step.t))]
         (busy_walls if near > other else quiet_walls).append(step.wall)
+    high, count = run_delay_high(run, start)
     follows = bool(busy_walls and quiet_walls) and (
         median_and_spread(busy_walls)[0] > median_and_spread(quiet_walls)[0] * 1.2)
     return Contention(threads=rt.torch_threads, workers=workers, worker_cores=worker_cores, other=other,
                       cores=rt.cpu_count, usable=rt.usable_cpus or rt.cpu_count,
                       p50=median_and_spread(walls)[0], p95=percentile(walls, 95), follows=follows,
-                      waiting=run_delay(run, start), waiting_mean=run_delay(run, start, mean=True))
+                      waiting=run_delay(run, start), waiting_mean=run_delay(run, start, mean=True),
+                      waiting_high=high, waiting_readings=count)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import MIN_GPU_SAMPLES, MIN_STEPS, Context, Finding
-from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, contention, stall_bound
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, Contention, contention, stall_bound
 from pitstop.analysis._loaderfix import loader_fix
 from pitstop.analysis._rules_loop import DATA_WAIT_FRAC
 from pitstop.analysis._rules_share import OVERSUBSCRIBED_EXCESS, cpu_oversubscribed
@@ -253,20 +253,30 @@ def cpu_contended(ctx: Context) -> Finding | None:
         fix=(f"torch.set_num_threads({n})  # the cores the other processes and the workers leave\n"
              f"# or, before Python starts: OMP_NUM_THREADS={n}\n"
              f"# pitstop tune measures it: the threads knob ([compute] threads = {n} in pitstop.toml)"),
-        gain=_contended_gain(ctx, found.waiting_mean, n),
+        gain=_contended_gain(ctx, found, n),
         knob="threads",
     )
 
 
-def _contended_gain(ctx: Context, waiting: float | None, threads: int) -> str:
-    """The gain of fewer threads, bounded by the share of the step its threads waited for a core."""
-    bound = stall_bound(waiting)
+def _contended_gain(ctx: Context, found: Contention, threads: int) -> str:
+    """The gain of fewer threads, bounded by the share of the step its threads waited for a core.
+
+    The share is the mean wait read while the steps ran plus two standard errors of it (see
+    STALL_BOUND_READINGS): a bound from one lucky reading would not hold.
+    """
+    waiting, high, count = found.waiting_mean, found.waiting_high, found.waiting_readings
+    bound = stall_bound(high)
     wall = ctx.wall_mean
-    if bound is None or wall is None or waiting is None:
-        why = ("its threads waited for a core a whole core's worth of the time or more, so nothing bounds it"
-               if waiting is not None else "its threads' wait for a core was not read")
+    if bound is None or wall is None or waiting is None or high is None:
+        if waiting is None:
+            why = "its threads' wait for a core was not read"
+        elif high is None:
+            why = (f"its threads' wait for a core was read {count} time{'s' if count != 1 else ''} while the steps "
+                   f"ran, too few to bound the gain")
+        else:
+            why = "its threads waited for a core a whole core's worth of the time or more, so nothing bounds it"
         return f"steadier, shorter steps while the machine is shared ({why}): `pitstop tune` measures the threads knob"
     return (f"at most {fmt.speedup(wall, wall / bound)} in the mean step with {threads} thread"
             f"{'s' if threads != 1 else ''}: its threads waited for a core {waiting:.2f} cores' worth of the time "
-            f"(mean), so at most {waiting:.0%} of the step stalled on a thread without a core; a bound, not a "
-            "prediction: `pitstop tune` measures the threads knob")
+            f"(mean of {count} readings; {high:.2f} allowing for how they swing), so at most {high:.0%} of the step "
+            "stalled on a thread without a core; a bound, not a prediction: `pitstop tune` measures the threads knob")

@@ -12,7 +12,7 @@ from pitstop.tuning.results import Candidate
 
 
 def hogged_run(other_pct: float, swing: bool, threads: int = 2, cores: int = 2,
-               cpu_wait: float | None = None) -> RunState:
+               cpu_wait: float | None = None, waits: list[float] | None = None) -> RunState:
     """A 2-core CPU run: the main process uses 0.9 cores; the machine is busy by `other_pct` more percent."""
     run = RunState()
     run.add(Runtime(t=0.5, torch_version="2.13", cuda_version=None, device_type="cpu", cpu_count=cores,
@@ -23,8 +23,9 @@ def hogged_run(other_pct: float, swing: bool, threads: int = 2, cores: int = 2,
         t += wall
         run.add(Step(t=t, step=i, wall=wall, data_wait=0.0, samples=8))
     for i in range(20):
+        wait = cpu_wait if waits is None else (waits[i] if i < len(waits) else None)
         run.add(Sample(t=1.0 + i * 1.0, system_cpu=45.0 + other_pct,
-                       procs=[Proc(pid=1, role="main", cpu=90.0, rss=1)], cpu_wait=cpu_wait))
+                       procs=[Proc(pid=1, role="main", cpu=90.0, rss=1)], cpu_wait=wait))
     return run
 
 
@@ -78,3 +79,21 @@ def test_the_gain_of_fewer_threads_is_bounded_by_the_share_its_threads_waited() 
     # A whole core's worth of waiting bounds nothing: no figure is stated, the tuner measures it.
     f = contended(hogged_run(other_pct=50.0, swing=True, cpu_wait=1.2))
     assert f is not None and "at most" not in f.gain and "nothing bounds it" in f.gain
+
+
+def test_the_bound_allows_for_how_the_readings_swing_and_wants_three_of_them() -> None:
+    # Calibration's threads-hog read 0.34-0.78 cores a second; a quick run's mean of 0.39 from its few
+    # readings stated "at most 1.65x" where 1 thread measured 1.95x. Steady readings bound as before.
+    steady = contended(hogged_run(other_pct=50.0, swing=False, cpu_wait=0.6))
+    assert steady is not None and steady.gain.startswith("at most 2.50x (")
+    assert "mean of 19 readings; 0.60 allowing for how they swing" in steady.gain
+    # Readings that swing 0.2-0.6 (mean 0.41 over the 19 from the first measured step, as the low
+    # quick run): the bound is taken above the mean.
+    swinging = contended(hogged_run(other_pct=50.0, swing=False, waits=[0.2, 0.6] * 10))
+    assert swinging is not None
+    assert "waited for a core 0.41 cores' worth of the time (mean of 19 readings; 0.50 allowing" in swinging.gain
+    assert swinging.gain.startswith("at most 2.02x (")  # 1 / (1 - 0.50), not 1 / (1 - 0.41) = 1.69x
+    # Two readings cannot say how far one swings: no figure.
+    few = contended(hogged_run(other_pct=50.0, swing=False, waits=[0.6, 0.6, 0.6]))  # the first before the measured steps
+    assert few is not None and "at most" not in few.gain
+    assert "read 2 times while the steps ran, too few to bound the gain" in few.gain
