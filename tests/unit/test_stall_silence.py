@@ -15,7 +15,7 @@ from pitstop.analysis import JobState, RunState, advise, job_cause, stall_block
 from pitstop.analysis._stall import describe, headline
 from pitstop.events import End, Frame, Hello, Stall, Step, ThreadStack
 from pitstop.profiling._silence import Due, SilenceDetector, SilenceWatch, read_silent
-from pitstop.profiling._stallwatch import UPDATE_S, StallDetector
+from pitstop.profiling._stallwatch import UPDATE_S, StallDetector, StallWatch
 from pitstop.profiling.record import ReadResult, RecordWriter, append_end, append_events, iter_record
 from pitstop.profiling.waits import parse_dump
 from pitstop.streams import StreamBatch
@@ -260,6 +260,24 @@ def test_starved_ticks_do_not_call_a_stall_for_a_time_the_agent_did_not_see() ->
     d.starved(70.0)  # its thread ran again after 70 s: the GIL was held (the front read that one)
     assert d.check((1,), 70.0) is None and d.check((1,), 72.0) is None
     assert d.check((1,), 73.5) == "start"  # still no progress since it could look: a stall of its own
+
+
+def test_a_tick_held_up_4_s_is_starved_and_calls_no_stall_of_its_own() -> None:
+    # Beside two CPU hogs, a GIL held ~4 s and then a Ctrl-C: the watch's next tick came 4 s late, under the
+    # old 5 s mark, and it called a stall of its own with the stacks of the exit then under way.
+    events: list[object] = []
+    clock = SimpleNamespace(index=5, batches=5, backwards=5, grads=5, closures=0)
+    agent = SimpleNamespace(disabled=False, finished=False, worker_pids=[], clock=clock, stamps=[],
+                            emit=events.append, note=lambda *a: None)
+    watch = StallWatch(agent, after_s=2.0)
+    watch.first.done = True
+    for now in (100.0, 101.0, 102.0):  # progress read at 100 s, then none
+        watch.tick(now)
+    watch.tick(106.0)  # 4 s late: the GIL was held meanwhile (the front reads that)
+    assert events == []
+    watch.tick(107.0)
+    watch.tick(108.5)  # 2.5 s without progress since it could look again: a stall of its own
+    assert [e.phase for e in events] == ["start"]
 
 
 def test_the_watch_reads_a_silent_process_on_a_thread_and_keeps_its_events_for_the_record() -> None:
