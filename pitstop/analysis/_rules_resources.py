@@ -274,7 +274,8 @@ def _contended_gain(ctx: Context, found: Contention, threads: int) -> str:
             why = (f"its threads' wait for a core was read {count} time{'s' if count != 1 else ''} while the steps "
                    f"ran, too few to bound the gain")
         else:
-            why = "its threads waited for a core a whole core's worth of the time or more, so nothing bounds it"
+            why = (f"its threads waited for a core {waiting:.2f} cores' worth of the time ({high:.2f} allowing for how "
+                   "the readings swing), too near a whole core's worth for anything to bound it")
         return f"steadier, shorter steps while the machine is shared ({why}): `pitstop tune` measures the threads knob"
     return (f"at most {fmt.speedup(wall, wall / bound)} in the mean step with {threads} thread"
             f"{'s' if threads != 1 else ''}: its threads waited for a core {waiting:.2f} cores' worth of the time "
