@@ -230,12 +230,17 @@ def stall_bound(waiting_mean: float | None) -> float | None:
     return 1.0 / (1.0 - max(0.0, waiting_mean))
 
 
+def _waits(run: RunState, since: float | None) -> list[float]:
+    """The readings of the process's threads' wait for a CPU (`Sample.cpu_wait`, cores' worth) from `since` on."""
+    return [s.cpu_wait for s in run.samples if s.cpu_wait is not None and (since is None or s.t >= since)]
+
+
 def run_delay_high(run: RunState, since: float | None = None) -> tuple[float | None, int]:
     """The mean run delay (`run_delay`) plus two standard errors of it, and the readings behind it.
 
     None (with the count) under STALL_BOUND_READINGS readings: too few to say how far one swings.
     """
-    waits = [s.cpu_wait for s in run.samples if s.cpu_wait is not None and (since is None or s.t >= since)]
+    waits = _waits(run, since)
     if len(waits) < STALL_BOUND_READINGS:
         return None, len(waits)
     mean = sum(waits) / len(waits)
@@ -245,7 +250,7 @@ def run_delay_high(run: RunState, since: float | None = None) -> tuple[float | N
 
 def run_delay(run: RunState, since: float | None = None, mean: bool = False) -> float | None:
     """Median (or mean) cores' worth of the process's threads that waited for a CPU (`cpu_wait`) from `since` on."""
-    waits = [s.cpu_wait for s in run.samples if s.cpu_wait is not None and (since is None or s.t >= since)]
+    waits = _waits(run, since)
     if not waits:
         return None
     return sum(waits) / len(waits) if mean else median_and_spread(waits)[0]

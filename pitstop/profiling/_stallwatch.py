@@ -60,8 +60,8 @@ EVAL_TIMES = 20.0
 FIRST_STEP_S = float(os.environ.get("PITSTOP_FIRST_STEP_S", "300"))
 # A tick this late (1.5 s past its 1 s) means this thread could not run: a thread held the GIL (the front
 # reads that from outside), or the process was stopped. A thread that may run gets the GIL back within the
-# interpreter's switch interval (5 ms) and a core within the scheduler's latency (tens of ms beside two CPU
-# hogs on 2 cores); a ctypes.PyDLL call kept it from this one for as long as it ran. At 5 s, a GIL held
+# interpreter's switch interval (5 ms) and a core within the scheduler's latency (a 1 s tick beside two CPU
+# hogs on 2 cores, its training thread in matmuls and pure-Python loops, ran at most 2.6 ms late in 26); a ctypes.PyDLL call kept it from this one for as long as it ran. At 5 s, a GIL held
 # 4 s (the stall test beside two hogs, then Ctrl-C) went unnoticed: when the GIL came back the watch
 # called a stall of its own and read the stacks of the exit that was then under way, and the summary
 # named `_ModuleLock.acquire` in the exit hook instead of the C call the front had read.
