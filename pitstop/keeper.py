@@ -14,6 +14,9 @@ that quit. It ends with the training (`--pid` gone): a last pass, then exit.
 A keeper killed or never started costs only time: the next reader indexes
 from the last index that still matches the record. A pass takes at most a
 tenth of the keeper's time: with many long records it passes less often.
+`pitstop run` starts it only once the training has run one interval (`Later`):
+its first pass was due then anyway, and a run that ends sooner is indexed by
+its end summary, so most runs never pay for a keeper at all.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -77,12 +81,14 @@ class Keeper:
         return folded
 
 
-def keep(target: Path, pid: int, every: float = KEEP_EVERY_S) -> int:
-    """Keep `target`'s indexes until `pid` ends; a last pass then. SIGTERM ends it at once."""
+def keep(target: Path, pid: int, every: float = KEEP_EVERY_S, first: float | None = None) -> int:
+    """Keep `target`'s indexes until `pid` ends; a last pass then. SIGTERM ends it at once.
+
+    The first pass comes `first` seconds after the start (default: `every`)."""
     import psutil
 
     keeper = Keeper(target)
-    due = time.monotonic() + every
+    due = time.monotonic() + (every if first is None else first)
     while psutil.pid_exists(pid):
         time.sleep(POLL_S if every >= POLL_S else every)
         if time.monotonic() >= due:
@@ -94,13 +100,14 @@ def keep(target: Path, pid: int, every: float = KEEP_EVERY_S) -> int:
     return 0
 
 
-def start(record: str, pid: int) -> subprocess.Popen[bytes] | None:
-    """Start a keeper for `record` beside training `pid`; None if it cannot.
+def start(record: str, pid: int, first: float | None = None) -> subprocess.Popen[bytes] | None:
+    """Start a keeper for `record` beside training `pid`, its first pass `first` seconds on; None if it cannot.
 
     Its own session: a viewer that quits, or a Ctrl-C at the terminal, leaves it with the training.
     """
+    extra = [] if first is None else ["--first", str(first)]
     try:
-        return subprocess.Popen([sys.executable, "-m", "pitstop.keeper", "--pid", str(pid), record],
+        return subprocess.Popen([sys.executable, "-m", "pitstop.keeper", "--pid", str(pid), *extra, record],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, close_fds=True)
     except OSError:
@@ -119,10 +126,49 @@ def stop(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait()
 
 
+class Later:
+    """A keeper for `record` beside training `pid`, started once the training has run `every` seconds.
+
+    Its first pass was due then anyway, so the index is kept as before. A run that ends
+    sooner (every run of a test suite, most first tries) never starts one: a keeper's start
+    and exit cost ~0.1 s of CPU and a process beside each `pitstop run` of a 5-step torch
+    script, for a pass whose lines the end summary indexes itself.
+    """
+
+    def __init__(self, record: str, pid: int, every: float = KEEP_EVERY_S) -> None:
+        self.record = record
+        self.pid = pid
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._done = False
+        self._timer = threading.Timer(every, self.now)
+        self._timer.name = "pitstop-keeper-later"
+        self._timer.daemon = True
+        self._timer.start()
+
+    def now(self) -> None:
+        """Start the keeper now (its first pass at once), unless it started or was stopped: the training
+        goes on without this front (a viewer that quit), or it has run one interval."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            self._timer.cancel()
+            self.proc = start(self.record, self.pid, first=0.0)
+
+    def stop(self) -> None:
+        """No keeper from now on; end the one that started (the caller indexes the record itself next)."""
+        with self._lock:
+            self._done = True
+            self._timer.cancel()
+        stop(self.proc)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pitstop.keeper", description=__doc__.splitlines()[0])
     parser.add_argument("--pid", type=int, required=True, help="the training process: the keeper ends with it")
     parser.add_argument("--every", type=float, default=KEEP_EVERY_S, help="seconds between passes")
+    parser.add_argument("--first", type=float, default=None, help="seconds to the first pass (default: --every)")
     parser.add_argument("record", help="the run's record: a .jsonl file or a session directory")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
@@ -130,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(NICENESS)
     except OSError:
         pass
-    return keep(Path(args.record), args.pid, max(0.1, args.every))
+    first = None if args.first is None else max(0.0, args.first)
+    return keep(Path(args.record), args.pid, max(0.1, args.every), first)
 
 
 if __name__ == "__main__":

@@ -480,11 +480,11 @@ class Run:
             proc = self._launch(target, settings)
             own.append(proc.pid)
             self._signals.attach(proc)
-            index_keeper = keeper.start(settings.record, proc.pid)
+            index_keeper = keeper.Later(settings.record, proc.pid)  # once it has run one interval
             status = self.fronts.status(settings.session, target.label, proc, self.silence)
             status.start()
             code = exit_code_of(status.wait())
-        keeper.stop(index_keeper)  # the summary indexes what it left
+        index_keeper.stop()  # the summary indexes what it left
         ending = self._summary(proc.pid, code)
         if ending is None:
             return code
@@ -510,21 +510,23 @@ class Run:
                 proc = self._launch(target, settings, new_session=True, stdin=None, stdout=log, stderr=log)
             own.append(proc.pid)
             self._signals.attach(proc)
-            index_keeper = keeper.start(settings.record, proc.pid)  # outlives a viewer that quit
+            index_keeper = keeper.Later(settings.record, proc.pid)  # outlives a viewer that quit (`now`)
             source = self.fronts.source(f"{target.label} (pid {proc.pid})", settings.session,
                                         lambda: proc.poll() is not None, self.silence)
             hint = f"training continues (pid {proc.pid}); reattach with: pitstop attach {proc.pid}; output: {log_path}"
             self.fronts.viewer(source, log_path=log_path, detach_hint=hint, tune=self.tune, stop=self._stopped)
             source.close()
             if self.tune.outcome is not None:
+                index_keeper.now()  # this front ends here: the keeper takes the record from it
                 return self.tune.outcome  # the user chose to tune: the tune's outcome is this command's
             if self._stopped.is_set():
                 print(f"pitstop: {signal_names(self._signals.received)} passed on to {target.label} (pid {proc.pid}); "
                       "waiting for it to end", file=sys.stderr, flush=True)
                 proc.wait()
             if proc.poll() is None:
+                index_keeper.now()
                 return 0  # training continues: its keeper stays with it
-        keeper.stop(index_keeper)  # the summary indexes what it left
+        index_keeper.stop()  # the summary indexes what it left
         assert proc.returncode is not None
         code = exit_code_of(proc.returncode)
         ending = self._summary(proc.pid, code)

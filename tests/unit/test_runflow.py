@@ -179,6 +179,42 @@ def test_quitting_the_viewer_leaves_training_running_and_says_how_to_come_back(
     assert "summary" not in capsys.readouterr().err
 
 
+@pytest.fixture
+def keepers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, float | None]]:
+    """The index keepers a run starts (record, pid, first pass), none of them a process."""
+    started: list[tuple[str, int, float | None]] = []
+
+    def start(record: str, pid: int, first: float | None = None) -> None:
+        started.append((record, pid, first))
+
+    monkeypatch.setattr("pitstop.keeper.start", start)
+    return started
+
+
+def test_a_run_that_ends_within_one_index_interval_starts_no_keeper(
+        tmp_path: Path, keepers: list[tuple[str, int, float | None]]) -> None:
+    assert headless_run(tmp_path, FakeLaunch(returncode=0)).execute() == 0
+    assert tui_run(tmp_path / "tui", FakeLaunch(returncode=0), FakeViewer()).execute() == 0
+    assert keepers == []  # the end summary indexed the record; no process folded it beside
+
+
+def test_training_left_running_by_a_viewer_that_quit_gets_its_keeper_at_once(
+        tmp_path: Path, keepers: list[tuple[str, int, float | None]]) -> None:
+    assert tui_run(tmp_path, FakeLaunch(returncode=None), FakeViewer()).execute() == 0
+    assert keepers == [(str(tmp_path / "rec"), 4242, 0.0)]  # its first pass now: the interval may be up
+
+
+def test_a_keeper_starts_once_the_training_has_run_one_interval_and_passes_at_once(
+        keepers: list[tuple[str, int, float | None]]) -> None:
+    from pitstop.keeper import Later
+
+    later = Later("/runs/r", 4242, every=0.01)
+    later._timer.join(timeout=30)  # the interval is up: the timer started it
+    later.now()  # called again (a viewer quit too): still one keeper
+    later.stop()
+    assert keepers == [("/runs/r", 4242, 0.0)]
+
+
 def test_t_in_the_viewer_tunes_the_target_the_run_started_and_the_tune_decides_the_exit_code(tmp_path: Path) -> None:
     tuned: list[tuple[list[str], Target]] = []
 
