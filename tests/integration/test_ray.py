@@ -41,9 +41,11 @@ RUN = "pitstop-ray-test"  # the RunConfig name in scripts/ray_train.py
 
 # Ray settings of the tests' own clusters, none of which pitstop reads. Each Ray process costs ~3 s of CPU
 # (it imports ray.train: pandas, ray.data), and a TorchTrainer run started 8 of them beside its 2 workers
-# (measured 2026-11-28 by process, load 9-12): the raylet's 2 workers prestarted for the first driver
-# (`ray::IDLE`, never used: the job's runtime_env differs; 1.8 s) and Ray Train's PreemptionWatcher actor
-# (3.0 s a run) are not needed by a test cluster that is never preempted.
+# (measured 2026-11-28 by process, load 9-12): the raylet's workers prestarted for the first driver
+# (`ray::IDLE`, 0.9 s each, never used: every actor got a process of its own, and Ray killed them idle)
+# and Ray Train's PreemptionWatcher actor (3.0 s a run) are not needed by a test cluster never preempted.
+# Ray's metrics off as well (RAY_TRAIN_METRICS_ENABLED, RAY_enable_metrics_collection) saved nothing
+# measurable (166 and 175 s of CPU for this file against 163 s), so they stay on.
 LEAN = {"RAY_prestart_worker_first_driver": "0", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
