@@ -39,6 +39,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 RUN = "pitstop-ray-test"  # the RunConfig name in scripts/ray_train.py
 
+# Ray settings of the tests' own clusters, none of which pitstop reads. Each Ray process costs ~3 s of CPU
+# (it imports ray.train: pandas, ray.data), and a TorchTrainer run started 8 of them beside its 2 workers
+# (measured 2026-11-28 by process, load 9-12): the raylet's workers prestarted for the first driver
+# (`ray::IDLE`, 0.9 s each, never used: every actor got a process of its own, and Ray killed them idle)
+# and Ray Train's PreemptionWatcher actor (3.0 s a run) are not needed by a test cluster never preempted.
+# Ray's metrics off as well (RAY_TRAIN_METRICS_ENABLED, RAY_enable_metrics_collection) saved nothing
+# measurable (166 and 175 s of CPU for this file against 163 s), so they stay on.
+LEAN = {"RAY_prestart_worker_first_driver": "0", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+
 
 def _no_ray() -> str | None:
     """Why the Ray tests cannot run here, else None (without importing ray: collection stays cheap)."""
@@ -117,7 +126,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # earlier `ray.init()` leaves), and a node joining without it was refused ("InvalidAuthToken"): every
     # node and driver here gets one mode and one token, as Ray's docs ("Token authentication") ask of a cluster.
     env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token",
-               RAY_AUTH_TOKEN=secrets.token_hex(32))
+               RAY_AUTH_TOKEN=secrets.token_hex(32), **LEAN)
     made = Cluster(f"{nodes.address(0)}:{port}", nodes, env, home)
     ray = str(Path(sys.executable).parent / "ray")
     try:
@@ -125,8 +134,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for i in (0, 1) if nodes.isolated else (1,):
             temp = Path(f"/tmp/pstray{os.getpid() % 100000}-{i}")  # short: Ray's socket paths hold 107 bytes
             made.temp_dirs.append(temp)
-            start = [ray, "start", "--head", f"--port={port}", "--include-dashboard=false"] if i == 0 or not \
-                nodes.isolated else [ray, "start", f"--address={made.address}"]
+            # --no-monitor: no autoscaler (1.2 s of CPU) for a cluster of fixed nodes
+            start = [ray, "start", "--head", f"--port={port}", "--include-dashboard=false", "--no-monitor"] \
+                if i == 0 or not nodes.isolated else [ray, "start", f"--address={made.address}"]
             start += [f"--num-cpus={1 if nodes.isolated else 2}", "--object-store-memory=100000000",
                       "--disable-usage-stats", f"--temp-dir={temp}"]
             if nodes.isolated:
@@ -146,7 +156,7 @@ def _drive(cluster: Cluster, env: dict[str, str], record: Path,
            storage: Path | None) -> subprocess.CompletedProcess[str]:
     """`pitstop run -- python ray_train.py 16 1 auto` on node-0 (beside the head), joining the cluster."""
     env = {**env, **{k: cluster.env[k] for k in ("HOME", "RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE",
-                                                  "RAY_AUTH_TOKEN")}, "RAY_ADDRESS": cluster.address}
+                                                  "RAY_AUTH_TOKEN", *LEAN)}, "RAY_ADDRESS": cluster.address}
     env.pop("RAY_STORAGE", None)
     if storage is not None:
         env["RAY_STORAGE"] = str(storage)
@@ -160,7 +170,7 @@ def test_ray_train_workers_are_the_ranks_of_one_job_and_the_driver_says_it_does_
 ) -> None:
     """TorchTrainer over 2 CPU workers on a local cluster `ray.init()` starts from the driver under `pitstop run`."""
     _skip_without_ray()
-    env.update(RAY_STORAGE=str(tmp_path / "ray_results"), RAY_USAGE_STATS_ENABLED="0")
+    env.update(RAY_STORAGE=str(tmp_path / "ray_results"), RAY_USAGE_STATS_ENABLED="0", **LEAN)
     record = tmp_path / "ray-run"
     result = pitstop(["run", "--headless", "--record", str(record), "--", sys.executable,
                       str(SCRIPTS / "ray_train.py"), "32", "2"], env, timeout=300)
