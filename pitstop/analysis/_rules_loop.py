@@ -202,20 +202,30 @@ def data_wait(ctx: Context) -> Finding | None:
             # Named, so the fix says which loader it is about (an eval loader may be built after it).
             fix = (f"# the training DataLoader ({f'{dl.dataset}, ' if dl.dataset else ''}batch_size={dl.batch_size})"
                    + cheaper) if dl is not None else cheaper.lstrip("\n")
-        if more:
+        # Unread CPU holds the workers to the free cores; whether more fit is for the tuner to measure.
+        unread = facts.cpu is None and more
+        # Threads that waited for a core: the cores this run got are not the cores workers would get
+        # (more threads of its own take a larger share beside the other processes), so its figure is
+        # no ground to hold the count back. super_resolution beside a CPU hog: "1 worker with
+        # torch.set_num_threads(1) would give 0.65x" by this run's cores, and it measured x1.7.
+        shared = facts.contended and more and not unread
+        knobs = "num_workers,threads" if chosen.threads else "num_workers"
+        if shared:
+            why = (f"{chosen.named()} would give {fmt.speedup(wall, chosen.step)} on the cores this run got, but "
+                   f"its threads waited for a core, so the cores workers would get move with the other processes' "
+                   f"load: `pitstop tune --knobs {knobs}` measures what they give")
+        elif more:
             why = (f"{chosen.named()} would give "
                    f"{fmt.speedup(wall, chosen.step)} by the measurement ({chosen.stop}), under the "
                    f"{fmt.ratio(MIN_GAIN)} that workers' own costs (intra-op threads losing a core, "
                    "each batch carried across processes) can eat")
         else:
             why = f"more than the {current} worker(s) there are would not help ({chosen.stop})"
-        # Unread CPU holds the workers to the free cores; whether more fit is for the tuner to measure.
-        unread = facts.cpu is None and more
         if unread:
             why += "; `pitstop tune --knobs num_workers` measures what more workers give"
         gain = (f"at most {hidden} in the mean step if each batch got cheaper to load (down to its compute); "
                 f"no worker fix: {why}")
-        knob = "num_workers" if current or unread else None
+        knob = knobs if shared else "num_workers" if current or unread else None
     cause = (
         "the training loop waits for the next batch: the DataLoader produces batches "
         "slower than the model consumes them"

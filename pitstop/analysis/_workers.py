@@ -25,7 +25,8 @@ step) went x1.12 with 2 workers, where the bounds said ~1.6x; at load 4-7 the
 same 2 workers took 12.1 s and, with `torch.set_num_threads(1)` beside them,
 6.8 s. So where workers and threads would not fit the usable cores the plan
 names the threads as well (`WorkerPlan.threads`), and counts the compute as
-if it slowed in proportion (a bound: small ops lose nothing).
+if it slowed in proportion to the cores it kept busy (`parallel`: a bound, as
+small ops lose nothing).
 Pure functions over plain numbers: the rules read the run, this reads numbers.
 """
 
@@ -117,12 +118,29 @@ def threads_with(f: LoaderFacts, workers: int) -> int | None:
     return max(1, usable - workers)
 
 
+def parallel(f: LoaderFacts) -> float:
+    """The cores the compute kept busy: torch's threads, or fewer where the CPU read says so.
+
+    Without workers the main process loads each batch on one core during the wait, so
+    the CPU left over is the compute's. Threads that waited for a core, or ops too small
+    to split, keep fewer cores busy than there are threads, and lose that much less when
+    cut: pytorch/examples' super_resolution beside a CPU hog (2 threads, 0.98 cores for
+    the whole step, 97 ms of its 418 waiting) was told 1 worker with 1 thread "would give
+    0.65x" (its compute doubled), and measured x1.7.
+    """
+    if not f.threads:
+        return 1.0
+    if f.workers or f.cpu is None or f.compute <= 0:
+        return float(f.threads)
+    return min(float(f.threads), max(1.0, (f.cpu - f.load) / f.compute))
+
+
 def bounds(f: LoaderFacts, workers: int) -> dict[str, float]:
     """The three floors of the step with `workers` workers (the CPU's only when read), start-up included."""
     extra = _startup(f, workers)
     threads = threads_with(f, workers)
-    # Fewer threads: the compute counted as slowing in proportion, a bound.
-    compute = f.compute * f.threads / threads if threads and f.threads else f.compute
+    # Fewer threads: the compute counted as slowing in proportion to the cores it kept busy, a bound.
+    compute = f.compute * max(1.0, parallel(f) / threads) if threads else f.compute
     out = {"compute": compute + IPC_S + extra, "loader": f.load / workers + extra}
     if f.cpu is not None and f.cores is not None:
         cpu = (f.cpu + IPC_S) / max(f.cores, 1.0)

@@ -16,8 +16,10 @@ from pitstop.events import DataLoaderInfo, Proc, Runtime, Sample, Step
 
 
 def _run(wall: float, wait: float, main_cores: float, cpus: int = 2, threads: int = 2, steps: int = 60,
-         loaders: int = 1, workers: int = 0, batch: int = 32, readings: int = 12) -> RunState:
-    """A CPU run: `steps` steps split over `loaders` DataLoaders, the main process at `main_cores`, nothing else busy."""
+         loaders: int = 1, workers: int = 0, batch: int = 32, readings: int = 12, others: float = 0.0,
+         cpu_wait: float = 0.0) -> RunState:
+    """A CPU run: `steps` steps split over `loaders` DataLoaders, the main process at `main_cores`, other
+    processes at `others` cores, its threads waiting for a core `cpu_wait` cores' worth of the time."""
     run = RunState()
     run.add(Runtime(t=0.5, torch_version="2.13", cuda_version=None, device_type="cpu", device_names=[],
                     cpu_count=cpus, usable_cpus=cpus, shm_bytes=8 << 30, torch_threads=threads))
@@ -30,10 +32,10 @@ def _run(wall: float, wait: float, main_cores: float, cpus: int = 2, threads: in
             t += wall
             run.add(Step(t=t, step=k * per + i, wall=wall, data_wait=wait, samples=batch, loader=k + 1))
     end = t
-    for i in range(readings):  # one reading every 0.25 s while it trains, the machine busy with this run alone
+    for i in range(readings):  # one reading every 0.25 s while it trains
         at = 1.0 + (end - 1.0) * (i + 1) / (readings + 1)
         run.add(Sample(t=at, procs=[Proc(pid=10, role="main", cpu=main_cores * 100.0, rss=1)],
-                       system_cpu=main_cores / cpus * 100.0, cpu_wait=0.0))
+                       system_cpu=(main_cores + others) / cpus * 100.0, cpu_wait=cpu_wait))
     return run
 
 
@@ -156,3 +158,28 @@ def test_a_held_back_count_names_the_threads_its_figure_is_for() -> None:
     # Where the count leaves the threads alone, the figure names the count alone.
     one = _rule(_run(wall=0.2737, wait=0.1057, main_cores=0.98, threads=1), "data-wait")
     assert one is not None and "set_num_threads" not in one.gain
+
+
+def test_fewer_threads_slow_the_compute_only_as_far_as_it_kept_cores_busy() -> None:
+    # 2 threads whose compute kept one core busy (the main process at 0.98 cores over the whole step,
+    # 97 ms of its 418 loading on one core): with 1 thread beside 1 worker the compute is as long as
+    # it was, not doubled (the old figure: 642.8 ms, "0.65x").
+    f = LoaderFacts(wall=0.418, compute=0.321, load=0.097, workers=0, cores=2.0, cpu=0.98 * 0.418,
+                    steps_per_start=None, usable=2, threads=2)
+    assert step_with(f, 1) == pytest.approx(0.3213, abs=0.002)
+    # Threads that kept both cores busy computing still double: the demo's 168 ms on 1.98 cores.
+    demo = LoaderFacts(wall=0.2737, compute=0.168, load=0.1057, workers=0, cores=2.0, cpu=1.98 * 0.2737,
+                       steps_per_start=None, usable=2, threads=2)
+    assert step_with(demo, 1) == pytest.approx(0.336, abs=0.002)
+
+
+def test_a_count_the_contended_cores_would_hold_back_is_handed_to_the_tuner() -> None:
+    # pytorch/examples super_resolution (`--threads 0`: no workers; JPEG decode and resize per sample)
+    # beside a CPU hog: 418 ms a step, 97 ms waiting, the main process at 0.98 cores, its threads
+    # waiting for a core 0.96 cores' worth. Told "1 worker with torch.set_num_threads(1) would give
+    # 0.65x" and no tune line; 1 worker with 1 thread beside the same hog measured x1.7.
+    f = _rule(_run(wall=0.418, wait=0.0969, main_cores=0.98, others=1.0, cpu_wait=0.96, batch=4), "data-wait")
+    assert f is not None and "num_workers=" not in f.fix
+    assert "0.6" not in f.gain and "on the cores this run got, but its threads waited for a core" in f.gain
+    assert f.knob == "num_workers,threads"
+    assert f.tune is not None and "--knobs num_workers,threads " in f.tune
