@@ -205,15 +205,16 @@ def data_wait(ctx: Context) -> Finding | None:
         # Unread CPU holds the workers to the free cores; whether more fit is for the tuner to measure.
         unread = facts.cpu is None and more
         # Threads that waited for a core: the cores this run got are not the cores workers would get
-        # (more threads of its own take a larger share beside the other processes), so its figure is
-        # no ground to hold the count back. super_resolution beside a CPU hog: "1 worker with
-        # torch.set_num_threads(1) would give 0.65x" by this run's cores, and it measured x1.7.
+        # (more threads of its own take a larger share beside the other processes, and 2 threads
+        # spinning for one core burn CPU 1 thread does not), so the floors' figure is no ground to
+        # hold the count back, nor a number to show. super_resolution beside a CPU hog: "1 worker
+        # with torch.set_num_threads(1) would give 0.65x", and it measured x1.7; beside lighter
+        # load (0.79 cores busy) the floors said 1.01x on this run's cores, and it measured x2.15.
         shared = facts.contended and more and not unread
         knobs = "num_workers,threads" if chosen.threads else "num_workers"
         if shared:
-            why = (f"{chosen.named()} would give {fmt.speedup(wall, chosen.step)} on the cores this run got, but "
-                   f"its threads waited for a core, so the cores workers would get move with the other processes' "
-                   f"load: `pitstop tune --knobs {knobs}` measures what they give")
+            why = (f"its threads waited for a core while other processes ran, and what {chosen.named()} would "
+                   f"give moves with their load, so this run cannot say: `pitstop tune --knobs {knobs}` measures it")
         elif more:
             why = (f"{chosen.named()} would give "
                    f"{fmt.speedup(wall, chosen.step)} by the measurement ({chosen.stop}), under the "
