@@ -91,7 +91,7 @@ def backward_wrapper(hooks: Any) -> Any:
             # A GradScaler's scaled loss: its scale, taken before backward frees what the graph saved.
             scale = hooks.scale_of(tensor)
         result = original(tensor, *args, **kwargs) if args or kwargs else original(tensor)
-        if not agent.disabled:
+        if hot[0] or not agent.disabled:
             now = perf()
             loss = None
             if not hooks.loss_read:
@@ -123,7 +123,7 @@ def backward_wrapper(hooks: Any) -> Any:
     def hand(loss: Any, started: float, token: Any, tensor: Any, now: float) -> None:
         """The backward call held for the clock, or told to it at once."""
         try:
-            if agent.batching and not agent.step_open:
+            if (hot[0] or agent.batching) and not hot[1]:  # (`hot[1]`: `step_open`)
                 stamps.append((on_backward, now, loss, started, None))
             else:
                 if agent.batching:  # a closure's backward: the clock must know the step first
