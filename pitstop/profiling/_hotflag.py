@@ -19,9 +19,9 @@ another object each, cold after the step's own work (docs/internals.md,
 - `windows`: the profiler windows (`windows.py`), or None.
 
 `disabled`, `batching`, `step_open`, `held_base`, `batched_steps`, `probe_due`
-and `windows` stay the agent's attributes for every other reader: properties over the list, whose
-setters (rare: the held calls taken in, the agent switched off or woken, a
-fork) keep `holding` true to them. Dynamo's first trace clears `holding` in
+and `windows` stay the agent's attributes for every other reader: properties
+over the list, whose setters (rare: the held calls taken in, the agent
+switched off or woken, a fork) keep `holding` true to them. Dynamo's first trace clears `holding` in
 every list (`_dynamo.on_trace`), before it can trace a hook.
 """
 
