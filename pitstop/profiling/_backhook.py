@@ -64,19 +64,19 @@ def backward_wrapper(hooks: Any) -> Any:
                 hooks.loss_tail = None if args or kwargs else tensor
                 if hot[0] and not hot[1]:
                     stamps.append((on_backward, now, None, started, None))
-                elif not agent.disabled:
+                elif not hot[5]:
                     hand(None, started, None, tensor, now)
                 return result
-            if agent.disabled:
+            if hot[5]:
                 if not agent.dormant or (dynamo[0] and compiling()):
                     return original(tensor, *args, **kwargs) if args or kwargs else original(tensor)
                 agent.wake()  # a child process's first backward: its agent starts now
-                if agent.disabled:
+                if hot[5]:
                     return original(tensor, *args, **kwargs)
             elif dynamo[0] and compiling():  # traced by torch.compile (compiled autograd): the original alone
                 return original(tensor, *args, **kwargs)
             started = perf()
-            step = agent.held_base + agent.batched_steps if agent.batching else clock.index
+            step = hot[2] if hot[6] else clock.index
             decide(step, started)
             return timed(original, tensor, args, kwargs, started, step)
 
@@ -91,7 +91,7 @@ def backward_wrapper(hooks: Any) -> Any:
             # A GradScaler's scaled loss: its scale, taken before backward frees what the graph saved.
             scale = hooks.scale_of(tensor)
         result = original(tensor, *args, **kwargs) if args or kwargs else original(tensor)
-        if hot[0] or not agent.disabled:
+        if hot[0] or not hot[5]:
             now = perf()
             loss = None
             if not hooks.loss_read:
@@ -123,10 +123,10 @@ def backward_wrapper(hooks: Any) -> Any:
     def hand(loss: Any, started: float, token: Any, tensor: Any, now: float) -> None:
         """The backward call held for the clock, or told to it at once."""
         try:
-            if (hot[0] or agent.batching) and not hot[1]:  # (`hot[1]`: `step_open`)
+            if (hot[0] or hot[6]) and not hot[1]:  # (`hot[1]`: `step_open`)
                 stamps.append((on_backward, now, loss, started, None))
             else:
-                if agent.batching:  # a closure's backward: the clock must know the step first
+                if hot[6]:  # a closure's backward: the clock must know the step first
                     agent.flush_stamps()
                 if clock.open_steps:  # inside an optimizer's step (a closure's), or one raised
                     hooks._abandon_raised()

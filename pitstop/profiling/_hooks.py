@@ -266,17 +266,17 @@ class Hooks:
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step pre-hook", err)
                 return
-            if agent.disabled:
+            if hot[5]:
                 if not agent.dormant or (dynamo[0] and compiling()):
                     return
                 agent.wake()  # a child process's first step: its agent starts now
-                if agent.disabled:
+                if hot[5]:
                     return
             elif dynamo[0] and compiling():  # traced by torch.compile (a compiled step): nothing (`_dynamo.py`)
                 return
-            if agent.batching:
+            if hot[6]:
                 stamps.append((on_start, serials.get(id(optimizer)) or new_key(optimizer), perf(), None))
-                agent.step_open = True
+                hot[1] = True  # (`step_open`)
             else:
                 try:
                     # The token is torch's step wrapper's frame, which called this hook: while it is
@@ -320,18 +320,18 @@ class Hooks:
                 except Exception as err:  # never into the training loop
                     agent.fail("the optimizer-step hook", err)
                 return
-            if not agent.disabled and not (dynamo[0] and compiling()):
+            if not hot[5] and not (dynamo[0] and compiling()):
                 try:
                     key = serials.get(id(optimizer)) or new_key(optimizer)
                     now = perf()
-                    if agent.batching and key == clock.primary:  # a plain step: held
+                    if hot[6] and key == clock.primary:  # a plain step: held
                         stamps.append((on_step, key, now))
-                        agent.step_open = False
-                        held = agent.batched_steps + 1
-                        agent.batched_steps = held
-                        windows = agent.windows  # this step's index is held_base + held - 1
-                        if len(stamps) >= HOLD_MAX or now >= agent.probe_due or (
-                                windows is not None and agent.held_base + held > windows.wake_step):
+                        hot[1] = False  # (`step_open`)
+                        step = hot[2] + 1  # (`held_base + batched_steps`)
+                        hot[2] = step
+                        windows = hot[4]  # this step's index is step - 1
+                        if len(stamps) >= HOLD_MAX or now >= hot[3] or (
+                                windows is not None and step > windows.wake_step):
                             agent.flush_stamps(now)  # (on CUDA, a probe due: the next step is one)
                     else:
                         if hooks.state_init == key:  # (never held: told before the first step ended)
@@ -343,7 +343,7 @@ class Hooks:
 
         def step_now(optimizer: Any, key: int, now: float) -> None:
             """The clock told of the step at once (the calls held so far taken in first)."""
-            if agent.batching:  # (takes the lock: the writer may be taking held calls in)
+            if hot[6]:  # (takes the lock: the writer may be taking held calls in)
                 agent.flush_stamps()
             if key not in live:
                 try:
@@ -358,7 +358,7 @@ class Hooks:
             """A step the GradScaler did not run (inf or NaN gradients): a step all the same, of no optimizer time."""
             agent.note("info", "hooks", "a GradScaler skipped the optimizer's step (inf or NaN gradients): "
                        "counted as a step, with no optimizer time", once="scaler-skip")
-            if agent.batching:
+            if hot[6]:
                 agent.flush_stamps()
             now = perf()
             key = serials.get(id(optimizer)) or new_key(optimizer)

@@ -8,7 +8,7 @@ held calls are due to be taken in (`probe_due`, `windows`): a cache line of
 another object each, cold after the step's own work (docs/internals.md,
 "Where the in-place cost is"). Here they are one list the hooks bind once, `hot`:
 
-    [holding, step_open, step, probe_due, windows]
+    [holding, step_open, step, probe_due, windows, disabled, batching]
 
 - `holding`: the agent is on, holds the hooks' calls (`batching`) and Dynamo
   never began to trace (`_dynamo.compile_gate`): the hooks take their short
@@ -16,7 +16,9 @@ another object each, cold after the step's own work (docs/internals.md,
 - `step_open`: a held optimizer step began and its post-hook has not come;
 - `step`: the index of the step being held, `held_base + batched_steps`;
 - `probe_due`: on CUDA, when the next probe is due (`_cuda.time_next`; inf on the CPU);
-- `windows`: the profiler windows (`windows.py`), or None.
+- `windows`: the profiler windows (`windows.py`), or None;
+- `disabled` and `batching`, for the hooks' long paths (a property's getter is
+  a Python call: ~500 instructions a read under callgrind, five a step).
 
 `disabled`, `batching`, `step_open`, `held_base`, `batched_steps`, `probe_due`
 and `windows` stay the agent's attributes for every other reader: properties
@@ -41,11 +43,11 @@ class HotFlag:
 
     @property
     def hot(self) -> list[Any]:
-        """[holding, step_open, step, probe_due, windows] (module docstring); made at the first ask, once an agent."""
+        """[holding, step_open, step, probe_due, windows, disabled, batching] (module docstring); made at the first ask."""
         state = self.__dict__
         found = state.get("_hot")
         if found is None:
-            found = state["_hot"] = [False, False, self._held_base, float("inf"), None]
+            found = state["_hot"] = [False, False, self._held_base, float("inf"), None, self._disabled, self._batching]
             _dynamo.on_trace(found)
             self._rehot()
         return found
@@ -60,7 +62,7 @@ class HotFlag:
 
     @disabled.setter
     def disabled(self, value: bool) -> None:
-        self._disabled = value
+        self._disabled = self.hot[5] = value
         self._rehot()
 
     @property
@@ -70,7 +72,7 @@ class HotFlag:
 
     @batching.setter
     def batching(self, value: bool) -> None:
-        self._batching = value
+        self._batching = self.hot[6] = value
         self._rehot()
 
     @property

@@ -39,11 +39,11 @@ def hook_dataloader(hooks: Any) -> None:
     def tell(key: Any, first: bool, started: float, waited: float, samples: Any) -> None:
         """The clock told of the fetch: held, or at once."""
         if first:  # an iteration's first batch: one pass of an evaluation
-            if agent.batching:
+            if hot[6]:
                 stamps.append((on_iter, key))
             else:
                 on_iter(key)
-        if agent.batching:
+        if hot[6]:
             stamps.append((on_fetch, key, started, waited, samples))
         else:
             clock.on_fetch(key, started, waited, samples)
@@ -74,7 +74,7 @@ def hook_dataloader(hooks: Any) -> None:
                 except Exception as err:  # never into the training loop
                     agent.fail("the DataLoader hook", err)
                 return batch
-            if agent.disabled or (dynamo[0] and compiling()):
+            if hot[5] or (dynamo[0] and compiling()):
                 return original_next(it)
             return fetch(original_next, it)
 

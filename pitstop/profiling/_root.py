@@ -207,7 +207,7 @@ class RootWatch:
                         stamps.append((on_forward, True, None, perf()))
                         return original(module, *args, **kwargs) if kwargs else original(module, *args)
                 ref = watcher._root
-                if ref is None or agent.disabled or (dynamo[0] and compiling()):
+                if ref is None or hot[5] or (dynamo[0] and compiling()):
                     return original(module, *args, **kwargs)
                 root = ref()
                 if module is not root:
@@ -226,11 +226,11 @@ class RootWatch:
                     if clock.train_loader is None:  # (an evaluation's samples tell a rollout's few: `_passes.py`)
                         samples = model_samples(args if args else kwargs, tensor_type, watcher._seq_first)
                     if training:
-                        if agent.batching:  # held for the clock (`Agent.flush_stamps`)
+                        if hot[6]:  # held for the clock (`Agent.flush_stamps`)
                             stamps.append((on_forward, True, samples, perf()))
                         else:
                             clock.on_forward(True, samples, perf())
-                    elif agent.batching:
+                    elif hot[6]:
                         stamps.append((on_forward, False, samples, perf(), not grad, not train_mode))
                     else:
                         clock.on_forward(False, samples, perf(), not grad, not train_mode)
@@ -238,7 +238,7 @@ class RootWatch:
                     agent.fail("the model's forward hook", err)
                 result = original(module, *args, **kwargs) if kwargs else original(module, *args)
                 if not training:  # one store or one append: cannot raise
-                    if agent.batching:
+                    if hot[6]:
                         stamps.append((on_forward_end, perf()))
                     else:
                         clock.on_forward_end(perf())

@@ -51,7 +51,8 @@ def test_the_flag_follows_the_agents_switches_and_the_compile_gate(tmp_path: Pat
     assert hot[2] == 15 and agent.held_base == 12
     windows = object()
     agent.probe_due, agent.windows = 5.0, windows  # (on CUDA; profiler windows)
-    assert hot[3:] == [5.0, windows] and agent.probe_due == 5.0 and agent.windows is windows
+    assert hot[3:5] == [5.0, windows] and agent.probe_due == 5.0 and agent.windows is windows
+    assert hot[5:] == [False, True]  # (disabled, batching: read by the hooks' long paths)
     assert hot[0] is True
     _dynamo._open_gate()  # Dynamo begins to trace: no hook may take the short path again
     assert hot[0] is False
