@@ -23,7 +23,7 @@ def backward_wrapper(hooks: Any) -> Any:
     on_backward = clock.on_backward
     scalers = hooks.scalers
     compiling, dynamo = hooks.compiling, hooks.dynamo
-    hot = agent.hot  # [holding, step_open, the held step's index] (`_hotflag.py`)
+    hot = agent.hot  # [holding, step_open, the held step, probe_due, windows, disabled, batching] (`_hotflag.py`)
 
     def make(original: Any) -> Any:
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:

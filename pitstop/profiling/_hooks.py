@@ -256,7 +256,7 @@ class Hooks:
         clock.alive = lambda key: key in live
         compiling, dynamo = self.compiling, self.dynamo
 
-        hot = agent.hot  # [holding, step_open, the held step's index, probe_due, windows] (`_hotflag.py`)
+        hot = agent.hot  # [holding, step_open, the held step, probe_due, windows, disabled, batching] (`_hotflag.py`)
 
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             if hot[0]:  # holding: the start's stamp held
