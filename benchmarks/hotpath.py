@@ -23,7 +23,8 @@ bootstrap 90% interval over the rounds; then the median step on minus the
 median step without pitstop, and on minus off (a preempted step moves a mean, not it); the training thread's
 own CPU time per step (`time.thread_time`: what it spent running, whatever
 else the shared machine ran meanwhile, but not its waits for the GIL) and the
-whole process's (the agent's threads too). Figures only: nothing here asserts a timing.
+whole process's (the agent's threads too); and the agent's threads' CPU over 3,000 steps in a
+row with the agent on, and over as long idle. Figures only: nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from _patchswitch import PatchSwitch
 HERE = Path(__file__).resolve().parent
 CALLS = ("next", "forward", "loss", "zero_grad", "backward", "step", "total")
 BLOCK = 25
+STEADY = 3000  # steps in a row with the agent on, for its threads' CPU per step (`steady`)
 MODES = ("none", "off", "on", "floor")  # without pitstop's hot-path patches, the agent switched off, on; stamps only
 
 
@@ -61,7 +63,7 @@ def child(pairs: int, out: str) -> None:
     agent = agent_mod.current()
     if agent is None:
         sys.exit("run this under `pitstop run`")
-    model, opt, loader = workload.build(200 + len(MODES) * BLOCK * pairs + 10)
+    model, opt, loader = workload.build(200 + len(MODES) * BLOCK * pairs + STEADY + 10)
     batches = iter(loader)
     ns = time.perf_counter_ns
     cpu, thread_cpu = time.process_time_ns, time.thread_time_ns
@@ -110,7 +112,35 @@ def child(pairs: int, out: str) -> None:
     while (agent.stamps or agent._queue) and time.monotonic() < deadline:  # the writer's pass: all written
         time.sleep(0.05)
     blocks["threads"] = {name: time.clock_gettime_ns(clock) - before[name] for name, clock in threads.items()}
+    blocks["steady"] = steady(agent, threads, model_step=lambda: block(1))
     Path(out).write_text(json.dumps(blocks))
+
+
+def steady(agent: Any, threads: dict[str, int], model_step: Any, steps: int = STEADY) -> dict[str, Any]:
+    """The agent's threads' CPU over `steps` steps in a row with the agent on, then over as long idle.
+
+    The rounds' figure divides each thread's CPU over the whole rotation by the `on` steps
+    alone, where three blocks in four have no step the agent sees and its threads still
+    pass (2 Hz) and sample (1 Hz): not a figure per step. Here the steps run on their own,
+    and the same wall time idle gives what the threads spend with no step to take."""
+    def spent() -> dict[str, int]:
+        return {name: time.clock_gettime_ns(clock) for name, clock in threads.items()}
+
+    def drained() -> None:
+        deadline = time.monotonic() + 10
+        while (agent.stamps or agent._queue) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    drained()
+    start, t0 = spent(), time.perf_counter()
+    for _ in range(steps):
+        model_step()
+    drained()
+    busy, wall = spent(), time.perf_counter() - t0
+    time.sleep(wall)
+    idle = spent()
+    return {"steps": steps, "wall_s": wall, "busy": {name: busy[name] - start[name] for name in threads},
+            "idle": {name: idle[name] - busy[name] for name in threads}}
 
 
 def interval(off: list[list[int]], on: list[list[int]], i: int, rounds: int = 1000) -> tuple[float, float, float]:
@@ -171,9 +201,17 @@ def main() -> None:
             added, low, high = interval(base, top, column)
             print(f"  {label}: {added:+.1f} us per step {name} ({low:.1f}..{high:.1f})")
     # The writer's work follows the steps the agent saw, whichever block it ran in (off - on cancels
-    # it): its own clock, over the steps the agent was on.
+    # it). Over the rounds its own clock also runs through the three blocks in four the agent saw no
+    # step in: that figure, over the `on` steps, overstates a step's (`steady` has the steps alone).
     spent = "; ".join(f"{name} {ns / 1e3 / steps:.1f}" for name, ns in sorted(blocks["threads"].items()))
-    print(f"  the agent's threads' own CPU time, us per step it saw: {spent}")
+    print(f"  the agent's threads' own CPU time over the rounds, us per `on` step (their idle passes in the "
+          f"other blocks too): {spent}")
+    run = blocks["steady"]
+    n, wall = run["steps"], run["wall_s"]
+    spent = "; ".join(f"{name} {ns / 1e3 / n:.1f} (idle {run['idle'][name] / 1e3 / n:.1f})"
+                      for name, ns in sorted(run["busy"].items()))
+    print(f"  the agent's threads' own CPU time over {n} steps in a row ({wall:.2f} s), us per step "
+          f"(and over as long idle, per step's share): {spent}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@
 No torch and no training: an `Agent` (never started) is given, pass after pass, what
 the hooks hold for `--per-pass` plain steps of a ~1 ms loop (a batch of the training
 loader, a training forward, a backward with a CPU loss one step in ten, the
-optimizer's two hooks: the tuples `_hooks.py`, `_loaderhook.py` and `_root.py`
-append), then takes them in (`Agent._take_held`) and drains its queue into a
+optimizer's two hooks: the tuples `_hooks.py`, `_backhook.py`, `_loaderhook.py`
+and `_root.py` append), then takes them in (`Agent._take_held`) and drains its queue into a
 compressed record (`Agent._drain`), with the stall watch's tap as in every run,
 and numpy imported as torch imports it (the writer rounds its columns with numpy
 where the process has it: `stepcolumns.py`; `--no-numpy` leaves it out). `--windows` gives the

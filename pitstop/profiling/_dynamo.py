@@ -36,6 +36,25 @@ from typing import Any, Callable
 
 _TRACED = [False]  # [True] once Dynamo began to trace a frame in this process (`compile_gate`)
 _WATCHED = [False]  # the gate's watch is set up (once a process; a fork inherits it)
+_HOT: list[list[Any]] = []  # the agents' hooks flags (`_hotflag.py`): cleared as the gate opens
+
+
+def on_trace(flag: list[Any]) -> None:
+    """Clear `flag[0]` as Dynamo begins to trace (now, if it did): the hooks' short path is never traced."""
+    _HOT.append(flag)
+    if _TRACED[0]:
+        flag[0] = False
+
+
+def traced() -> bool:
+    """Whether Dynamo began to trace in this process."""
+    return _TRACED[0]
+
+
+def _open_gate() -> None:
+    _TRACED[0] = True
+    for flag in _HOT:
+        flag[0] = False
 
 
 def compile_gate() -> list[bool]:
@@ -53,7 +72,7 @@ def compile_gate() -> list[bool]:
     if not _WATCHED[0]:
         _WATCHED[0] = True
         if "torch._dynamo" in sys.modules:
-            _TRACED[0] = True
+            _open_gate()
         else:
             from pitstop.profiling._postimport import after_import
 
@@ -66,7 +85,8 @@ def _watch_tracers(dynamo: Any) -> None:
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         def __init__(tracer: Any, *args: Any, **kwargs: Any) -> None:
-            _TRACED[0] = True
+            if not _TRACED[0]:
+                _open_gate()
             original(tracer, *args, **kwargs)
 
         return __init__
@@ -74,7 +94,7 @@ def _watch_tracers(dynamo: Any) -> None:
     try:
         patch(dynamo.symbolic_convert.InstructionTranslator, "__init__", make)
     except Exception:  # a torch that traces otherwise: asked always
-        _TRACED[0] = True
+        _open_gate()
 
 
 def _never() -> bool:

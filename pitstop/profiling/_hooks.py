@@ -24,6 +24,7 @@ from typing import Any
 
 from pitstop.events import Model, Rank, Runtime
 from pitstop.profiling import _clipwatch
+from pitstop.profiling._backhook import backward_wrapper
 from pitstop.profiling._dynamo import FrameSkip, compiling, compile_gate
 from pitstop.profiling._keras import hook_keras_optimizer
 from pitstop.profiling._loaderhook import hook_dataloader
@@ -255,18 +256,27 @@ class Hooks:
         clock.alive = lambda key: key in live
         compiling, dynamo = self.compiling, self.dynamo
 
+        hot = agent.hot  # [holding, step_open, the held step, probe_due, windows, disabled, batching] (`_hotflag.py`)
+
         def pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if agent.disabled:
+            if hot[0]:  # holding: the start's stamp held
+                try:
+                    stamps.append((on_start, serials.get(id(optimizer)) or new_key(optimizer), perf(), None))
+                    hot[1] = True
+                except Exception as err:  # never into the training loop
+                    agent.fail("the optimizer-step pre-hook", err)
+                return
+            if hot[5]:
                 if not agent.dormant or (dynamo[0] and compiling()):
                     return
                 agent.wake()  # a child process's first step: its agent starts now
-                if agent.disabled:
+                if hot[5]:
                     return
             elif dynamo[0] and compiling():  # traced by torch.compile (a compiled step): nothing (`_dynamo.py`)
                 return
-            if agent.batching:
+            if hot[6]:
                 stamps.append((on_start, serials.get(id(optimizer)) or new_key(optimizer), perf(), None))
-                agent.step_open = True
+                hot[1] = True  # (`step_open`)
             else:
                 try:
                     # The token is torch's step wrapper's frame, which called this hook: while it is
@@ -290,18 +300,38 @@ class Hooks:
                     agent.fail("the optimizer-step pre-hook", err)
 
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if not agent.disabled and not (dynamo[0] and compiling()):
+            if hot[0]:  # holding: the clock's optimizer's step held, the held calls taken in where due
                 try:
                     key = serials.get(id(optimizer)) or new_key(optimizer)
                     now = perf()
-                    if agent.batching and key == clock.primary:  # a plain step: held
+                    if key == clock.primary:
                         stamps.append((on_step, key, now))
-                        agent.step_open = False
-                        held = agent.batched_steps + 1
-                        agent.batched_steps = held
-                        windows = agent.windows  # this step's index is held_base + held - 1
-                        if len(stamps) >= HOLD_MAX or now >= agent.probe_due or (
-                                windows is not None and agent.held_base + held > windows.wake_step):
+                        hot[1] = False
+                        step = hot[2] + 1  # (`held_base + batched_steps`)
+                        hot[2] = step
+                        windows = hot[4]  # this step's index is step - 1
+                        if len(stamps) >= HOLD_MAX or now >= hot[3] or (
+                                windows is not None and step > windows.wake_step):
+                            agent.flush_stamps(now)  # (on CUDA, a probe due: the next step is one)
+                    elif hooks.state_init == key:
+                        hooks.state_init = None
+                    else:
+                        step_now(optimizer, key, now)
+                except Exception as err:  # never into the training loop
+                    agent.fail("the optimizer-step hook", err)
+                return
+            if not hot[5] and not (dynamo[0] and compiling()):
+                try:
+                    key = serials.get(id(optimizer)) or new_key(optimizer)
+                    now = perf()
+                    if hot[6] and key == clock.primary:  # a plain step: held
+                        stamps.append((on_step, key, now))
+                        hot[1] = False  # (`step_open`)
+                        step = hot[2] + 1  # (`held_base + batched_steps`)
+                        hot[2] = step
+                        windows = hot[4]  # this step's index is step - 1
+                        if len(stamps) >= HOLD_MAX or now >= hot[3] or (
+                                windows is not None and step > windows.wake_step):
                             agent.flush_stamps(now)  # (on CUDA, a probe due: the next step is one)
                     else:
                         if hooks.state_init == key:  # (never held: told before the first step ended)
@@ -313,7 +343,7 @@ class Hooks:
 
         def step_now(optimizer: Any, key: int, now: float) -> None:
             """The clock told of the step at once (the calls held so far taken in first)."""
-            if agent.batching:  # (takes the lock: the writer may be taking held calls in)
+            if hot[6]:  # (takes the lock: the writer may be taking held calls in)
                 agent.flush_stamps()
             if key not in live:
                 try:
@@ -328,7 +358,7 @@ class Hooks:
             """A step the GradScaler did not run (inf or NaN gradients): a step all the same, of no optimizer time."""
             agent.note("info", "hooks", "a GradScaler skipped the optimizer's step (inf or NaN gradients): "
                        "counted as a step, with no optimizer time", once="scaler-skip")
-            if agent.batching:
+            if hot[6]:
                 agent.flush_stamps()
             now = perf()
             key = serials.get(id(optimizer)) or new_key(optimizer)
@@ -342,89 +372,7 @@ class Hooks:
         self.optimizer_mod.register_optimizer_step_post_hook(post_hook)
 
     def _hook_backward(self) -> None:
-        agent = self.agent
-        clock = agent.clock
-        hooks = self
-        perf = _PERF
-        stamps = agent.stamps
-        on_backward = clock.on_backward
-        scalers = self.scalers
-        compiling, dynamo = self.compiling, self.dynamo
-
-        def make(original: Any) -> Any:
-            def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-                if agent.disabled:
-                    if not agent.dormant or (dynamo[0] and compiling()):
-                        return original(tensor, *args, **kwargs) if args or kwargs else original(tensor)
-                    agent.wake()  # a child process's first backward: its agent starts now
-                    if agent.disabled:
-                        return original(tensor, *args, **kwargs)
-                elif dynamo[0] and compiling():  # traced by torch.compile (compiled autograd): the original alone
-                    return original(tensor, *args, **kwargs)
-                started = perf()
-                marker = clock.marker  # set on CUDA: a timing event where backward begins, too
-                token = marker() if marker is not None else None
-                scale = None
-                # Whether this step's losses are read: decided at its first backward, so that a
-                # step's micro-steps are all read or none (`_losses.LOSS_EVERY_S`).
-                step = agent.held_base + agent.batched_steps if agent.batching else clock.index
-                if step != hooks.loss_step:
-                    hooks.loss_step = step
-                    hooks.loss_read = read = started >= hooks.loss_due
-                    if read:
-                        hooks.loss_due = started + hooks.loss_every
-                        hooks.loss_tail = None
-                if scalers and hooks.loss_read and hooks.capture_loss:
-                    # A GradScaler's scaled loss: its scale, taken before backward frees what the graph saved.
-                    scale = hooks.scale_of(tensor)
-                # (`loss.backward()` passed on as a plain call: unpacking the empty *args and **kwargs
-                # was half the wrapper's own cost, 0.24 us of 0.49 in a tight loop)
-                result = original(tensor, *args, **kwargs) if args or kwargs else original(tensor)
-                if not agent.disabled:
-                    now = perf()
-                    loss = None
-                    if not hooks.loss_read:
-                        # Kept for the run's end (`read_tail`) until the next backward: the script's own
-                        # `loss` holds it past the next forward, and a plain backward freed what its graph
-                        # saved. Not where backward was told to keep the graph (`retain_graph`, any argument).
-                        if step == hooks.tail_step:
-                            hooks.tail_parts += 1
-                        else:
-                            hooks.tail_step, hooks.tail_parts = step, 1
-                        hooks.loss_tail = None if args or kwargs else tensor
-                    elif hooks.capture_loss:
-                        try:
-                            if tensor.is_cpu:
-                                # The value is there: read now (no sync). Not held for the writer
-                                # thread to read: the tensor holds its graph, and what a custom
-                                # autograd Function kept on its ctx. Without a gradient argument
-                                # backward() itself refused a tensor of more than one element.
-                                if not args or tensor.numel() == 1:
-                                    loss = tensor.item() if scale is None else tensor.item() / scale.item()
-                            elif tensor.numel() == 1:  # on a GPU: kept for one batched async copy
-                                # (divided now, on the stream: the scaler's update changes its scale in place)
-                                loss = tensor.detach() if scale is None else tensor.detach() / scale
-                        except Exception:
-                            loss = None
-                    try:
-                        if agent.batching and not agent.step_open:
-                            stamps.append((on_backward, now, loss, started, None))
-                        else:
-                            if agent.batching:  # a closure's backward: the clock must know the step first
-                                agent.flush_stamps()
-                            if clock.open_steps:  # inside an optimizer's step (a closure's), or one raised
-                                hooks._abandon_raised()
-                            if agent.first_backward:  # finds the model, picks the phases' clock
-                                agent.on_backward(loss, started, token, tensor, now)
-                            else:
-                                on_backward(now, loss, started, token)
-                    except Exception as err:  # never into the training loop
-                        agent.fail("the backward hook", err)
-                return result
-
-            return backward
-
-        self._backward_wrapper = make
+        self._backward_wrapper = make = backward_wrapper(self)
         patch(self.torch.Tensor, "backward", make)
 
     def _hook_dist_autograd(self) -> None:

@@ -103,7 +103,6 @@ class RootWatch:
     def __init__(self, agent: Any, torch: Any) -> None:
         self.agent = agent
         self.torch = torch
-        self.at_fetch = True  # look at the first DataLoader batch (the hooks' `__next__`)
         self._root: Any = None  # weakref to the root module
         self._seq_first = False
         self._watched: set[type] = set()  # classes whose __call__ is patched
@@ -192,10 +191,23 @@ class RootWatch:
         compiling = is_compiling(self.torch)  # (`_dynamo.py`: a compiled function that calls the model)
         dynamo = compile_gate()
 
+        hot = agent.hot  # [holding, ...] (`_hotflag.py`)
+
         def make(original: Any) -> Any:
             def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+                if hot[0]:  # holding: a training forward of the root, its batches from a loader: one stamp held
+                    ref = watcher._root
+                    try:
+                        plain = ref is not None and ref() is module and module.training and grad_enabled() \
+                            and clock.train_loader is not None
+                    except Exception as err:  # never into the training loop
+                        agent.fail("the model's forward hook", err)
+                        plain = False
+                    if plain:
+                        stamps.append((on_forward, True, None, perf()))
+                        return original(module, *args, **kwargs) if kwargs else original(module, *args)
                 ref = watcher._root
-                if ref is None or agent.disabled or (dynamo[0] and compiling()):
+                if ref is None or hot[5] or (dynamo[0] and compiling()):
                     return original(module, *args, **kwargs)
                 root = ref()
                 if module is not root:
@@ -214,11 +226,11 @@ class RootWatch:
                     if clock.train_loader is None:  # (an evaluation's samples tell a rollout's few: `_passes.py`)
                         samples = model_samples(args if args else kwargs, tensor_type, watcher._seq_first)
                     if training:
-                        if agent.batching:  # held for the clock (`Agent.flush_stamps`)
+                        if hot[6]:  # held for the clock (`Agent.flush_stamps`)
                             stamps.append((on_forward, True, samples, perf()))
                         else:
                             clock.on_forward(True, samples, perf())
-                    elif agent.batching:
+                    elif hot[6]:
                         stamps.append((on_forward, False, samples, perf(), not grad, not train_mode))
                     else:
                         clock.on_forward(False, samples, perf(), not grad, not train_mode)
@@ -226,7 +238,7 @@ class RootWatch:
                     agent.fail("the model's forward hook", err)
                 result = original(module, *args, **kwargs) if kwargs else original(module, *args)
                 if not training:  # one store or one append: cannot raise
-                    if agent.batching:
+                    if hot[6]:
                         stamps.append((on_forward_end, perf()))
                     else:
                         clock.on_forward_end(perf())

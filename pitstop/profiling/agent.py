@@ -37,6 +37,7 @@ from pitstop.profiling import (_children, _cuda, _ending, _losses, _plainsteps, 
 from pitstop.profiling._blind import BlindWatch
 from pitstop.profiling._exits import ExitWatch
 from pitstop.profiling._hello import env_int, job_identity, make_hello, ray_train_identity
+from pitstop.profiling._hotflag import HotFlag
 from pitstop.profiling._lastsignal import SignalTrace
 from pitstop.profiling._ray import storage_record_base
 from pitstop.profiling._stepevents import StepEvents
@@ -58,7 +59,7 @@ def current() -> Agent | None:
     return _current if _current is not None and (_current.dormant or not _current.disabled) else None
 
 
-class Agent:
+class Agent(HotFlag):  # (`disabled`, `batching` and the held counts keep the hooks' flag: `_hotflag.py`)
     """Everything pitstop runs inside one training process."""
 
     def __init__(self, settings: SessionSettings, reason: str = "", parent_pid: int | None = None) -> None:

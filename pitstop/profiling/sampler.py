@@ -27,8 +27,8 @@ COMPILE_FILES = (os.path.join("torch", "_dynamo", "convert_frame.py"),
                  os.path.join("torch", "_inductor", "compile_fx.py"))
 MAX_DEPTH = 1_000  # frames looked at per thread (a compile's stack is ~200 deep)
 MODULE_FILE = os.path.join("torch", "nn", "modules", "module.py")  # where `Module._call_impl` runs a forward
-# Where the agent's backward wrapper runs (its code named "..._hooks.py (pitstop patch; ...)": `_patch`).
-HOOKS_FILE = os.path.join("pitstop", "profiling", "_hooks.py")
+# Where the agent's backward wrapper runs (its code named "..._backhook.py (pitstop patch; ...)": `_patch`).
+HOOKS_FILE = os.path.join("pitstop", "profiling", "_backhook.py")
 # psutil's machine-wide cpu_percent over less than a few clock ticks (10 ms each) reads 0.0.
 MIN_SYSTEM_S = 0.05
 # A process seen for the first time reads its CPU since it started (its CPU time over its age), once it
