@@ -207,9 +207,9 @@ def data_wait(ctx: Context) -> Finding | None:
         # Threads that waited for a core: the cores this run got are not the cores workers would get
         # (more threads of its own take a larger share beside the other processes, and 2 threads
         # spinning for one core burn CPU 1 thread does not), so the floors' figure is no ground to
-        # hold the count back, nor a number to show. super_resolution beside a CPU hog: "1 worker
-        # with torch.set_num_threads(1) would give 0.65x", and it measured x1.7; beside lighter
-        # load (0.79 cores busy) the floors said 1.01x on this run's cores, and it measured x2.15.
+        # hold the count back, nor a number to show. super_resolution beside other work: "1 worker
+        # with torch.set_num_threads(1) would give 0.65x", and it measured x1.7 beside hogs; beside
+        # one hog (0.79 cores busy) the floors said 1.01x on this run's cores, and it measured x2.15.
         shared = facts.contended and more and not unread
         knobs = "num_workers,threads" if chosen.threads else "num_workers"
         if shared:

@@ -124,9 +124,9 @@ def parallel(f: LoaderFacts) -> float:
     Without workers the main process loads each batch on one core during the wait, so
     the CPU left over is the compute's. Threads that waited for a core, or ops too small
     to split, keep fewer cores busy than there are threads, and lose that much less when
-    cut: pytorch/examples' super_resolution beside a CPU hog (2 threads, 0.98 cores for
+    cut: pytorch/examples' super_resolution beside other work (2 threads, 0.98 cores for
     the whole step, 97 ms of its 418 waiting) was told 1 worker with 1 thread "would give
-    0.65x" (its compute doubled), and measured x1.7.
+    0.65x" (its compute doubled), and measured x1.7 beside CPU hogs.
     """
     if not f.threads:
         return 1.0

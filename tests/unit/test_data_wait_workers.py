@@ -175,9 +175,9 @@ def test_fewer_threads_slow_the_compute_only_as_far_as_it_kept_cores_busy() -> N
 
 def test_a_count_the_contended_cores_would_hold_back_is_handed_to_the_tuner() -> None:
     # pytorch/examples super_resolution (`--threads 0`: no workers; JPEG decode and resize per sample)
-    # beside a CPU hog: 418 ms a step, 97 ms waiting, the main process at 0.98 cores, its threads
+    # beside other work: 418 ms a step, 97 ms waiting, the main process at 0.98 cores, its threads
     # waiting for a core 0.96 cores' worth. Told "1 worker with torch.set_num_threads(1) would give
-    # 0.65x" and no tune line; 1 worker with 1 thread beside the same hog measured x1.7.
+    # 0.65x" and no tune line; 1 worker with 1 thread beside CPU hogs measured x1.7.
     f = _rule(_run(wall=0.418, wait=0.0969, main_cores=0.98, others=1.0, cpu_wait=0.96, batch=4), "data-wait")
     assert f is not None and "num_workers=" not in f.fix
     assert "would give 0." not in f.gain and "would give 1." not in f.gain  # no figure it cannot bet on
