@@ -27,33 +27,9 @@ def backward_wrapper(hooks: Any) -> Any:
 
     def make(original: Any) -> Any:
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            if hot[0]:  # holding: in a step whose loss is not read, two stamps held and the tail kept
+            if hot[0]:  # holding (the agent on, batching, Dynamo not tracing): no check needed
                 started = perf()
                 step = hot[2]  # (`held_base + batched_steps`)
-                if step != hooks.loss_step:
-                    hooks.loss_step = step
-                    hooks.loss_read = read = started >= hooks.loss_due
-                    if read:
-                        hooks.loss_due = started + hooks.loss_every
-                        hooks.loss_tail = None
-                else:
-                    read = hooks.loss_read
-                if not read:
-                    # (`loss.backward()` passed on as a plain call: unpacking the empty *args and **kwargs
-                    # was half the wrapper's own cost, 0.24 us of 0.49 in a tight loop)
-                    result = original(tensor, *args, **kwargs) if args or kwargs else original(tensor)
-                    now = perf()
-                    # Kept for the run's end (`read_tail`), as below.
-                    if step == hooks.tail_step:
-                        hooks.tail_parts += 1
-                    else:
-                        hooks.tail_step, hooks.tail_parts = step, 1
-                    hooks.loss_tail = None if args or kwargs else tensor
-                    if hot[0] and not hot[1]:
-                        stamps.append((on_backward, now, None, started, None))
-                    elif not hot[5]:
-                        hand(None, started, None, tensor, now)
-                    return result
             else:
                 if hot[5]:  # (`disabled`)
                     if not agent.dormant or (dynamo[0] and compiling()):
@@ -64,15 +40,31 @@ def backward_wrapper(hooks: Any) -> Any:
                 elif dynamo[0] and compiling():  # traced by torch.compile (compiled autograd): the original alone
                     return original(tensor, *args, **kwargs)
                 started = perf()
-                # Whether this step's losses are read: decided at its first backward, so that a step's
-                # micro-steps are all read or none (`_losses.LOSS_EVERY_S`).
                 step = hot[2] if hot[6] else clock.index
-                if step != hooks.loss_step:
-                    hooks.loss_step = step
-                    hooks.loss_read = read = started >= hooks.loss_due
-                    if read:
-                        hooks.loss_due = started + hooks.loss_every
-                        hooks.loss_tail = None
+            # Whether this step's losses are read: decided at its first backward, so that a step's
+            # micro-steps are all read or none (`_losses.LOSS_EVERY_S`).
+            if step != hooks.loss_step:
+                hooks.loss_step = step
+                hooks.loss_read = read = started >= hooks.loss_due
+                if read:
+                    hooks.loss_due = started + hooks.loss_every
+                    hooks.loss_tail = None
+            if hot[0] and not hooks.loss_read:  # holding, the loss not read: two stamps held, the tail kept
+                # (`loss.backward()` passed on as a plain call: unpacking the empty *args and **kwargs
+                # was half the wrapper's own cost, 0.24 us of 0.49 in a tight loop)
+                result = original(tensor, *args, **kwargs) if args or kwargs else original(tensor)
+                now = perf()
+                # Kept for the run's end (`read_tail`), as below.
+                if step == hooks.tail_step:
+                    hooks.tail_parts += 1
+                else:
+                    hooks.tail_step, hooks.tail_parts = step, 1
+                hooks.loss_tail = None if args or kwargs else tensor
+                if hot[0] and not hot[1]:
+                    stamps.append((on_backward, now, None, started, None))
+                elif not hot[5]:
+                    hand(None, started, None, tensor, now)
+                return result
             # The long path (inline: a Python call is ~as much as the rest of a held step's backward).
             marker = clock.marker  # set on CUDA: a timing event where backward begins, too
             token = marker() if marker is not None else None

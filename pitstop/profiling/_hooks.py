@@ -300,46 +300,27 @@ class Hooks:
                     agent.fail("the optimizer-step pre-hook", err)
 
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if hot[0]:  # holding: the clock's optimizer's step held, the held calls taken in where due
-                try:
-                    key = serials.get(id(optimizer)) or new_key(optimizer)
-                    now = perf()
-                    if key == clock.primary:
-                        stamps.append((on_step, key, now))
-                        hot[1] = False
-                        step = hot[2] + 1  # (`held_base + batched_steps`)
-                        hot[2] = step
-                        windows = hot[4]  # this step's index is step - 1
-                        if len(stamps) >= HOLD_MAX or now >= hot[3] or (
-                                windows is not None and step > windows.wake_step):
-                            agent.flush_stamps(now)  # (on CUDA, a probe due: the next step is one)
-                    elif hooks.state_init == key:
-                        hooks.state_init = None
-                    else:
-                        step_now(optimizer, key, now)
-                except Exception as err:  # never into the training loop
-                    agent.fail("the optimizer-step hook", err)
+            # Holding (hot[0]) implies batching, the agent on and Dynamo not tracing: the check is skipped.
+            if not hot[0] and (hot[5] or (dynamo[0] and compiling())):
                 return
-            if not hot[5] and not (dynamo[0] and compiling()):
-                try:
-                    key = serials.get(id(optimizer)) or new_key(optimizer)
-                    now = perf()
-                    if hot[6] and key == clock.primary:  # a plain step: held
-                        stamps.append((on_step, key, now))
-                        hot[1] = False  # (`step_open`)
-                        step = hot[2] + 1  # (`held_base + batched_steps`)
-                        hot[2] = step
-                        windows = hot[4]  # this step's index is step - 1
-                        if len(stamps) >= HOLD_MAX or now >= hot[3] or (
-                                windows is not None and step > windows.wake_step):
-                            agent.flush_stamps(now)  # (on CUDA, a probe due: the next step is one)
-                    else:
-                        if hooks.state_init == key:  # (never held: told before the first step ended)
-                            hooks.state_init = None
-                            return
-                        step_now(optimizer, key, now)
-                except Exception as err:  # never into the training loop
-                    agent.fail("the optimizer-step hook", err)
+            try:
+                key = serials.get(id(optimizer)) or new_key(optimizer)
+                now = perf()
+                if hot[6] and key == clock.primary:  # a plain step: held, the held calls taken in where due
+                    stamps.append((on_step, key, now))
+                    hot[1] = False  # (`step_open`)
+                    step = hot[2] + 1  # (`held_base + batched_steps`)
+                    hot[2] = step
+                    windows = hot[4]  # this step's index is step - 1
+                    if len(stamps) >= HOLD_MAX or now >= hot[3] or (
+                            windows is not None and step > windows.wake_step):
+                        agent.flush_stamps(now)  # (on CUDA, a probe due: the next step is one)
+                elif hooks.state_init == key:  # (never held: told before the first step ended)
+                    hooks.state_init = None
+                else:
+                    step_now(optimizer, key, now)
+            except Exception as err:  # never into the training loop
+                agent.fail("the optimizer-step hook", err)
 
         def step_now(optimizer: Any, key: int, now: float) -> None:
             """The clock told of the step at once (the calls held so far taken in first)."""
