@@ -214,6 +214,10 @@ class Proc(_Shared):
     cpu: float | None  # percent of one core
     rss: int | None  # bytes
     loader: int | None = None  # for a worker: DataLoaderInfo.id of its DataLoader, when known
+    # Cores' worth of its threads that waited, ready to run, for a CPU since the previous sample (as
+    # `Sample.cpu_wait`, which is the main process's); None for the main process, at a process's first
+    # sample, or where unreadable.
+    cpu_wait: float | None = None
 
 
 @dataclass(frozen=True, repr=False, eq=False)

@@ -256,6 +256,22 @@ def run_delay(run: RunState, since: float | None = None, mean: bool = False) -> 
     return sum(waits) / len(waits) if mean else median_and_spread(waits)[0]
 
 
+def workers_delay(run: RunState, since: float | None = None) -> float | None:
+    """Median over the readings from `since` on of the cores' worth of the DataLoader workers' threads that
+    waited for a CPU (`Proc.cpu_wait`, summed over the workers of a reading); None where no reading has one.
+
+    A rank's data wait grows when its workers wait for a core, while its own threads wait for nothing.
+    """
+    waits = []
+    for s in run.samples:
+        if since is not None and s.t < since:
+            continue
+        read = [p.cpu_wait for p in s.procs if p.role == "worker" and p.cpu_wait is not None]
+        if read:
+            waits.append(sum(read))
+    return median_and_spread(waits)[0] if waits else None
+
+
 def contention(run: RunState, steps: list[Step], workers: int, worker_cores: float) -> Contention | None:
     """The CPU demand over `steps` (the measured ones), from the sampler's readings while they ran.
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pitstop.analysis import format as fmt
 from pitstop.analysis._context import WARMUP, Advice, Finding, RuleFailure
-from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay
+from pitstop.analysis._cpu import CONTENDED_WAIT_CORES, run_delay, workers_delay
 from pitstop.analysis._ended import gone_fix, outside_stop, rank_status, stopped_with_the_job
 from pitstop.analysis._persist import Persistence, step_persistence, window_persistence
 from pitstop.analysis._rankphases import (
@@ -295,9 +296,13 @@ def _evidence(alive: list[tuple[str, RunState, list[Step]]],
 
 
 def _waited_for_cores(ev: list[_Evidence]) -> bool:
-    """Whether the job's median rank waited for a free core (Linux run delay) at least CONTENDED_WAIT_CORES."""
-    waits = [w for e in ev if (w := run_delay(e.run)) is not None]
-    return bool(waits) and percentile(waits, 50) >= CONTENDED_WAIT_CORES
+    """Whether the job's median rank, or its DataLoader workers, waited for a free core (Linux run delay) at least
+    CONTENDED_WAIT_CORES."""
+    for read in (run_delay, workers_delay):
+        waits = [w for e in ev if (w := read(e.run)) is not None]
+        if waits and percentile(waits, 50) >= CONTENDED_WAIT_CORES:
+            return True
+    return False
 
 
 def _persistence(s: Straggler, i: int, alive: list[tuple[str, RunState, list[Step]]],
@@ -374,9 +379,11 @@ def _host_cpu(s: Straggler, i: int, ev: list[_Evidence], alive: list[tuple[str, 
                                cpu_step_s=(recent[-1].t - ev[i].since) / len(recent))
 
 
-def _cpu_waits(ev: list[_Evidence], i: int) -> tuple[float | None, float | None]:
-    """(rank i's, the median of the others') cores' worth of threads that waited for a CPU over their recent steps."""
-    waits = [run_delay(e.run, since=e.since) for e in ev]
+def _cpu_waits(ev: list[_Evidence], i: int, read: Callable[..., float | None] = run_delay
+               ) -> tuple[float | None, float | None]:
+    """(rank i's, the median of the others') cores' worth of threads that waited for a CPU over their recent steps:
+    the ranks' own threads (`run_delay`), or their DataLoader workers' (`workers_delay`)."""
+    waits = [read(e.run, since=e.since) for e in ev]
     others = [w for j, w in enumerate(waits) if j != i and w is not None]
     return waits[i], (percentile(others, 50) if others else None)
 
@@ -469,8 +476,10 @@ def stragglers(job: JobState, threshold: float = STRAGGLER_THRESHOLD, warmup: in
         if persistence is not None and not persistence.persistent and not persistence.latest:
             continue  # slower for a while, and no longer: a passing slowdown
         mine, others_wait = _cpu_waits(ev, i)
+        workers, others_workers = _cpu_waits(ev, i, workers_delay)
         s = _host_cpu(s, i, ev, alive)
         kept.append(dataclasses.replace(s, persistence=persistence, cpu_wait=mine, others_cpu_wait=others_wait,
+                                        workers_wait=workers, others_workers_wait=others_workers,
                                         loader=ev[i].run.training_loader()))
     return sorted(kept, key=lambda s: -s.extra_s)
 
@@ -534,8 +543,15 @@ def job_findings(job: JobState, warmup: int = WARMUP, summary: JobSummary | None
         if s.waited_for_cores:
             # A rank whose threads wait for a core is slowed by the machine, not by its own work: the loaded
             # 2-core box made the balanced job's rank 1 look slow while its threads waited 0.6-1.7 cores' worth.
-            cause += (f" Its threads waited {s.cpu_wait or 0.0:.1f} cores' worth for a CPU meanwhile: the machine's "
+            whose = "Its threads" if s.threads_waited else "Its DataLoader workers"
+            wait = s.cpu_wait if s.threads_waited else s.workers_wait
+            cause += (f" {whose} waited {wait or 0.0:.1f} cores' worth for a CPU meanwhile: the machine's "
                       "other processes may be what slows it; re-measure with fewer processes beside it.")
+            if s.cause == "data wait" and not s.threads_waited:
+                # More workers where the workers wait for a core: more processes waiting for the same cores.
+                fix = ("# its DataLoader workers wait for a CPU: first free that machine's cores (other processes: "
+                       "top, ps), then re-measure; more workers only help where cores are free, e.g.\n"
+                       + loader_fix(s.loader, ["...", "num_workers=8", "pin_memory=True", "persistent_workers=True"]))
         title = f"{s.label} is a straggler ({s.cause})"
         severity = "high" if s.share >= 0.5 else "medium"
         gain = s.gain

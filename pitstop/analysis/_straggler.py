@@ -34,6 +34,9 @@ class Straggler:
     # Cores' worth of this rank's threads that waited for a CPU over its recent steps, and the others' median.
     cpu_wait: float | None = None
     others_cpu_wait: float | None = None
+    # The same for its DataLoader workers (their waits summed), and the others' median.
+    workers_wait: float | None = None
+    others_workers_wait: float | None = None
     # Its training DataLoader (`RunState.training_loader`): a data-wait fix names what built it (a framework's
     # own setting: HF's dataloader_num_workers), as every rank-level DataLoader fix does (_loaderfix).
     loader: DataLoaderInfo | None = None
@@ -52,9 +55,20 @@ class Straggler:
         return self.persistence is not None and not self.persistence.persistent
 
     @property
-    def waited_for_cores(self) -> bool:
+    def threads_waited(self) -> bool:
         """Its threads waited at least CONTENDED_WAIT_CORES for a CPU: the machine's load may be the extra time."""
         return self.cpu_wait is not None and self.cpu_wait >= CONTENDED_WAIT_CORES
+
+    @property
+    def workers_waited(self) -> bool:
+        """Its extra time is data wait and its DataLoader workers waited at least CONTENDED_WAIT_CORES for a CPU."""
+        return (self.cause == "data wait" and self.workers_wait is not None
+                and self.workers_wait >= CONTENDED_WAIT_CORES)
+
+    @property
+    def waited_for_cores(self) -> bool:
+        """Its threads, or for data wait its workers, waited for a CPU: the machine's load may be the extra time."""
+        return self.threads_waited or self.workers_waited
 
     @property
     def over(self) -> str:
@@ -69,9 +83,12 @@ class Straggler:
         p = self.persistence
         if p is not None and p.spans >= 2:  # one span is the figures above again
             text += f", {p.text}" + ("" if p.persistent else " (the excess is recent)")
-        if self.waited_for_cores:
+        if self.threads_waited:
             others = f" (the others {self.others_cpu_wait:.1f})" if self.others_cpu_wait is not None else ""
             text += f"; its threads waited {self.cpu_wait:.1f} cores' worth for a CPU{others}"
+        if self.workers_waited:
+            others = f" (the others' {self.others_workers_wait:.1f})" if self.others_workers_wait is not None else ""
+            text += f"; its DataLoader workers waited {self.workers_wait:.1f} cores' worth for a CPU{others}"
         return text
 
     @property

@@ -439,6 +439,32 @@ def test_a_rank_whose_threads_waited_for_a_core_is_said_so() -> None:
     assert "waited 1.2 cores' worth for a CPU meanwhile" in f.cause
 
 
+def test_a_rank_whose_loader_workers_waited_for_a_core_is_said_so_and_not_sent_to_add_workers() -> None:
+    # The balanced 2-rank gloo job beside two CPU hogs: rank 0 read +4.0 ms of data wait a step, in 3 of the
+    # run's 4 spans, while its main process's threads waited under a quarter of a core: its worker waited.
+    from pitstop.events import Proc
+
+    def streams_with(worker_wait: float) -> dict[int, list[Event]]:
+        out: dict[int, list[Event]] = {}
+        for r in range(2):
+            procs = [Proc(pid=200 + r, role="worker", cpu=60.0, rss=1, loader=1,
+                          cpu_wait=worker_wait if r == 0 else 0.1)]
+            readings = [Sample(t=1001.0 + 0.2 * k, procs=procs, cpu_wait=0.1) for k in range(1, 40)]
+            out[r] = [*steps(100, 0.030, wait=0.010 if r == 0 else 0.002), *readings, end()]
+        return out
+
+    (s,) = stragglers(job_of(streams_with(0.7)))
+    assert s.cause == "data wait" and not s.threads_waited
+    assert "its DataLoader workers waited 0.7 cores' worth for a CPU (the others' 0.1)" in s.text
+    (f,) = job_findings(job_of(streams_with(0.7)))
+    assert "Its DataLoader workers waited 0.7 cores' worth for a CPU meanwhile" in f.cause
+    assert f.fix.startswith("# its DataLoader workers wait for a CPU: first free that machine's cores")
+    # Workers that got their cores: the data-wait straggler and its fix as before, no word of waiting.
+    (f,) = job_findings(job_of(streams_with(0.05)))
+    assert "waited" not in f.cause + f.evidence[0]
+    assert f.fix.startswith("# give that rank's DataLoader more workers")
+
+
 def test_a_phase_is_never_given_more_extra_time_than_the_whole_it_is_part_of() -> None:
     # The profiler windows show rank 1 +20 ms outside collectives; its unprofiled steps' optimizer +30 ms.
     streams: dict[int, list[Event]] = {}
