@@ -208,3 +208,19 @@ def test_a_full_queue_counts_the_steps_of_a_run_it_drops(tmp_path: Path) -> None
         agent._take_stamps(writer=True)
     runs = [item for item in agent._queue if type(item) is PlainRun]
     assert len(runs) == 2 and agent.dropped == 40  # the first run's steps and step 0: all counted
+
+
+def test_the_writer_leaves_the_step_in_flight_held_and_queues_every_plain_step_in_runs(tmp_path: Path) -> None:
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
+    calls = [(getattr(agent.clock, name), *args) for name, *args in _stream(6, 62, 0.0)]
+    agent.stamps.extend(calls[:5 * 30 + 2])  # a pass finds 30 steps and the next one's batch and forward
+    agent._take_stamps(writer=True)
+    assert len(agent.stamps) == 2  # the step in flight: held for the next pass, which takes it whole
+    agent.stamps.extend(calls[5 * 30 + 2:5 * 61 + 3])
+    agent._take_stamps(writer=True)
+    assert len(agent.stamps) == 3
+    steps = [item for item in agent._queue if type(item) is tuple]
+    assert [row[0] for row in steps] == [0]  # step 0 alone is told at once; every later step in a run
+    assert sum(len(item) for item in agent._queue if type(item) is PlainRun) == 60
+    agent._take_stamps(writer=True)  # no call came since (a hang, a long checkpoint): the held ones go in
+    assert not agent.stamps and agent.clock.backwards == 62
