@@ -242,6 +242,7 @@ def encode_arrays(first: int, seconds: dict[str, Any], fields: dict[str, Any], n
         out["step"] = first + at
         same = (part == part[:, :1]).all(axis=1).tolist()  # (each row: one value the line shares?)
         rows = part.tolist()
+        values: list[Any] | None
         for name in SECONDS:
             if name == "eval_s":
                 values, shared = None, _us(eval_s)
