@@ -3,7 +3,7 @@
     python benchmarks/writer_pass.py [--steps 20000] [--per-pass 200] [--no-stall-tap] [--no-numpy] [--windows]
                                      [--no-samples] [--plain]
     PYTHONPATH=.:.venv/lib/python3.11/site-packages \
-      valgrind --tool=callgrind --dump-before=getsid python -S benchmarks/writer_pass.py --steps 5000
+      valgrind --tool=callgrind --dump-before=getsid python -S benchmarks/writer_pass.py --steps 5000 --no-samples
 
 No torch and no training: an `Agent` (never started) is given, pass after pass, what
 the hooks hold for `--per-pass` plain steps of a ~1 ms loop (200: beside the agent on
@@ -21,7 +21,8 @@ agent profiler windows as a default run has them (`--profile 500:5:50`), idle, t
 It prints the thread's own CPU time a step (`time.thread_time`), split into the
 take and the rest. Under callgrind the passes alone are part 2 (the script calls
 `os.getsid(0)` before and after them): its instructions over the steps are the
-writer's instructions a step, which do not move with the machine's load (`-S`
+writer's instructions a step (with `--no-samples`: the sampler's readings fall in that part
+too, and move by thousands of instructions a step between runs), which do not move with the machine's load (`-S`
 with `PYTHONPATH` picks one checkout over the editable install). Figures only.
 
 What it leaves out of a real run: the live stream to `pitstop run` (the parent reads the
