@@ -2,7 +2,8 @@
 
     python benchmarks/hotpath.py [--pairs 300] [--workload _workload_1ms]
 
-Runs the ~1 ms workload under `pitstop run --headless --profile off`. The loop
+Runs the ~1 ms workload under `pitstop run --headless --profile off`, its record compressed
+as a default run's (the writer's CPU includes the compression). The loop
 times each call it makes into torch with perf_counter_ns: the batch
 (`next(it)`: the DataLoader hook), the model's forward (the root module's
 `__call__` hook), the loss, `zero_grad`, `backward` (the `Tensor.backward`
@@ -169,7 +170,7 @@ def main() -> None:
         out = Path(tmp) / "blocks.json"
         env = dict(os.environ, PITSTOP_STATUS_INTERVAL="3600", PITSTOP_HOTPATH_WORKLOAD=args.workload)
         subprocess.run([sys.executable, "-m", "pitstop.cli", "run", "--headless", "--profile", "off", "--record",
-                        str(Path(tmp) / "run.jsonl"), str(Path(__file__).resolve()), "--pairs", str(args.pairs),
+                        str(Path(tmp) / "run.jsonl.gz"), str(Path(__file__).resolve()), "--pairs", str(args.pairs),
                         "--child", str(out)], check=True, env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         blocks = json.loads(out.read_text())
     none, off, on, floor = blocks["none"], blocks["off"], blocks["on"], blocks["floor"]

@@ -1,23 +1,36 @@
 """Prints the agent's writer thread's CPU a step: held plain steps taken in, the queue drained to a record.
 
-    python benchmarks/writer_pass.py [--steps 20000] [--per-pass 500] [--no-stall-tap] [--no-numpy] [--windows]
+    python benchmarks/writer_pass.py [--steps 20000] [--per-pass 200] [--no-stall-tap] [--no-numpy] [--windows]
+                                     [--no-samples] [--plain]
     PYTHONPATH=.:.venv/lib/python3.11/site-packages \
-      valgrind --tool=callgrind --dump-before=getsid python -S benchmarks/writer_pass.py --steps 5000
+      valgrind --tool=callgrind --dump-before=getsid python -S benchmarks/writer_pass.py --steps 5000 --no-samples
 
 No torch and no training: an `Agent` (never started) is given, pass after pass, what
-the hooks hold for `--per-pass` plain steps of a ~1 ms loop (a batch of the training
+the hooks hold for `--per-pass` plain steps of a ~1 ms loop (200: beside the agent on
+2 cores such a loop runs ~2.3 ms steps, ~215 a pass; a batch of the training
 loader, a training forward, a backward with a CPU loss one step in ten, the
 optimizer's two hooks: the tuples `_hooks.py`, `_backhook.py`, `_loaderhook.py`
-and `_root.py` append), then takes them in (`Agent._take_held`) and drains its queue into a
-compressed record (`Agent._drain`), with the stall watch's tap as in every run,
+and `_root.py` append) and the first two calls of the step in flight as the pass
+comes (a real pass finds one), then takes them in (`Agent._take_held`) and drains its queue into a
+compressed record, as a default run writes it (`--plain`: a `.jsonl` one) (`Agent._drain`), with
+the stall watch's tap as in every run, the sampler's reading every other pass (its 1 Hz: read
+by `Sampler.read`, outside the time taken; `--no-samples` leaves it out),
 and numpy imported as torch imports it (the writer rounds its columns with numpy
 where the process has it: `stepcolumns.py`; `--no-numpy` leaves it out). `--windows` gives the
 agent profiler windows as a default run has them (`--profile 500:5:50`), idle, the next far ahead.
 It prints the thread's own CPU time a step (`time.thread_time`), split into the
 take and the rest. Under callgrind the passes alone are part 2 (the script calls
 `os.getsid(0)` before and after them): its instructions over the steps are the
-writer's instructions a step, which do not move with the machine's load (`-S`
+writer's instructions a step (with `--no-samples`: the sampler's readings fall in that part
+too, and move by thousands of instructions a step between runs), which do not move with the machine's load (`-S`
 with `PYTHONPATH` picks one checkout over the editable install). Figures only.
+
+What it leaves out of a real run: the live stream to `pitstop run` (the parent reads the
+agent's socket: `publish` was 0.4-1.1 us a step of the writer's CPU in `pitstop run --headless`
+of the 1 ms workload), the slow readings (RSS, the blind check: ~0.3 us a step), and the
+training itself: there the writer's work meets caches the step's work evicted and a training
+thread that wants the GIL back, and the same take and drain cost ~1.5-2x what they cost here
+(docs/internals.md, "The writer's runs"); `hotpath.py`'s steady figure is the real run's.
 """
 
 from __future__ import annotations
@@ -38,17 +51,23 @@ LOADER, OPTIMIZER, SHAPE = 7, 12345, (32, 128)
 
 
 def hold(agent: Any, n: int, perf: Any = time.perf_counter) -> None:
-    """What the hooks hold for n plain steps, in their shapes."""
+    """What the hooks hold for n plain steps, in their shapes: the step in flight at the pass before
+    finished, n - 1 more, and the next one's batch and forward (in flight as the pass comes)."""
     clock, stamps = agent.clock, agent.stamps
     on_fetch, on_forward, on_backward = clock.on_fetch, clock.on_forward, clock.on_backward
     on_start, on_step = clock.on_optimizer_start, clock.on_optimizer_step
-    for i in range(n):
-        t = perf()
+    t = perf()
+    if not agent.__dict__.setdefault("_bench_in_flight", False):  # (the first pass: no step in flight yet)
+        agent._bench_in_flight = True
         stamps.append((on_fetch, LOADER, t, 1e-5, SHAPE))
         stamps.append((on_forward, True, None, t + 2e-5))
+    for i in range(n):
         stamps.append((on_backward, t + 4e-4, 1.0 + i * 1e-3 if i % 10 == 0 else None, t + 2e-4, None))
         stamps.append((on_start, OPTIMIZER, t + 5e-4, None))
         stamps.append((on_step, OPTIMIZER, t + 9e-4))
+        t = perf()
+        stamps.append((on_fetch, LOADER, t, 1e-5, SHAPE))
+        stamps.append((on_forward, True, None, t + 2e-5))
     agent.batched_steps += n
 
 
@@ -73,17 +92,24 @@ def prime(agent: Any) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--per-pass", type=int, default=500, help="steps a writer pass finds (0.5 s of 1 ms steps)")
+    parser.add_argument("--per-pass", type=int, default=200, help="steps a writer pass finds (0.5 s of ~2.3 ms steps)")
     parser.add_argument("--no-stall-tap", action="store_true", help="without the stall watch's tap")
     parser.add_argument("--no-numpy", action="store_true", help="without numpy imported (a process without torch)")
     parser.add_argument("--windows", action="store_true", help="idle profiler windows, as in a default run")
+    parser.add_argument("--no-samples", action="store_true", help="without the sampler's reading every other pass")
+    parser.add_argument("--plain", action="store_true", help="an uncompressed record (`--record NAME.jsonl`)")
     args = parser.parse_args()
     if not args.no_numpy:
         import numpy  # noqa: F401  (as `import torch` does: the writer uses it where it is imported)
     with tempfile.TemporaryDirectory() as tmp:
         agent = Agent(SessionSettings(session="bench", record=str(Path(tmp) / "records"), script="train.py",
                                       profile=None))
-        agent._writer = RecordWriter(Path(tmp) / "run.jsonl.gz")
+        agent._writer = RecordWriter(Path(tmp) / ("run.jsonl" if args.plain else "run.jsonl.gz"))
+        sampler = None
+        if not args.no_samples:
+            from pitstop.profiling.sampler import Sampler
+
+            sampler = Sampler(agent)
         if args.windows:
             from pitstop.profiling.windows import ProfilerWindows
 
@@ -101,8 +127,10 @@ def main() -> None:
         steps = passes * args.per_pass
         total = took = 0.0
         os.getsid(0)  # callgrind (`--dump-before=getsid`): the passes alone are part 2
-        for _ in range(passes):
+        for done in range(passes):
             hold(agent, args.per_pass)
+            if sampler is not None and done % 2:
+                agent.emit(sampler.read())
             c0 = time.thread_time()
             agent._take_held()
             c1 = time.thread_time()

@@ -104,31 +104,20 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
     last = limit - 5
     try:
         while taken <= last:
-            # (indexing a deque near its head is O(1); the calls stay held until the step is cut)
-            fetch, forward, backward, opt, cut = stamps[0], stamps[1], stamps[2], stamps[3], stamps[4]
-            if fetch[0] is not on_fetch:  # (the hooks hold one bound method each: `is` once it was seen)
-                if fetch[0] != on_fetch:
+            # (popped at once, and put back as they were where they are not a plain step's)
+            fetch, forward, backward, opt, cut = pop(), pop(), pop(), pop(), pop()
+            if fetch[0] is not on_fetch or forward[0] is not on_forward or backward[0] is not on_backward \
+                    or opt[0] is not on_start or cut[0] is not on_step:
+                if fetch[0] != on_fetch or forward[0] != on_forward or backward[0] != on_backward \
+                        or opt[0] != on_start or cut[0] != on_step:
+                    stamps.extendleft((cut, opt, backward, forward, fetch))
                     break
-                on_fetch = fetch[0]
-            if forward[0] is not on_forward:
-                if forward[0] != on_forward:
-                    break
-                on_forward = forward[0]
-            if backward[0] is not on_backward:
-                if backward[0] != on_backward:
-                    break
-                on_backward = backward[0]
-            if opt[0] is not on_start:
-                if opt[0] != on_start:
-                    break
-                on_start = opt[0]
-            if cut[0] is not on_step:
-                if cut[0] != on_step:
-                    break
-                on_step = cut[0]
+                # (the hooks hold one bound method each: `is` once it was seen)
+                on_fetch, on_forward, on_backward, on_start, on_step = fetch[0], forward[0], backward[0], opt[0], cut[0]
             if fetch[1] != train or forward[1] is not True or forward[2] is not None or len(forward) != 4 \
                     or backward[4] is not None or backward[3] is None or opt[1] != primary or opt[3] is not None \
                     or cut[1] != primary:
+                stamps.extendleft((cut, opt, backward, forward, fetch))
                 break
             _, _, started, waited, shape = fetch
             fetched = shape
@@ -143,11 +132,6 @@ def take(clock: Any, stamps: deque[tuple[Any, ...]], limit: int, stop_at: int | 
                 fetched = shape
             b_end, loss, b_start = backward[1], backward[2], backward[3]
             o_start, end = opt[2], cut[2]
-            pop()
-            pop()
-            pop()
-            pop()
-            pop()
             taken += 5  # (a batch and a backward each: counted as the loop ends)
             if seen < TRAINED_STEPS:
                 clock.index = index  # (read there: the clock's index and end are stored as the loop ends)

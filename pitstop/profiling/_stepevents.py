@@ -8,7 +8,7 @@ from typing import Any
 from pitstop.events import End, Event, Loss, Step
 from pitstop.profiling._losses import LossBatch, Tail
 from pitstop.profiling._plainsteps import PlainRun
-from pitstop.stepcolumns import VECTOR_MIN, imported_numpy
+from pitstop.stepcolumns import VECTOR_MIN, encode_arrays, imported_numpy
 
 _SPANS = itemgetter(3)  # a step's phases: (forward, backward, optimizer, its CUDA spans or None)
 
@@ -236,6 +236,22 @@ def plain_columns(run: PlainRun, offset: float, seconds: dict[str, Any] | None =
             "eval_s": [0.0] * n, "loader": [train if isinstance(train, int) else None] * n, "forward_s": forward,
             "backward_s": backward, "optimizer_s": optimizer, "other_s": other,
             "phase_clock": ["host"] * n, "passes": none[:]}
+
+
+def plain_lines(run: PlainRun, seconds: dict[str, Any]) -> list[str] | None:
+    """The `steps` lines of a `PlainRun`'s steps from the arrays `plain_columns` put in `seconds`: its
+    columns' lines (`encode_columns`) byte for byte, the fields its steps share given once
+    (`stepcolumns.encode_arrays`); None where that cannot take them."""
+    np = imported_numpy()
+    if np is None or "t" not in seconds:
+        return None
+    train = run.train
+    rows = run.rows
+    samples = [row[3] for row in rows]
+    fields = {"samples": samples, "source": "optimizer", "mem_allocated": None, "mem_reserved": None,
+              "mem_peak": None, "host_rss": run.rss, "mark": None, "loader": train if isinstance(train, int) else None,
+              "phase_clock": "host", "passes": None, "eval_s": 0.0}
+    return encode_arrays(run.first, seconds, fields, np)
 
 
 def steps_of(columns: dict[str, list[Any]]) -> list[Step]:

@@ -20,7 +20,7 @@ from typing import Any
 from pitstop.events import Event, Loss, Step
 from pitstop.profiling import _cuda, _watch
 from pitstop.profiling._plainsteps import PlainRun
-from pitstop.profiling._stepevents import steps_of
+from pitstop.profiling._stepevents import plain_lines, steps_of
 from pitstop.profiling.record import record_lines
 from pitstop.stepcolumns import MAX_STEPS, encode_columns, encode_loss
 
@@ -93,7 +93,11 @@ def drain(agent: Any, final: bool = False) -> None:
                 seconds: dict[str, Any] = {}  # (a run of one `PlainRun`: its numpy arrays, for the line)
                 columns = None if not rows else made.run_columns(rows, offset, final, seconds) if count[1] \
                     else made.columns(rows, offset, final)
-                lines.extend(steps_lines(columns, seconds) if columns is not None else ())
+                # (a run of one `PlainRun`, the pass's usual: its lines from the arrays, as the columns')
+                run_lines = plain_lines(rows[0], seconds) if count[1] == 1 and len(rows) == 1 else None
+                if run_lines is None and columns is not None:
+                    run_lines = steps_lines(columns, seconds)
+                lines.extend(run_lines or ())
                 lines.extend(encode_loss(loss) for _, loss in losses)
                 if taps:
                     tapped.extend(in_queue_order(steps_of(columns) if columns is not None else [], losses))

@@ -12,7 +12,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import numpy  # noqa: F401  (imported, as torch imports it: the vector path is taken)
+import numpy  # (imported, as torch imports it: the vector path is taken)
 import pytest
 
 from pitstop import stepcolumns
@@ -208,3 +208,93 @@ def test_a_full_queue_counts_the_steps_of_a_run_it_drops(tmp_path: Path) -> None
         agent._take_stamps(writer=True)
     runs = [item for item in agent._queue if type(item) is PlainRun]
     assert len(runs) == 2 and agent.dropped == 40  # the first run's steps and step 0: all counted
+
+
+def test_the_writer_leaves_the_step_in_flight_held_and_queues_every_plain_step_in_runs(tmp_path: Path) -> None:
+    agent = Agent(SessionSettings(session="unit", record=str(tmp_path / "records"), script="train.py", profile=None))
+    calls = [(getattr(agent.clock, name), *args) for name, *args in _stream(6, 62, 0.0)]
+    agent.stamps.extend(calls[:5 * 30 + 2])  # a pass finds 30 steps and the next one's batch and forward
+    agent._take_stamps(writer=True)
+    assert len(agent.stamps) == 2  # the step in flight: held for the next pass, which takes it whole
+    agent.stamps.extend(calls[5 * 30 + 2:5 * 61 + 3])
+    agent._take_stamps(writer=True)
+    assert len(agent.stamps) == 3
+    steps = [item for item in agent._queue if type(item) is tuple]
+    assert [row[0] for row in steps] == [0]  # step 0 alone is told at once; every later step in a run
+    assert sum(len(item) for item in agent._queue if type(item) is PlainRun) == 60
+    agent._take_stamps(writer=True)  # no call came since (a hang, a long checkpoint): the held ones go in
+    assert not agent.stamps and agent.clock.backwards == 62
+
+
+def _plain_run(rng: random.Random, n: int) -> PlainRun:
+    """A run of n plain steps of a ~1 ms loop: stamps as the hooks take them, some columns shared."""
+    run = PlainRun(rng.randrange(1, 10**6), 1e5, rng.choice([1, None, "other"]), rng.choice([None, 123 << 20]))
+    now = run.start
+    waits = rng.choice([lambda: 0.0, lambda: rng.random() / 1e4, lambda: 1e-4])
+    samples = rng.choice([lambda: 32, lambda: rng.choice([32, 5, None])])
+    for i in range(n):
+        started = now + rng.random() / 1e5
+        waited = waits()
+        b_start = started + waited + rng.choice([-1e-5, 3e-4])  # (a backward begun before the batch: 0.0)
+        b_end = b_start + rng.random() / 1e3
+        o_start = b_end + rng.random() / 1e4
+        now = o_start + rng.choice([2e-4, rng.random() / 1e3])
+        loss = 2.0 - i / 1e3 if i % 7 == 0 else None
+        if loss is not None:
+            run.losses.append(i)
+        run.rows.append((now, started, waited, samples(), b_start, b_end, o_start, loss))
+    return run
+
+
+@pytest.mark.parametrize("n", [16, 200, 512, 530, 1040, 1100])
+def test_a_plain_run_s_lines_from_its_arrays_are_its_columns_lines(n: int) -> None:
+    rng = random.Random(n)
+    for _ in range(4):
+        run = _plain_run(rng, n)
+        seconds: dict[str, Any] = {}
+        columns = _stepevents.plain_columns(run, 1.78e9 - 1e5, seconds)
+        lines = _stepevents.plain_lines(run, seconds)
+        assert lines == _writepass.steps_lines(columns, seconds)  # byte for byte
+        assert sum(json.loads(line)["n"] for line in lines) == n
+
+
+def test_a_plain_run_the_arrays_cannot_take_goes_to_the_columns() -> None:
+    rng = random.Random(9)
+    for n, taken in ((15, False), (513, False), (528, True)):  # (a line of fewer than 16 steps: the loop's)
+        run = _plain_run(rng, n)
+        seconds: dict[str, Any] = {}
+        _stepevents.plain_columns(run, 0.0, seconds)
+        assert (_stepevents.plain_lines(run, seconds) is not None) == taken
+    run = _plain_run(rng, 40)
+    end, *rest = run.rows[3]
+    run.rows[3] = (math.inf, *rest)
+    seconds = {}
+    with numpy.errstate(invalid="ignore"):
+        _stepevents.plain_columns(run, 0.0, seconds)
+    assert _stepevents.plain_lines(run, seconds) is None  # (the drain then writes the run a step at a time)
+
+
+def test_a_pass_over_one_run_writes_the_lines_a_tuple_a_step_writes(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _stream(8, 700, 0.0)  # step 0 and a few in the first pass; the rest, one run, in the second
+    written = []
+    for runs in (True, False):
+        agent = Agent(SessionSettings(session="unit", record=str(tmp_path / f"r{runs}"), script="train.py",
+                                      profile=None))
+        agent.rss_now = 123 << 20
+        agent._writer = _Lines()  # type: ignore[assignment]
+        tapped: list[Any] = []
+        agent.step_taps.append(tapped.append)
+        clock = types.SimpleNamespace(perf_counter=lambda: 900.0, time=lambda: 1.78e9 + 900.0)
+        monkeypatch.setattr(_writepass, "time", clock)
+        monkeypatch.setattr(_losses, "time", clock)
+        for second, part in enumerate((calls[:5 * 20 + 3], calls[5 * 20 + 3:])):
+            agent.stamps.extend((getattr(agent.clock, name), *args) for name, *args in part)
+            agent._take_stamps(writer=runs)
+            if runs and second:
+                assert [type(item) for item in agent._queue] == [PlainRun]
+            agent._drain()
+        monkeypatch.undo()
+        written.append((agent._writer.lines, tapped))  # type: ignore[attr-defined]
+    assert written[0] == written[1]
+    assert sum(json.loads(line).get("n", 0) for line in written[0][0]) == 700  # (the last one cut at its optimizer step)
