@@ -32,10 +32,12 @@ BLOCK = 1 << 16
 _IN_BLOCK_BITS = 17  # offsets 0..BLOCK inclusive (a line may end exactly at its member's end)
 LINE_BITS = 9  # an event's place in its line: a `steps` line holds at most 512 steps
 _READ = 1 << 16
-# zlib's fastest: the writer compresses each pass's lines (~6 KB of ~200 steps of 1 ms) on its thread,
-# and level 6 (zlib's default) took 662 us of CPU a pass for 40,030 bytes where level 1 took 111 us
-# for 45,996 (the 19 passes of a 1 ms workload's record, median of 7; level 2 136 us, 44,557 bytes).
-_LEVEL = 1
+# The writer compresses each pass's lines (~6 KB of ~200 steps of 1 ms) on its thread. On the 19 passes
+# of a 1 ms workload's record (median of 7): level 6, zlib's default, 637 us of CPU a pass for 40,030
+# bytes; level 3 203 us for 42,870; level 1 110 us for 45,996. Level 3 keeps the record within 7-12% of
+# level 6's size (a 10 ms workload's 3,000 steps: 108,460 -> 116,173 bytes; an mnist run's 17,372 ->
+# 19,479) for a third of its CPU; level 1 would add 14-23% for 0.5 us a step less.
+_LEVEL = 3
 # Members a MemberCache keeps (64 KiB of lines each): a job rank's restore reads its last ~30 s
 # (steps, then samples, profiler windows and losses, each series on its own) from a few members.
 CACHED_MEMBERS = 32
