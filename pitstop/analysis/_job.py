@@ -528,9 +528,9 @@ def job_findings(job: JobState, warmup: int = WARMUP, summary: JobSummary | None
             f"the job waits {fmt.pct(s.share)} of its {fmt.duration(s.job_step_s)} step on {s.label} "
             f"(p50s over {s.over}; the rank table's p50s are over every measured step)",
         ]
+        more_workers = loader_fix(s.loader, ["...", "num_workers=8", "pin_memory=True", "persistent_workers=True"])
         if s.cause == "data wait":
-            fix = ("# give that rank's DataLoader more workers or faster storage, e.g.\n"
-                   + loader_fix(s.loader, ["...", "num_workers=8", "pin_memory=True", "persistent_workers=True"]))
+            fix = "# give that rank's DataLoader more workers or faster storage, e.g.\n" + more_workers
             cause = f"{s.label} waits longer for its batches than the other ranks, and they wait for it in every all-reduce."
         else:
             fix = ("# on that rank's machine: check the GPU's clocks and temperature (nvidia-smi -q -d CLOCK,TEMPERATURE),\n"
@@ -550,8 +550,7 @@ def job_findings(job: JobState, warmup: int = WARMUP, summary: JobSummary | None
             if s.cause == "data wait" and not s.threads_waited:
                 # More workers where the workers wait for a core: more processes waiting for the same cores.
                 fix = ("# its DataLoader workers wait for a CPU: first free that machine's cores (other processes: "
-                       "top, ps), then re-measure; more workers only help where cores are free, e.g.\n"
-                       + loader_fix(s.loader, ["...", "num_workers=8", "pin_memory=True", "persistent_workers=True"]))
+                       "top, ps), then re-measure; more workers only help where cores are free, e.g.\n" + more_workers)
         title = f"{s.label} is a straggler ({s.cause})"
         severity = "high" if s.share >= 0.5 else "medium"
         gain = s.gain
